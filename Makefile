@@ -1,0 +1,33 @@
+# The README's two commands: `make demo` and `make test`. Everything they need is installed here.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.ember-installed
+# llama-cpp-python 0.3.36 builds llama.cpp from source (~7 min on 2 cores); pip's wheel cache keeps the result.
+export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+export CMAKE_ARGS ?= -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+
+.PHONY: demo test fuzz bench install clean
+
+$(STAMP): pyproject.toml setup.py src/constrained/_kernel.c
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
+	$(BIN)/python -m pip install --progress-bar off -e '.[dev,bench]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/ember demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" -q
+
+fuzz: $(STAMP)
+	$(BIN)/python -m pytest -m slow -q --hypothesis-profile=fuzz
+
+bench: $(STAMP)
+	$(BIN)/ember bench all
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info src/constrained/_kernel*.so

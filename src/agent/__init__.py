@@ -1,0 +1,1 @@
+"""(lead fills in the public API at integration.)"""
