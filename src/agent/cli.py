@@ -45,15 +45,15 @@ def _cmd_models(args: argparse.Namespace) -> int:
             _print_json([info.to_json() for info in infos])
         else:
             for info in infos:
-                state = "cached" if info.cached else "-"
-                print(f"{info.name:32} {state:7} {info.size_bytes:>12,} B  {info.use}")
+                state = "cached" if info.is_cached else "-"
+                print(f"{info.name:32} {state:7} {info.size_bytes:>12,} B  {info.description}")
         return 0
     if not args.name:
         raise SystemExit(f"ember models {args.action}: NAME is required")
     if args.action == "verify":
-        path = models.verify(args.name)
-        print(path)
-        return 0
+        ok = models.verify(args.name, progress=_progress)
+        print(f"{args.name}: {'sha256 OK' if ok else 'sha256 MISMATCH (file removed; run ember models pull)'}")
+        return 0 if ok else 1
     path = models.model_path(args.name, progress=_progress)
     print(path)
     return 0

@@ -1,0 +1,70 @@
+"""`ember demo`: the seed's workflow on the default model, end to end, traced and verified.
+
+The model reads two experiment summaries (read_file), computes the relative improvement (calculator),
+writes a Markdown artifact (write_artifact) and answers ``DONE 21.57%``. Then the demo writes the HTML
+report and runs `verify_trace`, so the final line is a checked fact, not the model's word.
+
+    data/demo/*.md ─► sandbox ─► run_session(builtin tools, constrained calls) ─► trace.jsonl + artifacts/
+                                                                              └─► verify_trace ─► report.html
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from agent import trace, trace_report
+from agent.limits import AgentLimits
+from agent.runner import run_session
+
+__all__ = ["DEMO_PROMPT", "EXPECTED_ANSWER", "run_demo"]
+
+DEMO_DATA = Path(__file__).parent / "data" / "demo"
+EXPECTED_ANSWER = "DONE 21.57%"
+SYSTEM_PROMPT = ("You are a careful research assistant. You can only learn file contents by calling read_file, "
+                 "only compute with calculator, and only create files with write_artifact. Call one tool at a "
+                 "time and use the exact numbers the tools return.")
+DEMO_PROMPT = ("Two experiment summaries are available: baseline_q4.md and tuned_q8.md. "
+               "1) Read both files with read_file. "
+               "2) With calculator, compute the relative improvement of the tuned score over the baseline score "
+               "in percent: (tuned - baseline) / baseline * 100. "
+               "3) Call write_artifact with name best-config.md and a short Markdown summary that names the best "
+               "configuration, both scores and the improvement. "
+               "4) Then reply with exactly one line: DONE followed by the improvement rounded to two decimals and "
+               "a percent sign, for example DONE 12.34%")
+
+
+def run_demo(*, model: str, out_dir: Path, progress: Callable[[str], None] | None = None) -> int:
+    """Run the workflow; exit status 0 only if the answer is right and the trace verifies."""
+    out_dir = out_dir.resolve()
+    sandbox = out_dir / "experiments"
+    sandbox.mkdir(parents=True, exist_ok=True)
+    for source in sorted(DEMO_DATA.glob("*.md")):
+        shutil.copyfile(source, sandbox / source.name)
+    trace_path = out_dir / "trace.jsonl"
+    artifact_root = out_dir / "artifacts"
+
+    result = run_session(model=model, tools="builtin", prompt=DEMO_PROMPT, trace_path=trace_path,
+                         artifact_root=artifact_root, sandbox_root=sandbox, system_prompt=SYSTEM_PROMPT,
+                         limits=AgentLimits(max_model_steps=10), progress=progress)
+
+    report_path = out_dir / "report.html"
+    events = trace.read_trace(trace_path).events
+    report_path.write_text(trace_report.render_html_report(events, title="ember demo"), encoding="utf-8")
+    verification = trace.verify_trace(trace_path, artifact_root=artifact_root)
+    artifacts = sorted(p.name for p in artifact_root.glob("*") if p.is_file()) if artifact_root.is_dir() else []
+
+    print()
+    print(f"final answer : {result.final_text}")
+    print(f"trace        : {trace_path}")
+    print(f"report       : {report_path}")
+    print(f"artifacts    : {', '.join(artifacts) or '(none)'} in {artifact_root}")
+    for problem in verification.problems:
+        print(f"PROBLEM      : {problem}")
+    print(f"trace verify : {'OK' if verification.ok else 'FAILED'}")
+    answer_ok = (result.final_text or "").strip() == EXPECTED_ANSWER
+    if not answer_ok:
+        print(f"expected the answer {EXPECTED_ANSWER!r}; the run ended {result.outcome}"
+              + (f" ({result.detail})" if result.detail else ""))
+    return 0 if answer_ok and verification.ok else 1
