@@ -13,6 +13,7 @@ __all__ = [
     "InvalidSchemaError",
     "RegexSyntaxError",
     "GrammarTooLargeError",
+    "EmptyLanguageError",
     "IncompatibleVocabularyError",
     "BudgetTooSmallError",
     "MaskError",
@@ -69,6 +70,16 @@ class GrammarTooLargeError(ConstrainedError, ValueError):
         self.limit = limit
         msg = f"grammar exceeds the {what} budget of {limit}"
         super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+class EmptyLanguageError(ConstrainedError, ValueError):
+    """A pattern (or schema) that no string satisfies: a grammar for it could never finish, so it is refused."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        """The pattern whose language is empty."""
+        excerpt = pattern if len(pattern) <= 80 else pattern[:77] + "..."
+        super().__init__(f"the pattern accepts no string at all: {excerpt!r}")
 
 
 class IncompatibleVocabularyError(ConstrainedError, ValueError):

@@ -1,22 +1,58 @@
 """Regex AST → byte-level DFA: the finite-state grammar every mask is computed from.
 
-CONTRACT STUB (lead): the `DFA` dataclass below is the interface between the regex/FSM compiler and
-the token index. Implementer: keep the fields and their meaning; add what you need.
+Owns the compilation of a dialect pattern (see `constrained.regex`) into a minimal, trimmed, canonically
+numbered DFA over bytes + special-token symbols, and the per-state facts the matcher needs (distance to
+acceptance, the canonical next symbol toward it). Refuses, with `GrammarTooLargeError`, anything whose NFA,
+subset construction or DFA would exceed its budget, and, with `EmptyLanguageError`, a pattern that accepts
+nothing.
+
+    pattern ──regex.parse──► AST ──Thompson (UTF-8 byte ranges)──► NFA
+        ──byte equivalence classes──► subset construction (class alphabet) ──trim──► Hopcroft
+        ──canonical BFS renumbering──► class table ──expand classes──► DFA.transitions [S, 256 + K]
 
 Alphabet: symbols 0..255 are bytes; symbols 256+i are the special-token terminals named in the
 pattern (``(?&<tool_call>)``), in ``DFA.special_names`` order. A special-token symbol is consumed
 by exactly one vocabulary token (the one whose text is that name); bytes are consumed by ordinary
 tokens' byte strings.
+
+All work happens over byte equivalence classes (bytes no edge of the NFA tells apart), so a typical JSON
+schema pattern runs subset construction and minimization over ~20–60 columns instead of 256.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
+from constrained.errors import EmptyLanguageError, GrammarTooLargeError
+from constrained.regex import (
+    Alternation,
+    CharSet,
+    Concat,
+    Empty,
+    Node,
+    Repeat,
+    Special,
+    parse,
+    special_names,
+    utf8_sequences,
+)
+
+__all__ = ["DEAD", "DFA", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "compile_dfa", "next_hop"]
+
 DEAD = -1
 """Transition target meaning "no continuation": the byte is not allowed here."""
+
+MAX_NFA_STATES = 250_000
+"""Budget on NFA states (bounded repetitions expand into copies; checked before anything is built)."""
+
+MAX_SUBSET_WORK = 8_000_000
+"""Budget on subset-construction work (NFA-state visits and set-union sizes; about a second): typical schema
+patterns use ~1–2% of it, pathological ones such as ``(a|aa){1000}`` hit it instead of hanging."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -24,7 +60,8 @@ class DFA:
     """An immutable, minimal, trimmed deterministic automaton over bytes + special-token symbols.
 
     Trimmed: every state can reach an accepting state (dead ends are removed, so "allowed" at the byte level
-    always means "can still complete").
+    always means "can still complete"). Canonical: states are numbered in breadth-first order from the
+    initial state, visiting symbols in increasing order, so equal languages give equal tables.
     """
 
     transitions: np.ndarray
@@ -43,3 +80,485 @@ class DFA:
     @property
     def n_states(self) -> int:
         return int(self.transitions.shape[0])
+
+    def __repr__(self) -> str:  # the arrays would print thousands of numbers
+        return (f"DFA(n_states={self.n_states}, n_symbols={self.n_symbols}, special_names={self.special_names!r}, "
+                f"fingerprint={self.fingerprint[:16]!r}...)")
+
+    @property
+    def n_symbols(self) -> int:
+        """256 bytes plus one symbol per special-token terminal."""
+        return int(self.transitions.shape[1])
+
+    def walk(self, symbols: Iterable[int], state: int = 0) -> int:
+        """The state reached from ``state`` by ``symbols`` (bytes or symbol ids), or ``DEAD``."""
+        table = self.transitions
+        for symbol in symbols:
+            state = int(table[state, symbol])
+            if state == DEAD:
+                return DEAD
+        return state
+
+    def accepts(self, symbols: Iterable[int]) -> bool:
+        """Whether the whole symbol sequence (e.g. a ``bytes`` value) is in the language."""
+        state = self.walk(symbols)
+        return state != DEAD and bool(self.accepting[state])
+
+
+def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = 50_000) -> DFA:
+    """Compile a dialect pattern (full-match) into its minimal trimmed byte DFA.
+
+    Args:
+        pattern: the regex, in the dialect of `constrained.regex`.
+        allow_special: admit ``(?&NAME)`` special-token terminals (codec grammars only).
+        max_states: budget on DFA states during subset construction.
+
+    Raises:
+        RegexSyntaxError: the pattern is not in the dialect.
+        GrammarTooLargeError: the NFA, the subset construction or the DFA exceeds its budget.
+        EmptyLanguageError: the pattern accepts no string at all.
+    """
+    ast = parse(pattern, allow_special=allow_special)
+    names = special_names(ast)
+    nfa = _NFA.build(ast, names)
+    symbol_class, n_classes = _byte_classes(nfa, len(names))
+    class_edges = [
+        [(int(symbol_class[lo]), int(symbol_class[hi]), t) for lo, hi, t in edges] for edges in nfa.edges
+    ]
+    table, accepting = _subset_construction(nfa, class_edges, n_classes, max_states)
+    table, accepting = _trim(table, accepting, pattern)
+    table, accepting = _minimize(table, accepting)
+    table, accepting = _canonical_order(table, accepting)
+    distance = _distance(table, accepting)
+    transitions = np.ascontiguousarray(table[:, symbol_class])
+    for array in (transitions, accepting, distance):
+        array.flags.writeable = False
+    return DFA(
+        transitions=transitions,
+        accepting=accepting,
+        initial=0,
+        special_names=names,
+        distance=distance,
+        fingerprint=_fingerprint(transitions, accepting, names),
+    )
+
+
+def next_hop(dfa: DFA) -> np.ndarray:
+    """For each state, the smallest symbol on a shortest path to acceptance; ``-1`` for accepting states.
+
+    Following it from any state reaches an accepting state in exactly ``dfa.distance[state]`` symbols.
+    """
+    table = dfa.transitions
+    distance = dfa.distance
+    target_distance = np.where(table >= 0, distance[np.maximum(table, 0)], -2)
+    on_shortest = target_distance == (distance[:, None] - 1)
+    hop = np.argmax(on_shortest, axis=1).astype(np.int32)
+    hop[dfa.accepting] = -1
+    return hop
+
+
+# -------------------------------------------------------------------------------------------------------- NFA
+
+
+class _NFA:
+    """Thompson-style NFA over byte ranges (and special symbols 256+i); ``final`` is the single accepting state.
+
+    Fragments are *attached* at an existing state instead of getting a fresh start and an epsilon link: a
+    fragment only ever adds edges leaving its start state, never entering it (loops get a fresh state), so
+    chaining at the previous fragment's end keeps the language and saves most epsilon moves.
+    """
+
+    def __init__(self) -> None:
+        self.eps: list[list[int]] = [[]]
+        """Epsilon successors per state."""
+        self.edges: list[list[tuple[int, int, int]]] = [[]]
+        """Symbol edges per state: (lo, hi, target), inclusive symbol range."""
+        self.start = 0
+        self.final = 0
+        self.symbol_of: dict[str, int] = {}
+
+    @classmethod
+    def build(cls, ast: Node, names: tuple[str, ...]) -> _NFA:
+        size = _estimated_size(ast)
+        if size > MAX_NFA_STATES:
+            raise GrammarTooLargeError("nfa_states", MAX_NFA_STATES, f"the pattern expands to ~{size} NFA states")
+        nfa = cls()
+        nfa.symbol_of = {name: 256 + i for i, name in enumerate(names)}
+        nfa.final = nfa.attach(ast, nfa.start)
+        return nfa
+
+    def new_state(self) -> int:
+        self.eps.append([])
+        self.edges.append([])
+        return len(self.eps) - 1
+
+    def attach(self, node: Node, start: int) -> int:
+        """Build ``node`` beginning at ``start``; returns its end state."""
+        if isinstance(node, CharSet):
+            return self.charset(node, start)
+        if isinstance(node, Concat):
+            end = start
+            for item in node.items:
+                end = self.attach(item, end)
+            return end
+        if isinstance(node, Alternation):
+            end = self.new_state()
+            for item in node.items:
+                self.eps[self.attach(item, start)].append(end)
+            return end
+        if isinstance(node, Repeat):
+            return self.repeat(node, start)
+        if isinstance(node, Special):
+            end = self.new_state()
+            symbol = self.symbol_of[node.name]
+            self.edges[start].append((symbol, symbol, end))
+            return end
+        assert isinstance(node, Empty)
+        return start
+
+    def charset(self, node: CharSet, start: int) -> int:
+        ranges = node.ranges
+        if len(ranges) == 1 and ranges[0][0] == ranges[0][1] and ranges[0][0] < 0x80:  # the common literal
+            end = self.new_state()
+            self.edges[start].append((ranges[0][0], ranges[0][0], end))
+            return end
+        end = self.new_state()
+        by_suffix: dict[tuple[tuple[int, int], ...], int] = {(): end}
+
+        def state_for(suffix: tuple[tuple[int, int], ...]) -> int:
+            state = by_suffix.get(suffix)
+            if state is None:
+                state = self.new_state()
+                lo, hi = suffix[0]
+                self.edges[state].append((lo, hi, state_for(suffix[1:])))
+                by_suffix[suffix] = state
+            return state
+
+        for sequence in utf8_sequences(ranges):
+            lo, hi = sequence[0]
+            self.edges[start].append((lo, hi, state_for(sequence[1:])))
+        return end
+
+    def repeat(self, node: Repeat, start: int) -> int:
+        end = start
+        for i in range(node.min):
+            if node.max is None and i == node.min - 1:  # x{n,} = x^(n-1) x+ : loop the last copy
+                loop = self.new_state()
+                self.eps[end].append(loop)
+                end = self.attach(node.item, loop)
+                self.eps[end].append(loop)
+                return end
+            end = self.attach(node.item, end)
+        if node.max is None:
+            hub = self.new_state()
+            self.eps[end].append(hub)
+            self.eps[self.attach(node.item, hub)].append(hub)
+            return hub
+        if node.max == node.min:
+            return end
+        exit_state = self.new_state()
+        for _ in range(node.max - node.min):  # nested optionals (x(x(x)?)?)?: no ambiguity to blow up subsets
+            self.eps[end].append(exit_state)
+            end = self.attach(node.item, end)
+        self.eps[end].append(exit_state)
+        return exit_state
+
+
+def _estimated_size(node: Node) -> int:
+    """Upper estimate of the NFA states `_NFA.fragment` creates for ``node`` (no allocation)."""
+    if isinstance(node, CharSet):
+        return 2 + sum(map(len, utf8_sequences(node.ranges)))
+    if isinstance(node, (Concat, Alternation)):
+        total = 2
+        for item in node.items:
+            total += _estimated_size(item)
+        return total
+    if isinstance(node, Repeat):
+        copies = node.max if node.max is not None else node.min  # x{n,} loops its last copy
+        return 3 + _estimated_size(node.item) * max(copies, 1)
+    return 2
+
+
+def _byte_classes(nfa: _NFA, n_special: int) -> tuple[np.ndarray, int]:
+    """Partition of the symbols into classes no edge tells apart: (class of each symbol, number of classes).
+
+    Byte classes are intervals numbered in byte order; each special symbol is a class of its own, after them.
+    """
+    boundaries = {0, 256}
+    for edges in nfa.edges:
+        for lo, hi, _ in edges:
+            if lo < 256:
+                boundaries.add(lo)
+                boundaries.add(hi + 1)
+    starts = np.zeros(257, dtype=bool)
+    starts[sorted(boundaries)] = True
+    byte_class = np.cumsum(starts[:256]) - 1
+    n_byte_classes = int(byte_class[-1]) + 1
+    symbol_class = np.concatenate(
+        [byte_class, np.arange(n_byte_classes, n_byte_classes + n_special)]
+    ).astype(np.intp)
+    return symbol_class, n_byte_classes + n_special
+
+
+# ------------------------------------------------------------------------------------------ subset construction
+
+
+def _subset_construction(
+    nfa: _NFA, class_edges: list[list[tuple[int, int, int]]], n_classes: int, max_states: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Powerset construction over the class alphabet: (table int32 [S, n_classes] with -1 = dead, accepting)."""
+    closures: dict[int, frozenset[int]] = {}
+    eps = nfa.eps
+    edges = nfa.edges
+    final = nfa.final
+
+    def closure(state: int) -> frozenset[int]:
+        found = closures.get(state)
+        if found is None:
+            seen = {state}
+            stack = [state]
+            important = []
+            while stack:
+                q = stack.pop()
+                if edges[q] or q == final:
+                    important.append(q)
+                for r in eps[q]:
+                    if r not in seen:
+                        seen.add(r)
+                        stack.append(r)
+            found = closures[state] = frozenset(important)
+        return found
+
+    initial = closure(nfa.start)
+    index: dict[frozenset[int], int] = {initial: 0}
+    sets = [initial]
+    rows: list[list[int]] = []
+    work = len(initial)
+    empty_row = [DEAD] * n_classes
+    i = 0
+    while i < len(sets):
+        current = sets[i]
+        i += 1
+        by_range: dict[tuple[int, int], set[int]] = {}
+        for q in current:
+            for lo, hi, target in class_edges[q]:
+                targets = by_range.get((lo, hi))
+                if targets is None:
+                    by_range[(lo, hi)] = {target}
+                else:
+                    targets.add(target)
+        row = empty_row.copy()
+        rows.append(row)
+        if not by_range:
+            continue
+        ranges = list(by_range)
+        unions = []
+        for r in ranges:
+            targets = [closure(t) for t in by_range[r]]
+            work += 8 * len(current) + sum(map(len, targets))  # member visits run in Python, unions in C
+            unions.append(targets[0] if len(targets) == 1 else frozenset().union(*targets))
+        if work > MAX_SUBSET_WORK:
+            raise GrammarTooLargeError("subset_work", MAX_SUBSET_WORK, "NFA-state sets grow too large")
+        if len(ranges) == 1:
+            segments = [(ranges[0][0], ranges[0][1] + 1, 1)]
+        else:  # sweep the class axis: the set of active ranges (a bitmask) only changes at range ends
+            events = sorted([(lo, 1 << k) for k, (lo, _) in enumerate(ranges)]
+                            + [(hi + 1, -(1 << k)) for k, (_, hi) in enumerate(ranges)])
+            segments = []
+            active = 0
+            for e, (position, delta) in enumerate(events):
+                active += delta
+                if active and e + 1 < len(events) and events[e + 1][0] > position:
+                    segments.append((position, events[e + 1][0], active))
+        previous_active = 0
+        target_id = DEAD
+        for a, b, active in segments:
+            if active != previous_active:
+                previous_active = active
+                if active & (active - 1) == 0:
+                    key = unions[active.bit_length() - 1]
+                else:
+                    key = frozenset().union(*[unions[k] for k in range(len(ranges)) if active >> k & 1])
+                target_id = index.get(key, -1)
+                if target_id < 0:
+                    target_id = len(sets)
+                    if target_id >= max_states:
+                        raise GrammarTooLargeError("dfa_states", max_states, "subset construction")
+                    work += len(key)
+                    index[key] = target_id
+                    sets.append(key)
+            row[a:b] = [target_id] * (b - a)
+    table = np.array(rows, dtype=np.int32).reshape(len(rows), n_classes)
+    accepting = np.array([final in s for s in sets], dtype=bool)
+    return table, accepting
+
+
+# ------------------------------------------------------------------------------------- trim, minimize, order
+
+
+def _predecessors(table: np.ndarray) -> tuple[list[int], list[int]]:
+    """CSR of distinct predecessors: preds[starts[t]:starts[t+1]] are the states with an edge into t."""
+    n = table.shape[0]
+    src, col = np.nonzero(table >= 0)
+    dst = table[src, col].astype(np.int64)
+    pairs = np.unique(dst * n + src)
+    dst = pairs // n
+    src = pairs % n
+    starts = np.searchsorted(dst, np.arange(n + 1))
+    return src.tolist(), starts.tolist()
+
+
+def _distance(table: np.ndarray, accepting: np.ndarray) -> np.ndarray:
+    """Reverse BFS from the accepting states: shortest symbol count to acceptance, -1 if unreachable."""
+    preds, starts = _predecessors(table)
+    distance = np.full(table.shape[0], -1, dtype=np.int32)
+    frontier = np.flatnonzero(accepting).tolist()
+    dist = distance.tolist()
+    for s in frontier:
+        dist[s] = 0
+    level = 0
+    while frontier:
+        level += 1
+        nxt = []
+        for t in frontier:
+            for s in preds[starts[t] : starts[t + 1]]:
+                if dist[s] < 0:
+                    dist[s] = level
+                    nxt.append(s)
+        frontier = nxt
+    distance[:] = dist
+    return distance
+
+
+def _trim(table: np.ndarray, accepting: np.ndarray, pattern: str) -> tuple[np.ndarray, np.ndarray]:
+    """Drop states that cannot reach acceptance (all states are reachable after subset construction)."""
+    live = _distance(table, accepting) >= 0
+    if not live[0]:
+        raise EmptyLanguageError(pattern)
+    if live.all():
+        return table, accepting
+    new_id = np.full(table.shape[0] + 1, DEAD, dtype=np.int32)  # index -1 (dead) stays dead
+    new_id[:-1][live] = np.arange(int(live.sum()), dtype=np.int32)
+    return new_id[table[live]], accepting[live]
+
+
+def _minimize(table: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hopcroft partition refinement on the partial class-level DFA; returns the quotient automaton.
+
+    Each splitter block refines by all classes at once: a state's signature is the bitmask of classes leading
+    into the splitter, and a block splits by signature (multi-way split; every part but the largest is queued
+    unless the block already was). No sink state is added: with a partial transition function Hopcroft stays
+    correct when *both* initial blocks start queued (Valmari & Lehtinen, 2008). The table is trimmed, so no
+    live state is equivalent to the missing dead state.
+    """
+    n = table.shape[0]
+    incoming = _incoming_masks(table)
+    accept_list = accepting.tolist()
+    blocks: list[set[int]] = [b for b in ({s for s in range(n) if accept_list[s]},
+                                          {s for s in range(n) if not accept_list[s]}) if b]
+    block_of = [0] * n
+    for b, members in enumerate(blocks):
+        for s in members:
+            block_of[s] = b
+    waiting = set(range(len(blocks)))
+    while waiting:
+        splitter = waiting.pop()
+        signature: dict[int, int] = {}
+        for t in blocks[splitter]:
+            for source, mask in incoming[t]:
+                signature[source] = signature.get(source, 0) | mask
+        touched: dict[int, dict[int, list[int]]] = {}
+        for source, sig in signature.items():
+            groups = touched.get(block_of[source])
+            if groups is None:
+                touched[block_of[source]] = {sig: [source]}
+            elif sig in groups:
+                groups[sig].append(source)
+            else:
+                groups[sig] = [source]
+        for b, groups in touched.items():
+            members = blocks[b]
+            parts = list(groups.values())
+            if len(parts) == 1 and len(parts[0]) == len(members):
+                continue
+            was_waiting = b in waiting
+            if sum(map(len, parts)) == len(members):  # every member touched: the largest part keeps the id
+                parts.sort(key=len, reverse=True)
+                blocks[b] = set(parts[0])
+                parts = queued = parts[1:]
+            else:  # the untouched remainder keeps the id
+                for part in parts:
+                    members.difference_update(part)
+                largest = max(parts, key=len)
+                if len(largest) > len(members) and not was_waiting:
+                    waiting.add(b)
+                    queued = [part for part in parts if part is not largest]
+                    parts = queued + [largest]
+                else:
+                    queued = parts
+            for part in parts:
+                new_block = len(blocks)
+                blocks.append(set(part))
+                for s in part:
+                    block_of[s] = new_block
+                if was_waiting or any(part is q for q in queued):
+                    waiting.add(new_block)
+            if was_waiting:
+                waiting.add(b)
+    if len(blocks) == n:
+        return table, accepting
+    live_blocks = list(dict.fromkeys(block_of))  # first-occurrence order: state 0's block stays initial
+    renumber = {b: i for i, b in enumerate(live_blocks)}
+    block_id = np.array([renumber[block_of[s]] for s in range(n)] + [DEAD], dtype=np.int32)
+    representatives = np.array([next(iter(blocks[b])) for b in live_blocks], dtype=np.intp)
+    return block_id[table[representatives]], accepting[representatives]
+
+
+def _incoming_masks(table: np.ndarray) -> list[list[tuple[int, int]]]:
+    """For each state t, the (source, bitmask of classes) pairs of the edges into t."""
+    n, n_classes = table.shape
+    src, col = np.nonzero(table >= 0)
+    dst = table[src, col].astype(np.int64)
+    key = dst * n + src
+    order = np.argsort(key, kind="stable")
+    key, col = key[order], col[order]
+    first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if key.size else np.zeros(0, np.intp)
+    incoming: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    words = []
+    for w in range(0, n_classes, 62):  # 62 classes per int64 word, combined into Python ints
+        in_word = (col >= w) & (col < w + 62)
+        bits = np.where(in_word, np.left_shift(np.int64(1), (col - w).clip(0, 61)), 0)
+        words.append(np.bitwise_or.reduceat(bits, first).tolist() if key.size else [])
+    keys = key[first].tolist()
+    for i, k in enumerate(keys):
+        mask = words[0][i]
+        for w in range(1, len(words)):
+            mask |= words[w][i] << (62 * w)
+        incoming[k // n].append((k % n, mask))
+    return incoming
+
+
+def _canonical_order(table: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Renumber states in BFS order from state 0, visiting classes (hence symbols) in increasing order."""
+    n = table.shape[0]
+    rows = table.tolist()
+    order = [0]
+    new_id = [-1] * n
+    new_id[0] = 0
+    for s in order:
+        for t in rows[s]:
+            if t >= 0 and new_id[t] < 0:
+                new_id[t] = len(order)
+                order.append(t)
+    mapping = np.array(new_id + [DEAD], dtype=np.int32)
+    old = np.array(order, dtype=np.intp)
+    return mapping[table[old]], accepting[old]
+
+
+def _fingerprint(transitions: np.ndarray, accepting: np.ndarray, names: tuple[str, ...]) -> str:
+    digest = hashlib.sha256(b"ember.dfa.v1\0")
+    digest.update(np.array(transitions.shape, dtype="<i8").tobytes())
+    digest.update(transitions.astype("<i4", copy=False).tobytes())
+    digest.update(accepting.astype(np.uint8).tobytes())
+    digest.update(json.dumps(list(names)).encode("utf-8"))
+    return digest.hexdigest()

@@ -1,0 +1,806 @@
+"""The engine's regex dialect: pattern text → AST over Unicode scalar values, and the UTF-8 view of that AST.
+
+Owns the one dialect every grammar is written in (schema output, codec grammars, user regexes): a subset of
+Python ``re`` syntax, interpreted over Unicode text, always full-match. What it accepts:
+
+    literals · escapes \\ \\. \\* \\+ \\? \\( \\) \\[ \\] \\{ \\} \\| \\^ \\$ \\- \\/ \\" \\n \\r \\t \\f \\v
+    \\xHH \\uHHHH \\UHHHHHHHH (and any other escaped non-alphanumeric character, as in Python) ·
+    classes [...] [^...] with ranges and \\d \\w \\s \\D \\W \\S (ASCII meanings) · . (any scalar but \\n) ·
+    * + ? {n} {n,} {n,m} {,m} (lazy ? suffix: same language) · ( ) (?: ) (?P<name> ) · | ·
+    ^ only at the very start, $ only at the very end (no-ops) ·
+    (?&NAME) one special-token terminal, only with allow_special=True.
+
+What it refuses, with a `RegexSyntaxError` naming the feature: lookarounds, backreferences, inline flags,
+atomic groups, possessive quantifiers, conditionals, word boundaries and anchors other than a leading ``^`` /
+trailing ``$``, unknown letter escapes, and code points that are not Unicode scalar values (surrogates).
+
+    pattern text ──parse──► Node (CharSet over scalars, Special, Concat, Alternation, Repeat, Empty)
+                               │
+    CharSet ──utf8_sequences──► byte-range sequences (valid UTF-8 only; fsm.py turns them into NFA edges)
+
+It also owns `json_string_body_pattern`: an ECMA-262 ``pattern`` (JSON Schema search semantics) rewritten as a
+dialect pattern over the *JSON-encoded* body of a string, so that a schema's string constraint can be enforced
+on the bytes the model writes between the quotes.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from constrained.errors import RegexSyntaxError, UnsupportedSchemaError
+
+__all__ = [
+    "MAX_SCALAR",
+    "Empty",
+    "CharSet",
+    "Special",
+    "Concat",
+    "Alternation",
+    "Repeat",
+    "Node",
+    "parse",
+    "special_names",
+    "utf8_sequences",
+    "json_string_body_pattern",
+]
+
+MAX_SCALAR = 0x10FFFF
+"""The largest Unicode scalar value."""
+
+_SURROGATES = (0xD800, 0xDFFF)
+_MAX_NESTING = 100
+"""Deepest group nesting the parser accepts (keeps every recursive pass far from Python's recursion limit)."""
+
+Range = tuple[int, int]
+
+
+# ---------------------------------------------------------------------------------------------------------- AST
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Empty:
+    """Matches the empty string."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CharSet:
+    """Matches one Unicode scalar value from a set (possibly empty: then it matches nothing)."""
+
+    ranges: tuple[Range, ...]
+    """Sorted, disjoint, non-adjacent inclusive code point ranges; never contains a surrogate."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Special:
+    """Matches one special-token terminal (a symbol of its own, not bytes)."""
+
+    name: str
+    """The special token's text, e.g. ``"<tool_call>"``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Concat:
+    """Matches its items one after the other."""
+
+    items: tuple[Node, ...]
+    """At least two items."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Alternation:
+    """Matches any one of its items."""
+
+    items: tuple[Node, ...]
+    """At least two items."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Repeat:
+    """Matches ``item`` between ``min`` and ``max`` times."""
+
+    item: Node
+    """The repeated node."""
+    min: int
+    """Fewest repetitions."""
+    max: int | None
+    """Most repetitions; ``None`` means unbounded."""
+
+
+Node = Empty | CharSet | Special | Concat | Alternation | Repeat
+
+
+# ----------------------------------------------------------------------------------------------- character sets
+
+
+def _normalize(ranges: list[Range]) -> tuple[Range, ...]:
+    """Sort, merge and drop surrogates: the canonical `CharSet.ranges` form."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    result: list[Range] = []
+    s_lo, s_hi = _SURROGATES
+    for lo, hi in out:
+        if hi < s_lo or lo > s_hi:
+            result.append((lo, hi))
+            continue
+        if lo < s_lo:
+            result.append((lo, s_lo - 1))
+        if hi > s_hi:
+            result.append((s_hi + 1, hi))
+    return tuple(result)
+
+
+def _negate(ranges: tuple[Range, ...]) -> tuple[Range, ...]:
+    """All scalar values not in ``ranges``."""
+    out: list[Range] = []
+    nxt = 0
+    for lo, hi in ranges:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= MAX_SCALAR:
+        out.append((nxt, MAX_SCALAR))
+    return _normalize(out)
+
+
+def _subtract(ranges: tuple[Range, ...], removed: tuple[Range, ...]) -> tuple[Range, ...]:
+    """Set difference of two normalized range tuples."""
+    return _intersect(ranges, _negate(removed))
+
+
+def _intersect(a: tuple[Range, ...], b: tuple[Range, ...]) -> tuple[Range, ...]:
+    out: list[Range] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo = max(a[i][0], b[j][0])
+        hi = min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
+
+
+_DIGIT = ((0x30, 0x39),)
+_WORD = _normalize([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)])
+_SPACE = _normalize([(0x09, 0x0D), (0x20, 0x20)])
+# ECMA-262 WhiteSpace ∪ LineTerminator, intersected with Python's str.isspace() (\ufeff is ECMA-only): a string
+# the mask admits then satisfies both an ECMA validator and Python's `re`, which `jsonschema` uses.
+_ECMA_SPACE = _normalize(
+    [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
+     (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)]
+)
+# The complement side uses the union of both definitions for the same reason.
+_ECMA_NOT_SPACE = _negate(_normalize(list(_ECMA_SPACE) + [(0x1C, 0x1F), (0x85, 0x85), (0xFEFF, 0xFEFF)]))
+_DOT = _negate(((0x0A, 0x0A),))
+_ECMA_DOT = _negate(_normalize([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]))
+_ANY = _negate(())
+
+
+def _shorthand(letter: str, ecma: bool) -> tuple[Range, ...]:
+    if letter == "d":
+        return _DIGIT
+    if letter == "D":
+        return _negate(_DIGIT)
+    if letter == "w":
+        return _WORD
+    if letter == "W":
+        return _negate(_WORD)
+    if letter == "s":
+        return _ECMA_SPACE if ecma else _SPACE
+    return _ECMA_NOT_SPACE if ecma else _negate(_SPACE)
+
+
+# ------------------------------------------------------------------------------------------------------- parser
+
+_SIMPLE_ESCAPES = {"n": 0x0A, "r": 0x0D, "t": 0x09, "f": 0x0C, "v": 0x0B}
+_ANCHOR_ESCAPES = {"b": "word boundary \\b", "B": "non-word-boundary \\B", "A": "anchor \\A", "Z": "anchor \\Z",
+                   "z": "anchor \\z", "G": "anchor \\G"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Branch:
+    """One top-level alternative with the anchors written around it."""
+
+    node: Node
+    anchored_start: bool
+    anchored_end: bool
+
+
+class _Parser:
+    """Recursive descent over the dialect (or, with ``ecma``, over the ECMA-262 subset `json_string_body_pattern`
+    accepts: ``(?<name>…)`` groups, ``\\0``, UTF-16 surrogate pairs, ECMA ``.``/``\\s``, anchors per top-level
+    alternative)."""
+
+    def __init__(self, pattern: str, *, allow_special: bool, ecma: bool) -> None:
+        self.pattern = pattern
+        self.pos = 0
+        self.allow_special = allow_special
+        self.ecma = ecma
+        self.depth = 0
+
+    # -- helpers
+
+    def error(self, detail: str, position: int | None = None) -> RegexSyntaxError:
+        return RegexSyntaxError(self.pattern, self.pos if position is None else position, detail)
+
+    def peek(self, offset: int = 0) -> str:
+        i = self.pos + offset
+        return self.pattern[i] if i < len(self.pattern) else ""
+
+    def at_end(self) -> bool:
+        return self.pos >= len(self.pattern)
+
+    # -- grammar
+
+    def parse_top(self) -> list[_Branch]:
+        branches = [self.parse_top_branch(first=True)]
+        while self.peek() == "|":
+            self.pos += 1
+            branches.append(self.parse_top_branch(first=False))
+        if not self.at_end():  # only an unmatched ')' stops a top-level branch early
+            raise self.error("unbalanced parenthesis ')'")
+        return branches
+
+    def parse_top_branch(self, *, first: bool) -> _Branch:
+        start = False
+        if self.peek() == "^":
+            if not (self.ecma or (first and self.pos == 0)):
+                raise self.error("anchor '^' is only supported at the very start of the pattern")
+            start = True
+            self.pos += 1
+        node, end = self.parse_sequence(top=True)
+        return _Branch(node=node, anchored_start=start, anchored_end=end)
+
+    def parse_alternation(self) -> Node:
+        items = [self.parse_sequence(top=False)[0]]
+        while self.peek() == "|":
+            self.pos += 1
+            items.append(self.parse_sequence(top=False)[0])
+        return _alternation(items)
+
+    def parse_sequence(self, *, top: bool) -> tuple[Node, bool]:
+        """Items up to ``|``, ``)`` or the end; returns the node and whether a trailing ``$`` closed it."""
+        items: list[Node] = []
+        while not self.at_end():
+            c = self.peek()
+            if c in "|)":
+                break
+            if c == "$":
+                nxt = self.peek(1)
+                if top and (nxt == "" or (self.ecma and nxt == "|")):
+                    self.pos += 1
+                    return _concat(items), True
+                raise self.error("anchor '$' is only supported at the very end of the pattern")
+            if c == "^":
+                raise self.error("anchor '^' is only supported at the very start of the pattern")
+            atom_pos = self.pos
+            atom = self.parse_atom()
+            if atom is None:  # a '{' that is not a quantifier is a literal
+                atom = _literal(ord("{"))
+                self.pos += 1
+            items.append(self.parse_quantifiers(atom, atom_pos))
+        return _concat(items), False
+
+    def parse_quantifiers(self, atom: Node, atom_pos: int) -> Node:
+        quantified = False
+        while True:
+            start = self.pos
+            bounds = self.parse_quantifier()
+            if bounds is None:
+                return atom
+            if quantified:
+                raise self.error("multiple repeat (quantifier on a quantifier)", start)
+            lo, hi = bounds
+            if hi is not None and lo > hi:
+                raise self.error(f"min repeat {lo} greater than max repeat {hi}", start)
+            if self.peek() == "?":
+                self.pos += 1  # lazy: same language
+            elif self.peek() == "+":
+                raise self.error("possessive quantifiers are not supported")
+            atom = _repeat(atom, lo, hi)
+            quantified = True
+
+    def parse_quantifier(self) -> tuple[int, int | None] | None:
+        c = self.peek()
+        if c == "*":
+            self.pos += 1
+            return 0, None
+        if c == "+":
+            self.pos += 1
+            return 1, None
+        if c == "?":
+            self.pos += 1
+            return 0, 1
+        if c == "{":
+            braces = self.scan_braces()
+            if braces is not None:
+                self.pos, lo, hi = braces
+                return lo, hi
+        return None
+
+    def scan_braces(self) -> tuple[int, int, int | None] | None:
+        """``{n}``, ``{n,}``, ``{n,m}`` (and ``{,m}`` outside ECMA mode) at pos: (end, min, max), else None."""
+        p = self.pattern
+        i = self.pos + 1
+        j = i
+        while j < len(p) and p[j].isascii() and p[j].isdigit():
+            j += 1
+        lo_text = p[i:j]
+        if j < len(p) and p[j] == "}":
+            if not lo_text:
+                return None
+            return j + 1, int(lo_text), int(lo_text)
+        if j >= len(p) or p[j] != ",":
+            return None
+        if not lo_text and self.ecma:
+            return None
+        k = j + 1
+        while k < len(p) and p[k].isascii() and p[k].isdigit():
+            k += 1
+        if k >= len(p) or p[k] != "}":
+            return None
+        hi_text = p[j + 1 : k]
+        return k + 1, int(lo_text or "0"), (int(hi_text) if hi_text else None)
+
+    def parse_atom(self) -> Node | None:
+        c = self.peek()
+        if c == "(":
+            return self.parse_group()
+        if c == "[":
+            return CharSet(ranges=self.parse_class())
+        if c == ".":
+            self.pos += 1
+            return CharSet(ranges=_ECMA_DOT if self.ecma else _DOT)
+        if c == "\\":
+            return self.parse_escape()
+        if c in "*+?":
+            raise self.error("nothing to repeat")
+        if c == "{":
+            if self.scan_braces() is not None:
+                raise self.error("nothing to repeat")
+            return None
+        self.pos += 1
+        return _literal(ord(c), self, self.pos - 1)
+
+    def parse_group(self) -> Node:
+        open_pos = self.pos
+        self.pos += 1
+        if self.peek() == "?":
+            kind = self.peek(1)
+            if kind == ":":
+                self.pos += 2
+            elif kind == "P" and self.peek(2) == "<":
+                self.pos += 3
+                self.parse_group_name(open_pos)
+            elif kind == "<" and self.peek(2) not in "=!" and self.ecma:
+                self.pos += 2
+                self.parse_group_name(open_pos)
+            elif kind == "&":
+                return self.parse_special(open_pos)
+            else:
+                raise self.error(_unsupported_group(self.pattern, open_pos), open_pos)
+        self.depth += 1
+        limit = _MAX_NESTING - 4 if self.ecma else _MAX_NESTING  # the JSON-body translation adds a few levels
+        if self.depth > limit:
+            raise self.error(f"groups nested deeper than {limit}", open_pos)
+        node = self.parse_alternation()
+        self.depth -= 1
+        if self.peek() != ")":
+            raise self.error("missing ')': unterminated group", open_pos)
+        self.pos += 1
+        return node
+
+    def parse_group_name(self, open_pos: int) -> None:
+        end = self.pattern.find(">", self.pos)
+        if end < 0:
+            raise self.error("unterminated group name", open_pos)
+        name = self.pattern[self.pos : end]
+        if not name.isidentifier():
+            raise self.error(f"bad group name {name!r}", self.pos)
+        self.pos = end + 1
+
+    def parse_special(self, open_pos: int) -> Node:
+        if not self.allow_special:
+            raise self.error("special-token terminals (?&NAME) are not allowed in this pattern", open_pos)
+        end = self.pattern.find(")", self.pos + 2)
+        if end < 0:
+            raise self.error("unterminated special-token terminal (?&NAME)", open_pos)
+        name = self.pattern[self.pos + 2 : end]
+        if not name:
+            raise self.error("empty special-token name in (?&)", open_pos)
+        self.pos = end + 1
+        return Special(name=name)
+
+    def parse_escape(self) -> Node:
+        start = self.pos
+        self.pos += 1
+        if self.at_end():
+            raise self.error("trailing backslash", start)
+        c = self.peek()
+        if c in "dDwWsS":
+            self.pos += 1
+            return CharSet(ranges=_shorthand(c, self.ecma))
+        if c in _ANCHOR_ESCAPES:
+            raise self.error(f"{_ANCHOR_ESCAPES[c]} is not supported", start)
+        cp = self.escape_code_point(start, in_class=False)
+        if self.ecma and 0xD800 <= cp <= 0xDBFF and self.pattern.startswith("\\u", self.pos):
+            saved = self.pos
+            self.pos += 1
+            low = self.escape_code_point(saved, in_class=False)
+            if 0xDC00 <= low <= 0xDFFF:
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00)
+            else:
+                self.pos = saved
+        return _literal(cp, self, start)
+
+    def escape_code_point(self, start: int, *, in_class: bool) -> int:
+        """The code point of a character escape (pos is just past the backslash)."""
+        c = self.peek()
+        self.pos += 1
+        if c in _SIMPLE_ESCAPES:
+            return _SIMPLE_ESCAPES[c]
+        if c == "b" and in_class:
+            return 0x08
+        if c in "xuU":
+            width = {"x": 2, "u": 4, "U": 8}[c]
+            if c == "U" and self.ecma:
+                raise self.error("escape \\U is not ECMA-262", start)
+            digits = self.pattern[self.pos : self.pos + width]
+            if len(digits) != width or any(d not in "0123456789abcdefABCDEF" for d in digits):
+                raise self.error(f"escape \\{c} needs exactly {width} hex digits", start)
+            self.pos += width
+            cp = int(digits, 16)
+            if cp > MAX_SCALAR:
+                raise self.error(f"escape \\{c}{digits} is beyond U+10FFFF", start)
+            return cp
+        if c == "0" and self.ecma and not self.peek().isdigit():
+            return 0
+        if c.isascii() and c.isdigit():
+            raise self.error("backreferences and octal escapes are not supported", start)
+        if c.isascii() and c.isalpha():
+            if c in _ANCHOR_ESCAPES:
+                raise self.error(f"{_ANCHOR_ESCAPES[c]} is not supported", start)
+            raise self.error(f"unsupported escape \\{c}", start)
+        return ord(c)
+
+    def parse_class(self) -> tuple[Range, ...]:
+        open_pos = self.pos
+        self.pos += 1
+        negate = False
+        if self.peek() == "^":
+            negate = True
+            self.pos += 1
+        ranges: list[Range] = []
+        first = True
+        while True:
+            if self.at_end():
+                raise self.error("unterminated character class", open_pos)
+            c = self.peek()
+            if c == "]" and first and self.ecma:
+                raise self.error("empty ECMA class [] / [^] is not supported", open_pos)
+            if c == "]" and not first:
+                self.pos += 1
+                break
+            first = False
+            item_pos = self.pos
+            lo = self.class_atom()
+            if self.peek() == "-" and self.peek(1) not in ("]", ""):
+                self.pos += 1
+                hi_pos = self.pos
+                hi = self.class_atom()
+                if isinstance(lo, tuple) or isinstance(hi, tuple):
+                    raise self.error("bad character range (a class shorthand cannot be a range end)", item_pos)
+                if lo > hi:
+                    raise self.error(f"bad character range {chr(lo)!r}-{chr(hi)!r}", item_pos)
+                _check_scalar(lo, self, item_pos)
+                _check_scalar(hi, self, hi_pos)
+                ranges.append((lo, hi))
+            elif isinstance(lo, tuple):
+                ranges.extend(lo)
+            else:
+                _check_scalar(lo, self, item_pos)
+                ranges.append((lo, lo))
+        result = _normalize(ranges)
+        return _negate(result) if negate else result
+
+    def class_atom(self) -> int | tuple[Range, ...]:
+        c = self.peek()
+        if c != "\\":
+            self.pos += 1
+            return ord(c)
+        start = self.pos
+        self.pos += 1
+        if self.at_end():
+            raise self.error("trailing backslash", start)
+        c = self.peek()
+        if c in "dDwWsS":
+            self.pos += 1
+            return _shorthand(c, self.ecma)
+        cp = self.escape_code_point(start, in_class=True)
+        if self.ecma and 0xD800 <= cp <= 0xDFFF:
+            raise self.error("UTF-16 surrogate escapes inside a class are not supported", start)
+        return cp
+
+
+def _unsupported_group(pattern: str, pos: int) -> str:
+    rest = pattern[pos : pos + 4]
+    if rest.startswith(("(?=", "(?!")):
+        return "lookahead is not supported"
+    if rest.startswith(("(?<=", "(?<!")):
+        return "lookbehind is not supported"
+    if rest.startswith("(?P="):
+        return "backreferences are not supported"
+    if rest.startswith("(?#"):
+        return "comments (?#...) are not supported"
+    if rest.startswith("(?>"):
+        return "atomic groups are not supported"
+    if rest.startswith("(?("):
+        return "conditional groups are not supported"
+    if rest.startswith("(?<"):
+        return "named groups are written (?P<name>...) in this dialect"
+    return "inline flags and other (?...) extensions are not supported"
+
+
+def _check_scalar(cp: int, parser: _Parser, pos: int) -> None:
+    if _SURROGATES[0] <= cp <= _SURROGATES[1]:
+        raise parser.error(f"U+{cp:04X} is a surrogate, not a Unicode scalar value", pos)
+
+
+def _literal(cp: int, parser: _Parser | None = None, pos: int = 0) -> CharSet:
+    if parser is not None:
+        _check_scalar(cp, parser, pos)
+    return CharSet(ranges=((cp, cp),))
+
+
+def _concat(items: list[Node]) -> Node:
+    flat: list[Node] = []
+    for item in items:
+        if isinstance(item, Concat):
+            flat.extend(item.items)
+        elif not isinstance(item, Empty):
+            flat.append(item)
+    if not flat:
+        return Empty()
+    return flat[0] if len(flat) == 1 else Concat(items=tuple(flat))
+
+
+def _alternation(items: list[Node]) -> Node:
+    return items[0] if len(items) == 1 else Alternation(items=tuple(items))
+
+
+def _repeat(item: Node, lo: int, hi: int | None) -> Node:
+    """A repetition, with nested quantifiers folded where the language allows (``(x?){n,m}`` = ``x{0,m}``,
+    ``(x*){n,m}`` = ``x*``, ``(x+){n,m}`` = ``x{n,}``, ``(x{0|1,m})?`` = ``x{0,m}``): the unfolded forms make
+    subset construction quadratic for no reason."""
+    if lo == hi == 1:
+        return item
+    if hi == 0 or isinstance(item, Empty):
+        return Empty()
+    if isinstance(item, Repeat):
+        inner = item
+        if (inner.min, inner.max) == (0, 1):
+            return _repeat(inner.item, 0, hi)
+        if inner.max is None and inner.min <= 1:
+            return _repeat(inner.item, inner.min * lo, None)
+        if (lo, hi) == (0, 1) and inner.min <= 1:
+            return _repeat(inner.item, 0, inner.max)
+    return Repeat(item=item, min=lo, max=hi)
+
+
+def parse(pattern: str, *, allow_special: bool = False) -> Node:
+    """Parse a dialect pattern into its AST (full-match semantics: ``^``/``$`` are dropped).
+
+    Raises:
+        RegexSyntaxError: syntax the dialect does not have, with the position and the feature named.
+    """
+    branches = _Parser(pattern, allow_special=allow_special, ecma=False).parse_top()
+    return _alternation([b.node for b in branches])
+
+
+def special_names(node: Node) -> tuple[str, ...]:
+    """Distinct special-token names in order of first appearance (symbol ``256 + i`` is the i-th)."""
+    seen: dict[str, None] = {}
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Special):
+            seen.setdefault(n.name, None)
+        elif isinstance(n, (Concat, Alternation)):
+            stack.extend(reversed(n.items))
+        elif isinstance(n, Repeat):
+            stack.append(n.item)
+    return tuple(seen)
+
+
+# ------------------------------------------------------------------------------------------------------ UTF-8
+
+
+@functools.lru_cache(maxsize=4096)
+def utf8_sequences(ranges: tuple[Range, ...]) -> tuple[tuple[Range, ...], ...]:
+    """Byte-range sequences matching exactly the UTF-8 encodings of the scalars in ``ranges``.
+
+    The standard split (as Rust's ``utf8-ranges``): first by encoded length, then until every continuation byte
+    position spans a full or aligned range, so each sequence is a product of byte ranges and invalid UTF-8
+    (overlongs, surrogates, > U+10FFFF) is never matched. Sequences come in code point order.
+    """
+    out: list[tuple[Range, ...]] = []
+    for lo, hi in ranges:
+        _split(lo, hi, out)
+    return tuple(out)
+
+
+def _split(lo: int, hi: int, out: list[tuple[Range, ...]]) -> None:
+    stack = [(lo, hi)]
+    while stack:
+        lo, hi = stack.pop()
+        for bound in (0x7F, 0x7FF, 0xFFFF):
+            if lo <= bound < hi:
+                stack.append((bound + 1, hi))
+                stack.append((lo, bound))
+                break
+        else:
+            if hi <= 0x7F:
+                out.append(((lo, hi),))
+                continue
+            for i in (1, 2, 3):
+                m = (1 << (6 * i)) - 1
+                if lo & ~m != hi & ~m:
+                    if lo & m:
+                        stack.append(((lo | m) + 1, hi))
+                        stack.append((lo, lo | m))
+                        break
+                    if hi & m != m:
+                        stack.append((hi & ~m, hi))
+                        stack.append((lo, (hi & ~m) - 1))
+                        break
+            else:
+                a = chr(lo).encode("utf-8")
+                b = chr(hi).encode("utf-8")
+                out.append(tuple(zip(a, b)))
+
+
+# --------------------------------------------------------------------------------- JSON string body translation
+
+_JSON_SHORT = {0x22: '"', 0x5C: "\\\\", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
+"""Characters json.dumps escapes with a backslash and one letter, and that letter as a class member."""
+_JSON_ESCAPED = _normalize([(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])
+_META = set(".^$*+?{}[]\\|()-/\"")
+
+
+def _text_char(cp: int) -> str:
+    """A code point written as a dialect literal (outside a class)."""
+    ch = chr(cp)
+    if ch in _META:
+        return "\\" + ch
+    if 0x20 <= cp < 0x7F:
+        return ch
+    return _class_char(cp)
+
+
+def _class_char(cp: int) -> str:
+    """A code point written so it is literal inside ``[...]`` too."""
+    ch = chr(cp)
+    if ch.isascii() and ch.isalnum():
+        return ch
+    if cp < 0x100:
+        return f"\\x{cp:02x}"
+    if cp < 0x10000:
+        return f"\\u{cp:04x}"
+    return ch
+
+
+def _class_text(ranges: tuple[Range, ...]) -> str:
+    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        return _text_char(ranges[0][0])
+    parts = []
+    for lo, hi in ranges:
+        if lo == hi:
+            parts.append(_class_char(lo))
+        elif hi == lo + 1:
+            parts.append(_class_char(lo) + _class_char(hi))
+        else:
+            parts.append(f"{_class_char(lo)}-{_class_char(hi)}")
+    return "[" + "".join(parts) + "]"
+
+
+def _json_char_pattern(ranges: tuple[Range, ...]) -> tuple[str, bool]:
+    """A dialect fragment matching json.dumps(ensure_ascii=False)'s encoding of any one scalar in ``ranges``,
+    and whether a quantifier binds to it as a whole."""
+    alternatives: list[tuple[str, bool]] = []
+    plain = _subtract(ranges, _JSON_ESCAPED)
+    if plain:
+        alternatives.append((_class_text(plain), True))
+    escaped = [cp for lo, hi in _intersect(ranges, _JSON_ESCAPED) for cp in range(lo, hi + 1)]
+    short = [_JSON_SHORT[cp] for cp in escaped if cp in _JSON_SHORT]
+    if len(short) == 1:
+        alternatives.append(("\\\\" + short[0], False))
+    elif short:
+        alternatives.append(("\\\\[" + "".join(short) + "]", False))
+    unicode_escaped = [cp for cp in escaped if cp not in _JSON_SHORT]
+    if unicode_escaped:
+        by_high: dict[int, list[int]] = {}
+        for cp in unicode_escaped:
+            by_high.setdefault(cp >> 4, []).append(cp & 0xF)
+        hex_alts = []
+        for high, lows in by_high.items():
+            hex_alts.append(f"{high:x}" + _hex_digit_class(lows))
+        hex_text = hex_alts[0] if len(hex_alts) == 1 else "(?:" + "|".join(hex_alts) + ")"
+        alternatives.append(("\\\\u00" + hex_text, False))
+    if not alternatives:
+        return "[^\\x00-\\U0010ffff]", True  # the empty set: matches nothing (valid Python re too)
+    if len(alternatives) == 1:
+        return alternatives[0]
+    return "(?:" + "|".join(text for text, _ in alternatives) + ")", True
+
+
+def _hex_digit_class(values: list[int]) -> str:
+    """Lowercase hex digits with the given values, as one literal or a class (ranges never span 9→a)."""
+    if len(values) == 1:
+        return f"{values[0]:x}"
+    runs: list[Range] = []
+    for lo, hi in _normalize([(v, v) for v in values]):
+        runs.extend([(lo, min(hi, 9)), (max(lo, 10), hi)] if lo <= 9 < hi else [(lo, hi)])
+    return "[" + "".join(f"{lo:x}" if lo == hi else f"{lo:x}-{hi:x}" for lo, hi in runs) + "]"
+
+
+def _json_node_pattern(node: Node) -> tuple[str, bool]:
+    """The node's translation and whether a quantifier binds to it as a whole."""
+    if isinstance(node, Empty):
+        return "", False
+    if isinstance(node, CharSet):
+        return _json_char_pattern(node.ranges)
+    if isinstance(node, Concat):
+        return "".join(_json_node_pattern(item)[0] for item in node.items), False
+    if isinstance(node, Alternation):
+        return "(?:" + "|".join(_json_node_pattern(item)[0] for item in node.items) + ")", True
+    if isinstance(node, Repeat):
+        inner, unit = _json_node_pattern(node.item)
+        if not unit:
+            inner = f"(?:{inner})"
+        if node.max is None:
+            suffix = {0: "*", 1: "+"}.get(node.min, f"{{{node.min},}}")
+        elif node.min == node.max:
+            suffix = f"{{{node.min}}}"
+        elif (node.min, node.max) == (0, 1):
+            suffix = "?"
+        else:
+            suffix = f"{{{node.min},{node.max}}}"
+        return inner + suffix, False
+    raise AssertionError(f"unexpected node {node!r}")  # Special cannot occur: parsed with allow_special=False
+
+
+def json_string_body_pattern(ecma_pattern: str) -> str:
+    """A dialect pattern over the JSON-encoded body of every string matching an ECMA-262 ``pattern``.
+
+    JSON Schema's ``pattern`` has search semantics: a side without ``^``/``$`` admits any prefix/suffix. The body
+    is the text between the quotes as ``json.dumps(value, ensure_ascii=False)`` writes it (``"``→``\\"``,
+    ``\\``→``\\\\``, ``\\b \\f \\n \\r \\t``, other controls ``\\u00xx``), so a mask built from the result admits
+    exactly the canonical encodings of matching strings. ECMA meanings are used for ``.`` (no line terminators),
+    ``\\d``/``\\w`` (ASCII) and ``\\s`` (intersected with Python's, so jsonschema's ``re.search`` agrees).
+
+    Raises:
+        UnsupportedSchemaError: (path ``""``, keyword ``"pattern"``) for anything that cannot be enforced:
+            lookarounds, backreferences, word boundaries, flags, ``[]``, anchors inside groups, ...
+    """
+    try:
+        branches = _Parser(ecma_pattern, allow_special=False, ecma=True).parse_top()
+    except RegexSyntaxError as exc:
+        raise UnsupportedSchemaError("", "pattern", f"{exc.detail} at position {exc.position} "
+                                     f"in {ecma_pattern!r}") from exc
+    any_char = _json_char_pattern(_ANY)[0] + "*"
+    alternatives = []
+    for branch in branches:
+        body = _json_node_pattern(branch.node)[0]
+        if not branch.anchored_start:
+            body = any_char + body
+        if not branch.anchored_end:
+            body = body + any_char
+        alternatives.append(body)
+    return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"

@@ -1,0 +1,277 @@
+"""regex.py: the dialect parser (AST, refusals with positions), the UTF-8 range split, and the translation of an
+ECMA ``pattern`` into a pattern over JSON-encoded string bodies."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from constrained.errors import RegexSyntaxError, UnsupportedSchemaError
+from constrained.fsm import compile_dfa
+from constrained.regex import (
+    MAX_SCALAR,
+    Alternation,
+    CharSet,
+    Concat,
+    Empty,
+    Repeat,
+    Special,
+    json_string_body_pattern,
+    parse,
+    special_names,
+    utf8_sequences,
+)
+
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PER_PATTERN = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def lit(text: str) -> CharSet | Concat:
+    chars = [CharSet(ranges=((ord(c), ord(c)),)) for c in text]
+    return chars[0] if len(chars) == 1 else Concat(items=tuple(chars))
+
+
+# ------------------------------------------------------------------------------------------------------- parser
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("", Empty()),
+        ("ab", lit("ab")),
+        ("a|b", Alternation(items=(lit("a"), lit("b")))),
+        ("a|", Alternation(items=(lit("a"), Empty()))),
+        ("a*", Repeat(item=lit("a"), min=0, max=None)),
+        ("a+?", Repeat(item=lit("a"), min=1, max=None)),
+        ("a{2,5}", Repeat(item=lit("a"), min=2, max=5)),
+        ("a{3}", Repeat(item=lit("a"), min=3, max=3)),
+        ("a{2,}", Repeat(item=lit("a"), min=2, max=None)),
+        ("a{,2}", Repeat(item=lit("a"), min=0, max=2)),
+        ("a{1}", lit("a")),
+        ("a{", lit("a{")),
+        ("a{x}", lit("a{x}")),
+        ("{}", lit("{}")),
+        ("]}", lit("]}")),
+        ("^ab$", lit("ab")),
+        ("(?:a)(b)(?P<n>c)", lit("abc")),
+        ("[a-c]", CharSet(ranges=((97, 99),))),
+        ("[]a]", CharSet(ranges=((93, 93), (97, 97)))),
+        ("[a-]", CharSet(ranges=((45, 45), (97, 97)))),
+        ("[\\b]", CharSet(ranges=((8, 8),))),
+        (r"\d", CharSet(ranges=((48, 57),))),
+        (r"[\w]", CharSet(ranges=((48, 57), (65, 90), (95, 95), (97, 122)))),
+        (r"\s", CharSet(ranges=((9, 13), (32, 32)))),
+        (".", CharSet(ranges=((0, 9), (11, 0xD7FF), (0xE000, MAX_SCALAR)))),
+        ("[^a]", CharSet(ranges=((0, 96), (98, 0xD7FF), (0xE000, MAX_SCALAR)))),
+        ("[\u0000-\uffff]", CharSet(ranges=((0, 0xD7FF), (0xE000, 0xFFFF)))),
+        (r"\x41\u00e9\U0001F600", lit("Aé😀")),
+        (r"\n\r\t\f\v", lit("\n\r\t\f\v")),
+        (r"\.\*\+\?\(\)\[\]\{\}\|\^\$\-\/\"\\\#\ \é", lit('.*+?()[]{}|^$-/"\\# é')),
+    ],
+)
+def test_parse_builds_the_expected_ast(pattern: str, expected: object) -> None:
+    assert parse(pattern) == expected
+
+
+def test_special_terminals_parse_when_allowed_and_are_named_in_order() -> None:
+    node = parse("(?&<b>)x(?&<|a|>)(?&<b>)", allow_special=True)
+    assert node == Concat(items=(Special(name="<b>"), lit("x"), Special(name="<|a|>"), Special(name="<b>")))
+    assert special_names(node) == ("<b>", "<|a|>")
+    assert special_names(parse("(?:(?&s)|(?&t))*(?&s)", allow_special=True)) == ("s", "t")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "position", "feature"),
+    [
+        ("a(?=b)", 1, "lookahead"),
+        ("a(?!b)", 1, "lookahead"),
+        ("(?<=a)b", 0, "lookbehind"),
+        ("(?<!a)b", 0, "lookbehind"),
+        (r"(a)\1", 3, "backreference"),
+        ("(?P<x>a)(?P=x)", 8, "backreference"),
+        ("(?i)a", 0, "flags"),
+        ("(?>a)", 0, "atomic"),
+        ("(?(1)a|b)", 0, "conditional"),
+        ("(?#c)", 0, "comment"),
+        ("a^b", 1, "'^'"),
+        ("a$b", 1, "'$'"),
+        ("a|^b", 2, "'^'"),
+        ("(^a)", 1, "'^'"),
+        (r"\bword", 0, "word boundary"),
+        (r"a\Z", 1, "\\Z"),
+        (r"\A", 0, "\\A"),
+        (r"\p{L}", 0, "escape \\p"),
+        (r"\q", 0, "escape \\q"),
+        ("*a", 0, "nothing to repeat"),
+        ("a|+", 2, "nothing to repeat"),
+        ("{2}", 0, "nothing to repeat"),
+        ("a**", 2, "multiple repeat"),
+        ("a{2}{3}", 4, "multiple repeat"),
+        ("a*+", 2, "possessive"),
+        ("a{3,2}", 1, "greater than max"),
+        ("(ab", 0, "unterminated group"),
+        ("ab)", 2, "unbalanced"),
+        ("[ab", 0, "unterminated character class"),
+        ("[z-a]", 1, "bad character range"),
+        (r"[a-\d]", 1, "bad character range"),
+        ("\\", 0, "trailing backslash"),
+        (r"\x4", 0, "hex digits"),
+        (r"\ud800", 0, "surrogate"),
+        (r"[\udc00]", 1, "surrogate"),
+        ("(?&x)", 0, "special-token"),
+        ("(?P<1x>a)", 4, "group name"),
+    ],
+)
+def test_unsupported_syntax_raises_with_position_and_named_feature(pattern: str, position: int, feature: str) -> None:
+    with pytest.raises(RegexSyntaxError) as info:
+        parse(pattern)
+    assert info.value.pattern == pattern
+    assert info.value.position == position
+    assert feature in info.value.detail
+    assert isinstance(info.value, ValueError)
+
+
+def test_special_terminal_syntax_errors() -> None:
+    with pytest.raises(RegexSyntaxError, match="empty special-token"):
+        parse("(?&)", allow_special=True)
+    with pytest.raises(RegexSyntaxError, match="unterminated special-token"):
+        parse("(?&abc", allow_special=True)
+
+
+def test_deep_nesting_is_refused_not_a_recursion_error() -> None:
+    with pytest.raises(RegexSyntaxError, match="nested deeper"):
+        parse("(" * 1000 + "a" + ")" * 1000)
+    assert parse("(" * 100 + "a" + ")" * 100) == lit("a")
+
+
+# ------------------------------------------------------------------------------------------------------- UTF-8
+
+
+def sequence_matches(sequences: tuple[tuple[tuple[int, int], ...], ...], data: bytes) -> bool:
+    return any(len(seq) == len(data) and all(lo <= b <= hi for b, (lo, hi) in zip(data, seq)) for seq in sequences)
+
+
+scalars = st.integers(0, MAX_SCALAR).filter(lambda cp: not 0xD800 <= cp <= 0xDFFF)
+
+
+@given(a=scalars, b=scalars, probe=scalars)
+@SETTINGS
+def test_utf8_sequences_match_exactly_the_encodings_of_the_range(a: int, b: int, probe: int) -> None:
+    lo, hi = min(a, b), max(a, b)
+    ranges = parse(f"[\\U{lo:08x}-\\U{hi:08x}]").ranges  # also drops surrogates inside the range
+    sequences = utf8_sequences(ranges)
+    for cp in (probe, lo, hi, lo - 1, hi + 1):
+        if 0 <= cp <= MAX_SCALAR and not 0xD800 <= cp <= 0xDFFF:
+            assert sequence_matches(sequences, chr(cp).encode("utf-8")) == (lo <= cp <= hi)
+
+
+@given(a=scalars, b=scalars, data=st.binary(min_size=1, max_size=4))
+@SETTINGS
+def test_utf8_sequences_never_match_invalid_utf8(a: int, b: int, data: bytes) -> None:
+    sequences = utf8_sequences(parse(f"[\\U{min(a, b):08x}-\\U{max(a, b):08x}]").ranges)
+    if sequence_matches(sequences, data):
+        decoded = data.decode("utf-8")  # raises on invalid UTF-8, failing the test
+        assert len(decoded) == 1 and min(a, b) <= ord(decoded) <= max(a, b)
+
+
+def test_utf8_sequences_of_everything_is_the_standard_split() -> None:
+    assert utf8_sequences(((0, 0xD7FF), (0xE000, MAX_SCALAR))) == (
+        ((0x00, 0x7F),),
+        ((0xC2, 0xDF), (0x80, 0xBF)),
+        ((0xE0, 0xE0), (0xA0, 0xBF), (0x80, 0xBF)),
+        ((0xE1, 0xEC), (0x80, 0xBF), (0x80, 0xBF)),
+        ((0xED, 0xED), (0x80, 0x9F), (0x80, 0xBF)),
+        ((0xEE, 0xEF), (0x80, 0xBF), (0x80, 0xBF)),
+        ((0xF0, 0xF0), (0x90, 0xBF), (0x80, 0xBF), (0x80, 0xBF)),
+        ((0xF1, 0xF3), (0x80, 0xBF), (0x80, 0xBF), (0x80, 0xBF)),
+        ((0xF4, 0xF4), (0x80, 0x8F), (0x80, 0xBF), (0x80, 0xBF)),
+    )
+
+
+# ------------------------------------------------------------------------------------------ JSON string bodies
+
+# (ECMA pattern, Python pattern with the same meaning under re.search + re.ASCII: `$` is a real end, `.` has ECMA's
+# line terminators)
+JSON_CASES = [
+    ("^[A-Z]{3}$", r"^[A-Z]{3}\Z"),
+    (r"\d{4}-\d{2}-\d{2}", r"\d{4}-\d{2}-\d{2}"),
+    (r'^a"b\\c', r'^a"b\\c'),
+    ("[^a]+", "[^a]+"),
+    ("é+", "é+"),
+    ("^.{2,3}$", "^[^\n\r\u2028\u2029]{2,3}\\Z"),
+    ("b$", r"b\Z"),
+    ("^$", r"^\Z"),
+    ("", ""),
+    ("^(?:ab|c)*$|^x", r"^(?:ab|c)*\Z|^x"),
+    (r"^[\x00-\x1f\\\"]+$", r'^[\x00-\x1f\\"]+\Z'),
+    (r"^\w+@\w+\.[a-z]{2,3}$", r"^\w+@\w+\.[a-z]{2,3}\Z"),
+    ("^(?<year>[0-9]{4})$", r"^(?P<year>[0-9]{4})\Z"),
+    (r"^\uD83D\uDE00+$", "^\U0001f600+\\Z"),
+    ("[😀-🙏]", "[😀-🙏]"),
+    ("^\t\n$", "^\t\n\\Z"),
+]
+
+BODY_ALPHABET = 'aAbBcxyzZ0129-@."\\\n\r\t\x00\x01\x1f\x7fé😀🙏\u2028\u00a0 '
+
+
+@pytest.mark.parametrize(("ecma", "python"), JSON_CASES)
+@given(data=st.data())
+@PER_PATTERN
+def test_json_body_pattern_matches_the_encoding_iff_the_value_matches(
+    ecma: str, python: str, data: st.DataObject
+) -> None:
+    translated = json_string_body_pattern(ecma)
+    dfa = compile_dfa(translated)
+    oracle = re.compile(python, re.ASCII)
+    value = data.draw(
+        st.from_regex(oracle) | st.text(alphabet=BODY_ALPHABET, max_size=8) | st.text(max_size=5), label="value"
+    )
+    assume(not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value))
+    body = json.dumps(value, ensure_ascii=False)[1:-1]
+    expected = oracle.search(value) is not None
+    assert dfa.accepts(body.encode("utf-8")) == expected, (translated, value, body)
+    assert (re.fullmatch(translated, body) is not None) == expected  # the translation is valid Python `re` too
+
+
+@given(value=st.text(max_size=6), other=st.text(alphabet='"\\\n\x00\x1fé', max_size=4))
+@SETTINGS
+def test_json_body_pattern_accepts_only_canonical_escapes(value: str, other: str) -> None:
+    dfa = compile_dfa(json_string_body_pattern("^.*$|\n|\r|\u2028|\u2029"))  # any string: canonical bodies only
+    assume(not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value + other))
+    assert dfa.accepts(json.dumps(value + other, ensure_ascii=False)[1:-1].encode())
+    for non_canonical in (r"\/", r"\u0041", r"\u00e9", r"\u000a", r"\U0000", "\\", '"', "\x01", "\\x"):
+        assert not dfa.accepts(non_canonical.encode())
+
+
+def test_ecma_whitespace_is_the_intersection_with_python_whitespace() -> None:
+    dfa = compile_dfa(json_string_body_pattern(r"^\s$"))
+    for ch in " \t\n\r\x0b\x0c\u00a0\u2028\u3000":
+        assert dfa.accepts(json.dumps(ch, ensure_ascii=False)[1:-1].encode()), repr(ch)
+    for ch in "\ufeff\x1c\x85a":  # ECMA-only or Python-only spaces are refused either way
+        assert not dfa.accepts(json.dumps(ch, ensure_ascii=False)[1:-1].encode()), repr(ch)
+    not_space = compile_dfa(json_string_body_pattern(r"^\S$"))
+    for ch in "\ufeff\x1c\x85 ":
+        assert not not_space.accepts(json.dumps(ch, ensure_ascii=False)[1:-1].encode()), repr(ch)
+    assert not_space.accepts("a".encode())
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["(?=a)", "a(?!b)", "(?<=a)b", r"(a)\1", r"\bword", "(?i)abc", "[]", "[^]", "a(^b)", "(a$)", r"\cA", r"\p{L}",
+     r"\U0001F600", "a{2}{3}", "[\\uD83D\\uDE00]", r"\uD83D", "(?P=x)", "a**"],
+)
+def test_unenforceable_ecma_features_raise_unsupported_schema_error(pattern: str) -> None:
+    with pytest.raises(UnsupportedSchemaError) as info:
+        json_string_body_pattern(pattern)
+    assert info.value.keyword == "pattern"
+    assert info.value.path == ""
+    assert info.value.detail
+
+
+def test_ecma_brace_without_min_is_a_literal() -> None:
+    dfa = compile_dfa(json_string_body_pattern("^a{,2}$"))
+    assert dfa.accepts(b"a{,2}") and not dfa.accepts(b"aa")
