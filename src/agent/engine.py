@@ -1,0 +1,242 @@
+"""A model turn as a transaction over the decode loop: render → reuse KV prefix → decode → commit | rollback.
+
+Owns: `TurnEngine` (the seam the session talks to), `ModelTurn` (what one turn produced), `ChatModelEngine`
+(the real engine over `constrained.llama.LlamaModel`), `EngineError` / `ContextWindowError`. Refuses: tool
+syntax (the codec renders and supplies the grammar), parsing, and any idea of what a tool call *means*.
+
+    committed messages ──codec.render_segments──► [Segment] ──tokenize──► prompt ids
+        trusted segments: special=True; untrusted (user text, tool results): tokenize_untrusted
+    model.tokens ∩ prompt ──longest common prefix──► model.rollback(prefix)  (KV reuse)
+    decode(rest of prompt, matcher?, max_tokens, stop = codec stops + EOG, cancel) ──► ModelTurn  (speculative)
+        commit()   : the turn's tokens become the committed boundary
+        rollback() : KV truncated to the committed boundary (the last prompt, which renders committed messages)
+
+The generated turn is speculative until `commit`. The prompt is not: it is a rendering of messages the session
+already committed, so a rollback keeps it and the next turn reuses it. The tool-call grammar is compiled once per
+(tool specs, tool_choice) and only used when a tool is ``constrained`` or ``tool_choice`` is not ``"auto"``;
+otherwise decoding is free and the codec's parser is the only judge of the turn.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, is_dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from agent.errors import AgentError
+from agent.protocol.base import Codec, ToolChoice, ToolSpec
+from constrained.decode import decode
+from constrained.grammar import Grammar, compile_regex
+from constrained.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from constrained.llama import LlamaModel
+
+__all__ = ["ChatModelEngine", "ContextWindowError", "EngineError", "ModelTurn", "TurnEngine"]
+
+
+class EngineError(AgentError):
+    """Base of the errors an engine raises; the session ends the run ``failed`` with the message."""
+
+
+class ContextWindowError(EngineError):
+    """The prompt plus the turn's token budget does not fit the model's context window (checked before any
+    evaluation, so a turn is never silently cut by a full context and mistaken for the output-token limit)."""
+
+    def __init__(self, n_prompt_tokens: int, max_tokens: int, n_ctx: int) -> None:
+        self.n_prompt_tokens = n_prompt_tokens
+        self.max_tokens = max_tokens
+        self.n_ctx = n_ctx
+        super().__init__(f"prompt of {n_prompt_tokens} tokens + max_tokens {max_tokens} exceeds the context "
+                         f"window of {n_ctx} tokens; lower limits.max_output_tokens or load with a larger n_ctx")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelTurn:
+    """What one model turn produced. Speculative until the engine is told to commit."""
+
+    text: str
+    """The generated assistant text, stop token excluded (invalid UTF-8 from a cut turn is replaced)."""
+    n_prompt_tokens: int
+    """Tokens in the rendered prompt (reused + newly evaluated)."""
+    n_output_tokens: int
+    """Tokens generated in this turn."""
+    finish_reason: str
+    """Why generation stopped: ``eos``, ``stop_token``, ``length``, ``grammar_complete`` or ``cancelled``."""
+    constrained: bool
+    """Whether the tool-call grammar masked this turn."""
+    seconds: float
+    """Wall seconds of the whole turn (render, prompt eval, decode)."""
+    n_reused_tokens: int = 0
+    """Prompt tokens whose KV was reused from the previous turn instead of evaluated again."""
+    timings: Mapping[str, float] | None = None
+    """Optional breakdown in milliseconds from the decode loop (prompt eval, per-token...)."""
+
+
+@runtime_checkable
+class TurnEngine(Protocol):
+    """The session's only view of a model: one turn at a time, with commit / rollback of the generated turn."""
+
+    codec: Codec
+    """The codec whose syntax the engine renders and constrains (the session parses with the same one)."""
+
+    def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
+                 tool_choice: ToolChoice, max_tokens: int, cancel: Any = None,
+                 on_text: Callable[[str], None] | None = None) -> ModelTurn:
+        """Generate one assistant turn against the committed ``messages``; the turn stays speculative.
+
+        ``cancel`` is any object with ``is_set()``; a tripped cancel ends the turn with finish_reason
+        ``cancelled``. ``on_text`` receives decoded text pieces as they are generated (streaming)."""
+        ...
+
+    def commit(self) -> None:
+        """Make the speculative turn, if any, part of the committed state (no-op when none is pending)."""
+        ...
+
+    def rollback(self) -> None:
+        """Discard the speculative turn: truncate the KV to the last committed boundary."""
+        ...
+
+    @property
+    def committed_tokens(self) -> int:
+        """Tokens of KV state that belong to committed history."""
+        ...
+
+    def identity(self) -> dict[str, Any]:
+        """What pins this engine's behaviour, for the trace's provenance event (model, vocabulary, codec...)."""
+        ...
+
+
+def _spec_key(tools: Sequence[ToolSpec], tool_choice: ToolChoice) -> str:
+    return json.dumps([[t.name, t.description, t.parameters, t.constrained] for t in tools] + [tool_choice],
+                      sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class ChatModelEngine:
+    """The real `TurnEngine`: a `LlamaModel`, a codec and sampling parameters, with KV prefix reuse."""
+
+    def __init__(self, model: LlamaModel, codec: Codec, *, sampling: SamplingParams | None = None,
+                 forced_batching: bool = True) -> None:
+        self.model = model
+        """The loaded model (the one narrow wrapper over llama.cpp)."""
+        self.codec = codec
+        self.sampling = sampling if sampling is not None else SamplingParams()
+        """Sampling for every turn (greedy by default)."""
+        self.forced_batching = forced_batching
+        """Constrained turns append grammar-forced runs (the call envelope) without sampling each token."""
+        self._committed = 0
+        self._pending = False
+        self._grammars: dict[str, Grammar] = {}
+        vocab = model.vocabulary
+        missing = [n for n in codec.stop_token_names if n not in vocab.special_ids_by_name]
+        if missing:
+            raise EngineError(f"codec {codec.id} stops on {missing}, which the vocabulary "
+                              f"{vocab.name or '?'} does not have as special tokens")
+        self._stop_ids = tuple(sorted({vocab.special_ids_by_name[n] for n in codec.stop_token_names}
+                                      | set(vocab.eos_token_ids)))
+
+    # -- the transaction ---------------------------------------------------------------------------------------
+
+    def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
+                 tool_choice: ToolChoice = "auto", max_tokens: int, cancel: Any = None,
+                 on_text: Callable[[str], None] | None = None) -> ModelTurn:
+        """Render, reuse the KV prefix, decode one speculative turn. See `TurnEngine.run_turn`.
+
+        Raises:
+            ContextWindowError: the prompt plus ``max_tokens`` does not fit ``model.n_ctx``.
+        """
+        started = time.perf_counter()
+        if self._pending:  # an uncommitted turn is still in the KV: it was never accepted
+            self.rollback()
+        prompt = self.prompt_tokens(messages, tools)
+        if len(prompt) + max_tokens > self.model.n_ctx:
+            raise ContextWindowError(len(prompt), max_tokens, self.model.n_ctx)
+        rest = self.model.reuse_prefix(prompt)  # KV reuse: keeps the common prefix, ≥ 1 token left to evaluate
+        reused = len(prompt) - len(rest)
+        self._committed = len(prompt)
+        self._pending = True
+        grammar = self._grammar(tools, tool_choice)
+        on_token = None
+        if on_text is not None:
+            on_token = _TextStream(on_text).on_token
+        result = decode(self.model, rest,
+                        matcher=grammar.matcher(max_tokens=max_tokens) if grammar is not None else None,
+                        max_tokens=max_tokens, sampling=self.sampling, stop_token_ids=self._stop_ids,
+                        forced_batching=self.forced_batching and grammar is not None, on_token=on_token,
+                        cancel=cancel)
+        timings = result.timings
+        if is_dataclass(timings):
+            timings = asdict(timings)
+        return ModelTurn(text=bytes(result.text).decode("utf-8", errors="replace"), n_prompt_tokens=len(prompt),
+                         n_output_tokens=len(result.tokens), finish_reason=str(result.finish_reason),
+                         constrained=grammar is not None, seconds=time.perf_counter() - started,
+                         n_reused_tokens=reused, timings=dict(timings) if isinstance(timings, Mapping) else None)
+
+    def commit(self) -> None:
+        """The speculative turn (now in the KV) becomes committed history."""
+        if self._pending:
+            self._committed = self.model.n_past
+            self._pending = False
+
+    def rollback(self) -> None:
+        """Truncate the KV to the committed boundary; the prompt (committed messages) is kept for reuse."""
+        self.model.rollback(min(self._committed, self.model.n_past))
+        self._pending = False
+
+    @property
+    def committed_tokens(self) -> int:
+        return self._committed
+
+    def identity(self) -> dict[str, Any]:
+        """Model path and sha256, vocabulary fingerprint and size, codec id, context size, sampling."""
+        sampling = self.sampling
+        return {"engine": type(self).__name__, "model_path": str(self.model.path),
+                "model_sha256": self.model.sha256, "vocabulary_fingerprint": self.model.vocabulary.fingerprint,
+                "vocabulary_size": len(self.model.vocabulary), "codec_id": self.codec.id,
+                "n_ctx": self.model.n_ctx,
+                "sampling": asdict(sampling) if is_dataclass(sampling) else repr(sampling)}
+
+    # -- pieces ------------------------------------------------------------------------------------------------
+
+    def prompt_tokens(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec]) -> list[int]:
+        """The prompt for the next turn: trusted template text may hold special tokens, untrusted text never."""
+        segments = self.codec.render_segments([dict(m) for m in messages], list(tools) or None,
+                                              add_generation_prompt=True)
+        ids: list[int] = []
+        for segment in segments:
+            if not segment.text:
+                continue
+            if segment.trusted:
+                ids.extend(self.model.tokenize(segment.text, add_bos=False, special=True))
+            else:
+                ids.extend(self.model.tokenize_untrusted(segment.text))
+        return ids
+
+    def _grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice) -> Grammar | None:
+        """The compiled tool-call grammar, or None when decoding is free (no constrained tool, choice auto)."""
+        if tool_choice == "auto" and not any(t.constrained for t in tools):
+            return None
+        key = _spec_key(tools, tool_choice)
+        grammar = self._grammars.get(key)
+        if grammar is None:
+            pattern = self.codec.tool_call_grammar(list(tools), tool_choice)
+            grammar = compile_regex(pattern, self.model.vocabulary, allow_special=True)
+            self._grammars[key] = grammar
+        return grammar
+
+
+class _TextStream:
+    """Turns generated token ids into text pieces, holding back bytes of an unfinished UTF-8 character."""
+
+    def __init__(self, sink: Callable[[str], None]) -> None:
+        import codecs
+
+        self._sink = sink
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def on_token(self, token_id: int, piece_bytes: bytes) -> None:
+        piece = self._decoder.decode(piece_bytes)
+        if piece:
+            self._sink(piece)

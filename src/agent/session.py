@@ -1,0 +1,570 @@
+"""The agent session: one explicit state machine over a committed conversation.
+
+Owns: the run loop (`Session.run`), its typed exits (`RunResult`, `LoopOutcome`), and the order in which
+engine, ledger and trace change. Refuses: model syntax (codecs parse turns into FinalText | ToolCalls |
+MalformedToolCall), argument validation rules (schema.py), tool execution mechanics (tool.py), and recursion
+into an "agent prompt": one loop owns every transition.
+
+    ┌──► boundary: cancel? steps? wall? ───────────────────────────────────────► cancelled | limit
+    │    model turn (engine, speculative) ── cancelled / cut at max_tokens ──► rollback ─► cancelled | limit
+    │    parse (codec) ── cancel? ──────────────────────────────────────────► rollback ─► cancelled
+    │    commit assistant turn ─── FinalText ─────────────────────────────────────────► completed
+    │      MalformedToolCall ─► reject ─► reinject ok:false ─────────────────────────────────┐
+    │      ToolCalls: for each call, in order:                                               │
+    │        boundary: cancel? tool calls? wall? ───────────────────────────────► cancelled | limit
+    │        validate (unknown tool / invalid arguments ⇒ reject) ── cancel? ───► cancelled
+    │        approve (policy; denied ⇒ reject) ── cancel? ──────────────────────► cancelled
+    │        execute (timeout, cancel token, idempotency) ── cancel? ─► tool_result_uncommitted ─► cancelled
+    │        reinject (result bounded to max_result_bytes) ─► commit tool result                │
+    └────────────────────────────────────────────────────────────────────────────────────────┘
+
+Commit semantics. A model turn is speculative until it completes and parses: a cancel before its commit rolls
+the engine's KV back to the last committed boundary and commits nothing. A tool's effect is real once it runs: a
+cancel after execution keeps the effect visible in the trace (``tool_execution_finished``, ``artifact_written``),
+emits ``tool_result_uncommitted`` and commits no tool message, so the committed messages stay a valid prefix.
+Every commit goes through `CommitLedger.commit`, which moves engine, ledger and trace together.
+
+Several calls in one turn are executed in order, each counted against ``max_tool_calls`` and each behind its own
+boundary. (The Rust original executed one call per step and only counted the rest; executing all of them keeps the
+assistant message and its results consistent, and the per-call boundary keeps the bound exact.)
+
+Rejected calls (malformed, unknown tool, invalid arguments, denied by policy) never reach a tool: they are traced
+as ``tool_call_rejected`` and reinjected as ok:false results, so the model may repair them within the same limits.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agent import results
+from agent.artifact import ArtifactStore
+from agent.cancel import CancelToken
+from agent.engine import ModelTurn, TurnEngine
+from agent.errors import AgentError
+from agent.ledger import CommitLedger, EntryKind, LedgerEntry
+from agent.limits import AgentLimits, LimitBreach, LimitKind, RunUsage
+from agent.protocol.base import Action, FinalText, MalformedToolCall, ToolCall, ToolCalls, ToolChoice
+from agent.results import ResultErrorKind
+from agent.schema import ArgumentError, ArgumentErrors, ValidatedArguments, validate_arguments
+from agent.tool import (ApprovalPolicy, IdempotencyStore, Tool, ToolContext, ToolOutcome, ToolRegistry,
+                        check_approval, default_policy, execute_tool)
+from agent.trace import EventType, TraceRecorder, TraceWriteError, artifact_written_data, provenance_data
+
+__all__ = ["LoopOutcome", "RunResult", "Session", "SessionError"]
+
+
+class LoopOutcome(enum.StrEnum):
+    """How a run ended."""
+
+    COMPLETED = "completed"
+    """The model answered with final text, which was committed."""
+    CANCELLED = "cancelled"
+    """The cancel token was tripped; the committed prefix is valid, nothing speculative was committed."""
+    LIMIT = "limit"
+    """A bound of `AgentLimits` was hit; ``RunResult.limit`` names it."""
+    FAILED = "failed"
+    """The engine or the trace failed; ``RunResult.detail`` says how."""
+
+
+class SessionError(AgentError):
+    """Misuse of a `Session` (e.g. reusing a trace recorder that already holds a run)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    """The typed exit of one run."""
+
+    outcome: LoopOutcome
+    """Which exit the loop took."""
+    limit: LimitKind | None
+    """The bound hit when ``outcome`` is ``limit``; None otherwise."""
+    final_text: str | None
+    """The committed final answer when ``outcome`` is ``completed``; None otherwise."""
+    messages: list[dict[str, Any]]
+    """The committed conversation (OpenAI-format messages), system and user included."""
+    ledger: tuple[LedgerEntry, ...]
+    """One entry per committed transition, parallel to ``messages``."""
+    steps: int
+    """Model turns started."""
+    tool_calls: int
+    """Tool calls counted (executed or rejected)."""
+    run_id: str
+    """The trace's run id (or a generated one when the run is not traced)."""
+    detail: str = ""
+    """One sentence on how the run ended (the limit observed, the cancel reason, the failure)."""
+    phase: str | None = None
+    """The phase the run ended in (``model``, ``parse``, ``validate``, ``approve``, ``execute``...)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Ending:
+    outcome: LoopOutcome
+    phase: str
+    detail: str = ""
+    breach: LimitBreach | None = None
+    final_text: str | None = None
+    step: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Accepted:
+    tool: Tool
+    args: ValidatedArguments
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Rejected:
+    kind: ResultErrorKind
+    detail: str
+    result: dict[str, Any]
+    errors: tuple[ArgumentError, ...] = ()
+
+
+@dataclass(kw_only=True)
+class _Run:
+    """Mutable state of one run; only the loop and its step functions touch it."""
+
+    run_id: str
+    cancel: CancelToken | Any
+    ledger: CommitLedger
+    trace: _RunTrace
+    started_at: float
+    tool_choice: ToolChoice
+    steps: int = 0
+    tool_calls: int = 0
+    n_call_ids: int = 0
+    model_step: str = ""
+    call_ids: list[str] = field(default_factory=list)
+
+
+class Session:
+    """Runs tool-calling conversations over a `TurnEngine` with a fixed registry, limits and policy."""
+
+    def __init__(self, engine: TurnEngine, tools: ToolRegistry, *, limits: AgentLimits = AgentLimits(),
+                 trace: TraceRecorder | None = None, artifacts: ArtifactStore | None = None,
+                 approval: ApprovalPolicy = default_policy, system_prompt: str | None = None,
+                 tool_choice: ToolChoice = "auto", clock: Callable[[], float] = time.monotonic) -> None:
+        """Args:
+            engine: the model seam (`ChatModelEngine`, or `testkit.ScriptedEngine` in tests).
+            tools: the registry; the only tools that can ever run.
+            limits: the run's bounds.
+            trace: where events go (one recorder per run); None runs untraced.
+            artifacts: handed to tools through `ToolContext.artifacts`.
+            approval: decides per validated call; a denial is reinjected, never executed.
+            system_prompt: committed before the user message when given.
+            tool_choice: for the first tool-calling turn (``auto``, ``required``, ``none`` or a tool name);
+                after a tool-call turn it relaxes to ``auto`` (``none`` stays ``none``) so a forced call
+                cannot loop until a limit.
+            clock: seconds, monotonic; injectable so wall-time limits are testable without sleeping.
+        """
+        self.engine = engine
+        self.tools = tools
+        self.limits = limits
+        self.trace = trace
+        self.artifacts = artifacts
+        self.approval = approval
+        self.system_prompt = system_prompt
+        self.tool_choice = tool_choice
+        self.clock = clock
+        self.idempotency = IdempotencyStore()
+        """Shared by every run of this session: a retried action with the same key returns its first outcome."""
+        self._specs = tuple(tools.specs())
+        if tool_choice not in ("auto", "required", "none") and tool_choice not in tools:
+            raise SessionError(f"tool_choice {tool_choice!r} names no registered tool; "
+                               f"use 'auto', 'required', 'none' or one of {list(tools.names)}")
+
+    # -- the loop ------------------------------------------------------------------------------------------------
+
+    def run(self, user_message: str, *, cancel: CancelToken | Any = None) -> RunResult:
+        """Run one conversation from ``user_message`` to a typed exit. Never raises for model, tool, limit,
+        cancel or trace-write outcomes; raises `SessionError` for misuse."""
+        if self.trace is not None and self.trace.next_seq > 0:
+            raise SessionError(f"trace recorder {self.trace.path} already holds a run; use one recorder per run")
+        run = self._start(cancel if cancel is not None else CancelToken())
+        try:
+            return self._end(run, self._loop(run, user_message))
+        except TraceWriteError as e:  # the record is broken: stop, report, never crash
+            self.engine.rollback()
+            return self._result(run, _Ending(outcome=LoopOutcome.FAILED, phase="trace",
+                                             detail=f"trace write failed: {e}"))
+
+    def _loop(self, run: _Run, user_message: str) -> _Ending:
+        self._begin(run, user_message)
+        while True:
+            # -- boundary: before a model turn --
+            if ending := self._before_model_turn(run):
+                return ending
+            # -- model turn --
+            turn = self._model_turn(run)
+            if isinstance(turn, _Ending):
+                return turn
+            # -- parse --
+            action = self._parse(run, turn)
+            if ending := self._cancel_point(run, "parse", discard_turn=True):
+                return ending
+            # -- commit the assistant turn --
+            call_ids = self._commit_turn(run, action)
+            if isinstance(action, FinalText):
+                return _Ending(outcome=LoopOutcome.COMPLETED, phase="finish", final_text=action.text,
+                               step=run.model_step)
+            if isinstance(action, MalformedToolCall):
+                # -- reject + reinject (a malformed call reaches no tool) --
+                rejected = self._reject_malformed(run, call_ids[0], action)
+                self._reinject(run, call_ids[0], _malformed_as_call(action), rejected)
+                continue
+            for call_id, call in zip(call_ids, action.calls):
+                # -- boundary: before a tool call --
+                if ending := self._before_tool_call(run, call_id, call):
+                    return ending
+                # -- validate --
+                checked = self._validate(run, call_id, call)
+                if ending := self._cancel_point(run, "validate"):
+                    return ending
+                # -- approve --
+                if isinstance(checked, _Accepted):
+                    checked = self._approve(run, call_id, checked)
+                    if ending := self._cancel_point(run, "approve"):
+                        return ending
+                if isinstance(checked, _Rejected):
+                    # -- reinject (rejection) --
+                    self._reinject(run, call_id, call, checked)
+                    continue
+                # -- execute --
+                outcome = self._execute(run, call_id, checked)
+                if ending := self._cancel_point(run, "execute"):
+                    run.trace.result_uncommitted(call_id, checked.tool.name, outcome, run.cancel)
+                    return ending
+                # -- reinject --
+                self._reinject(run, call_id, call, outcome)
+
+    # -- steps ---------------------------------------------------------------------------------------------------
+
+    def _start(self, cancel: Any) -> _Run:
+        trace = _RunTrace(self.trace)
+        run_id = self.trace.run_id if self.trace is not None else f"run-{uuid.uuid4().hex}"
+        ledger = CommitLedger(engine=self.engine, on_commit=trace.committed)
+        return _Run(run_id=run_id, cancel=cancel, ledger=ledger, trace=trace, started_at=self.clock(),
+                    tool_choice=self.tool_choice)
+
+    def _begin(self, run: _Run, user_message: str) -> None:
+        run.trace.run_started(user_message, self.system_prompt, self._specs, self.tool_choice)
+        run.trace.provenance(self.engine, self.tools, self.limits, self.tool_choice, self.approval)
+        if self.system_prompt is not None:
+            run.ledger.commit(EntryKind.SYSTEM, {"role": "system", "content": self.system_prompt})
+        run.ledger.commit(EntryKind.USER, {"role": "user", "content": user_message})
+
+    def _usage(self, run: _Run) -> RunUsage:
+        return RunUsage(steps=run.steps, tool_calls=run.tool_calls, elapsed_s=self.clock() - run.started_at)
+
+    def _cancel_point(self, run: _Run, phase: str, *, discard_turn: bool = False) -> _Ending | None:
+        """A phase boundary: a tripped token ends the run here (discarding the speculative turn if asked)."""
+        if not run.cancel.is_set():
+            return None
+        if discard_turn:
+            self.engine.rollback()
+        reason = getattr(run.cancel, "reason", "") or "cancel token tripped"
+        return _Ending(outcome=LoopOutcome.CANCELLED, phase=phase, detail=f"cancelled during {phase}: {reason}")
+
+    def _before_model_turn(self, run: _Run) -> _Ending | None:
+        if ending := self._cancel_point(run, "model"):
+            return ending
+        if breach := self.limits.check_before_model_turn(self._usage(run)):
+            return _Ending(outcome=LoopOutcome.LIMIT, phase="model", breach=breach, detail=breach.describe())
+        return None
+
+    def _before_tool_call(self, run: _Run, call_id: str, call: ToolCall) -> _Ending | None:
+        if ending := self._cancel_point(run, "validate"):
+            return ending
+        if breach := self.limits.check_before_tool_call(self._usage(run)):
+            return _Ending(outcome=LoopOutcome.LIMIT, phase="validate", breach=breach, step=_tool_step(call_id),
+                           detail=f"{breach.describe()}; calls left unexecuted: {list(run.ledger.pending_calls)}")
+        run.tool_calls += 1
+        return None
+
+    def _model_turn(self, run: _Run) -> ModelTurn | _Ending:
+        """One speculative turn. Cancelled or cut turns are rolled back here; engine faults end the run."""
+        run.steps += 1
+        run.model_step = f"model-{run.steps}"
+        messages = run.ledger.messages()
+        run.trace.model_call_started(run.model_step, self.engine, messages, self._specs, run.tool_choice,
+                                     self.limits.max_output_tokens)
+        try:
+            turn = self.engine.run_turn(messages, tools=self._specs, tool_choice=run.tool_choice,
+                                        max_tokens=self.limits.max_output_tokens, cancel=run.cancel)
+        except Exception as e:  # engine faults (context overflow, decode errors) are a failed run, not a crash
+            self.engine.rollback()
+            return _Ending(outcome=LoopOutcome.FAILED, phase="model", step=run.model_step,
+                           detail=f"engine failed: {type(e).__name__}: {e}")
+        run.trace.model_call_finished(run.model_step, turn)
+        if turn.finish_reason == "cancelled" or run.cancel.is_set():
+            self.engine.rollback()
+            reason = getattr(run.cancel, "reason", "") or "generation cancelled"
+            return _Ending(outcome=LoopOutcome.CANCELLED, phase="model", step=run.model_step,
+                           detail=f"cancelled during model: {reason}; the partial turn was rolled back")
+        if breach := self.limits.check_turn_output(turn.n_output_tokens, turn.finish_reason):
+            self.engine.rollback()
+            return _Ending(outcome=LoopOutcome.LIMIT, phase="model", breach=breach, step=run.model_step,
+                           detail=f"{breach.describe()}; the cut turn was not committed")
+        return turn
+
+    def _parse(self, run: _Run, turn: ModelTurn) -> Action:
+        action = self.engine.codec.parse(turn.text)
+        if isinstance(action, ToolCalls):
+            run.call_ids = [self._next_call_id(run) for _ in action.calls]
+        elif isinstance(action, MalformedToolCall):
+            run.call_ids = [self._next_call_id(run)]
+        else:
+            run.call_ids = []
+        run.trace.action_parsed(run.model_step, action, run.call_ids)
+        return action
+
+    def _next_call_id(self, run: _Run) -> str:
+        run.n_call_ids += 1
+        return f"call-{run.n_call_ids}"
+
+    def _commit_turn(self, run: _Run, action: Action) -> list[str]:
+        """Commit the parsed assistant turn (the speculative KV becomes committed)."""
+        kind = (EntryKind.ASSISTANT_FINAL if isinstance(action, FinalText) else
+                EntryKind.ASSISTANT_TOOL_CALL if isinstance(action, ToolCalls) else
+                EntryKind.ASSISTANT_MALFORMED_CALL)
+        run.ledger.commit(kind, self.engine.codec.assistant_message(action), step=run.model_step,
+                          call_ids=run.call_ids)
+        if isinstance(action, ToolCalls) and run.tool_choice != "none":
+            run.tool_choice = "auto"
+        return list(run.call_ids)
+
+    def _reject_malformed(self, run: _Run, call_id: str, action: MalformedToolCall) -> _Rejected:
+        rejected = _rejection(ResultErrorKind.MALFORMED_CALL, f"{action.reason.value}: {action.detail}")
+        run.trace.call_rejected(call_id, None, rejected, raw=action.raw)
+        return rejected
+
+    def _validate(self, run: _Run, call_id: str, call: ToolCall) -> _Accepted | _Rejected:
+        """Resolve the tool (fail closed on unknown names or calls the tool choice forbids), then validate."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            rejected = _rejection(ResultErrorKind.UNKNOWN_TOOL,
+                                  f"no tool named {call.name!r}; available: {[t.name for t in self._specs]}")
+        elif self.tool_choice == "none":
+            rejected = _rejection(ResultErrorKind.UNKNOWN_TOOL, "tool calls are disabled in this session")
+        else:
+            checked = validate_arguments(tool.name, tool.parameters, call.arguments)
+            if isinstance(checked, ArgumentErrors):
+                rejected = _rejection(ResultErrorKind.INVALID_ARGUMENTS, checked.detail, checked.errors)
+            else:
+                run.trace.call_validated(call_id, checked)
+                return _Accepted(tool=tool, args=checked)
+        run.trace.call_rejected(call_id, call.name, rejected, raw=call.raw)
+        return rejected
+
+    def _approve(self, run: _Run, call_id: str, accepted: _Accepted) -> _Accepted | _Rejected:
+        """Ask the policy; a policy that raises or answers nonsense denies (fail closed, `check_approval`)."""
+        decision = check_approval(self.approval, accepted.tool, accepted.args)
+        if decision.allowed:
+            return accepted
+        rejected = _rejection(ResultErrorKind.DENIED_BY_POLICY,
+                              f"{accepted.tool.name!r} denied by the approval policy: {decision.reason}")
+        run.trace.call_rejected(call_id, accepted.tool.name, rejected, raw=None)
+        return rejected
+
+    def _execute(self, run: _Run, call_id: str, accepted: _Accepted) -> ToolOutcome:
+        tool, step = accepted.tool, _tool_step(call_id)
+        timeout_s = self.limits.tool_timeout(tool.timeout_s, self._usage(run))
+        ctx = ToolContext(run_id=run.run_id, call_id=call_id, artifacts=self.artifacts, cancel=run.cancel,
+                          linked_runs=[])
+        run.trace.execution_started(call_id, tool, timeout_s)
+        outcome = execute_tool(tool, accepted.args, ctx, timeout_s=timeout_s, idempotency=self.idempotency)
+        run.trace.execution_finished(call_id, tool.name, outcome)
+        if not outcome.replayed:
+            for ref in outcome.artifacts:
+                run.trace.artifact_written(step, call_id, tool.name, ref)
+        return outcome
+
+    def _reinject(self, run: _Run, call_id: str, call: ToolCall, result: ToolOutcome | _Rejected) -> None:
+        """Bound the result, render it through the codec and commit it as the call's tool message."""
+        if isinstance(result, _Rejected):
+            payload, kind, ok = result.result, EntryKind.TOOL_REJECTION, False
+        else:
+            payload, kind, ok = result.to_result(), EntryKind.TOOL_RESULT, result.ok
+        content, truncated = results.result_content(payload, max_bytes=self.limits.max_result_bytes)
+        message = self.engine.codec.tool_result_message(call, content)
+        run.ledger.commit(kind, message, step=_tool_step(call_id), call_ids=(call_id,), tool=call.name or None,
+                          ok=ok, truncated=truncated)
+
+    # -- exits ---------------------------------------------------------------------------------------------------
+
+    def _end(self, run: _Run, ending: _Ending) -> RunResult:
+        run.trace.terminal(ending, run, self._usage(run))
+        return self._result(run, ending)
+
+    def _result(self, run: _Run, ending: _Ending) -> RunResult:
+        return RunResult(outcome=ending.outcome, limit=ending.breach.kind if ending.breach else None,
+                         final_text=ending.final_text, messages=run.ledger.messages(), ledger=run.ledger.entries,
+                         steps=run.steps, tool_calls=run.tool_calls, run_id=run.run_id, detail=ending.detail,
+                         phase=ending.phase)
+
+
+# -- small pure helpers ------------------------------------------------------------------------------------------
+
+
+def _tool_step(call_id: str) -> str:
+    return "tool-" + call_id.removeprefix("call-")
+
+
+def _rejection(kind: ResultErrorKind, detail: str, errors: tuple[ArgumentError, ...] = ()) -> _Rejected:
+    return _Rejected(kind=kind, detail=detail, result=results.error_result(kind, detail, errors), errors=errors)
+
+
+def _malformed_as_call(action: MalformedToolCall) -> ToolCall:
+    """The codec renders a rejection as the answer to *a* call; a malformed one has no usable name."""
+    return ToolCall(name="", arguments={}, raw=action.raw)
+
+
+def _runtime_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ember")
+    except Exception:
+        return "0+unknown"
+
+
+class _RunTrace:
+    """The session's event vocabulary: one method per event, so the loop never builds event dicts.
+
+    A no-op when the session is untraced. Payloads (prompts, outputs, tool arguments and results) go through
+    `TraceRecorder.payload` so the recorder's privacy mode applies to all of them.
+    """
+
+    def __init__(self, recorder: TraceRecorder | None) -> None:
+        self._rec = recorder
+
+    def _emit(self, event: EventType, step: str | None, phase: str | None, data: Mapping[str, Any]) -> None:
+        if self._rec is not None:
+            self._rec.emit(event, step=step, phase=phase, data=data)
+
+    def _payload(self, value: Any) -> Any:
+        return self._rec.payload(value) if self._rec is not None else value
+
+    def run_started(self, user_message: str, system_prompt: str | None, specs: Any, tool_choice: str) -> None:
+        self._emit(EventType.RUN_STARTED, None, "start", {
+            "user_message": self._payload(user_message),
+            "system_prompt": self._payload(system_prompt) if system_prompt is not None else None,
+            "tools": [s.name for s in specs], "tool_choice": tool_choice})
+
+    def provenance(self, engine: TurnEngine, tools: ToolRegistry, limits: AgentLimits, tool_choice: str,
+                   approval: Any) -> None:
+        if self._rec is None:
+            return
+        identity = dict(engine.identity())
+        data = provenance_data(
+            runtime_version=_runtime_version(), model_sha256=identity.pop("model_sha256", None),
+            tokenizer_sha256=identity.pop("vocabulary_fingerprint", None), codec_id=engine.codec.id,
+            tool_schema_sha256=tools.snapshot_sha256, model_name=identity.pop("model_path", None),
+            config={"tool_choice": tool_choice, "approval": getattr(approval, "__name__", type(approval).__name__),
+                    "tools": tools.snapshot()},
+            limits=asdict(limits), engine=identity)
+        self._emit(EventType.PROVENANCE, None, "start", data)
+
+    def model_call_started(self, step: str, engine: TurnEngine, messages: list[dict[str, Any]], specs: Any,
+                           tool_choice: str, max_tokens: int) -> None:
+        if self._rec is None:
+            return
+        prompt = engine.codec.render(messages, list(specs) or None, add_generation_prompt=True)
+        self._emit(EventType.MODEL_CALL_STARTED, step, "model", {
+            "n_messages": len(messages), "tool_choice": tool_choice, "max_tokens": max_tokens,
+            "constrained_tools": [s.name for s in specs if s.constrained], "prompt": self._payload(prompt)})
+
+    def model_call_finished(self, step: str, turn: ModelTurn) -> None:
+        self._emit(EventType.MODEL_CALL_FINISHED, step, "model", {
+            "n_prompt_tokens": turn.n_prompt_tokens, "n_reused_tokens": turn.n_reused_tokens,
+            "n_output_tokens": turn.n_output_tokens, "finish_reason": turn.finish_reason,
+            "constrained": turn.constrained, "duration_ms": round(turn.seconds * 1000, 3),
+            "timings": dict(turn.timings) if turn.timings else None, "output": self._payload(turn.text)})
+
+    def action_parsed(self, step: str, action: Action, call_ids: list[str]) -> None:
+        data: dict[str, Any] = {"text": self._payload(action.text)}
+        if isinstance(action, FinalText):
+            data["action"] = "final_text"
+        elif isinstance(action, ToolCalls):
+            data["action"] = "tool_calls"
+            data["calls"] = [{"call_id": i, "tool": c.name} for i, c in zip(call_ids, action.calls)]
+        else:
+            data.update(action="malformed_tool_call", call_id=call_ids[0], reason=action.reason.value,
+                        detail=action.detail, raw=self._payload(action.raw))
+        self._emit(EventType.ASSISTANT_ACTION_PARSED, step, "parse", data)
+
+    def call_validated(self, call_id: str, args: ValidatedArguments) -> None:
+        self._emit(EventType.TOOL_CALL_VALIDATED, _tool_step(call_id), "validate", {
+            "call_id": call_id, "tool": args.tool_name, "arguments": self._payload(json.loads(args.to_json())),
+            "arguments_sha256": args.sha256})
+
+    def call_rejected(self, call_id: str, tool: str | None, rejected: _Rejected, *, raw: str | None) -> None:
+        self._emit(EventType.TOOL_CALL_REJECTED, _tool_step(call_id),
+                   "approve" if rejected.kind is ResultErrorKind.DENIED_BY_POLICY else "validate", {
+                       "call_id": call_id, "tool": tool, "kind": rejected.kind.value, "detail": rejected.detail,
+                       "errors": [{"path": e.path, "reason": e.reason, "kind": str(e.kind)} for e in rejected.errors],
+                       "raw": self._payload(raw) if raw is not None else None})
+
+    def execution_started(self, call_id: str, tool: Tool, timeout_s: float | None) -> None:
+        self._emit(EventType.TOOL_EXECUTION_STARTED, _tool_step(call_id), "execute", {
+            "call_id": call_id, "tool": tool.name, "kind": str(tool.kind), "external": tool.external,
+            "timeout_s": timeout_s})
+
+    def execution_finished(self, call_id: str, tool: str, outcome: ToolOutcome) -> None:
+        ids = [ref.id for ref in outcome.artifacts]
+        self._emit(EventType.TOOL_EXECUTION_FINISHED, _tool_step(call_id), "execute", {
+            "call_id": call_id, "tool": tool, "ok": outcome.ok, "duration_ms": outcome.duration_ms,
+            "error_kind": str(outcome.error_kind) if outcome.error_kind else None, "detail": outcome.detail,
+            "replayed": outcome.replayed, "artifact_ids": [] if outcome.replayed else ids,
+            "replayed_artifact_ids": ids if outcome.replayed else [],
+            "linked_runs": list(outcome.linked_runs), "result": self._payload(outcome.to_result())})
+
+    def artifact_written(self, step: str, call_id: str, tool: str, ref: Any) -> None:
+        self._emit(EventType.ARTIFACT_WRITTEN, step, "execute", artifact_written_data(ref, call_id=call_id,
+                                                                                     tool=tool))
+
+    def committed(self, entry: LedgerEntry) -> None:
+        """`CommitLedger.on_commit`: every commit is traced the moment it happens."""
+        content = entry.message.get("content")
+        if entry.kind in (EntryKind.TOOL_RESULT, EntryKind.TOOL_REJECTION):
+            self._emit(EventType.TOOL_RESULT_COMMITTED, entry.step, "reinject", {
+                "call_id": entry.call_ids[0], "tool": entry.tool, "ok": entry.ok, "kind": entry.kind.value,
+                "truncated": entry.truncated, "ledger_index": entry.index, "kv_tokens": entry.kv_tokens,
+                "content": self._payload(content)})
+        else:
+            self._emit(EventType.MESSAGE_COMMITTED, entry.step, "commit", {
+                "ledger_index": entry.index, "kind": entry.kind.value, "role": entry.message.get("role"),
+                "call_ids": list(entry.call_ids), "kv_tokens": entry.kv_tokens,
+                "content": self._payload(content) if content is not None else None,
+                "tool_calls": self._payload(entry.message["tool_calls"]) if entry.message.get("tool_calls")
+                else None})
+
+    def result_uncommitted(self, call_id: str, tool: str, outcome: ToolOutcome, cancel: Any) -> None:
+        self._emit(EventType.TOOL_RESULT_UNCOMMITTED, _tool_step(call_id), "reinject", {
+            "call_id": call_id, "tool": tool, "ok": outcome.ok, "executed": outcome.started and not outcome.replayed,
+            "artifact_ids": [ref.id for ref in outcome.artifacts],
+            "reason": getattr(cancel, "reason", "") or "cancelled before the result was committed",
+            "effect_visible": True})
+
+    def terminal(self, ending: _Ending, run: _Run, usage: RunUsage) -> None:
+        data: dict[str, Any] = {"outcome": ending.outcome.value, "steps": usage.steps,
+                                "tool_calls": usage.tool_calls, "elapsed_s": round(usage.elapsed_s, 6),
+                                "detail": ending.detail, "ledger_entries": len(run.ledger)}
+        if ending.outcome is LoopOutcome.COMPLETED:
+            event, data["final_text"] = EventType.RUN_COMPLETED, self._payload(ending.final_text)
+        elif ending.outcome is LoopOutcome.CANCELLED:
+            event, data["reason"] = EventType.RUN_CANCELLED, getattr(run.cancel, "reason", "")
+        elif ending.outcome is LoopOutcome.LIMIT:
+            assert ending.breach is not None
+            event = EventType.RUN_TERMINATED
+            data.update(limit=ending.breach.kind.value, limit_value=ending.breach.limit,
+                        observed=ending.breach.observed)
+        else:
+            event, data["error"] = EventType.RUN_FAILED, ending.detail
+        self._emit(event, ending.step, ending.phase, data)
