@@ -4,6 +4,7 @@ CONTRACT STUB (lead): the session and the engine depend only on these names. Cod
 them; add what you need.
 
     model bytes ─► Codec.parse ─► Action = FinalText | ToolCalls | MalformedToolCall
+
     messages + tools ─► Codec.render_segments ─► [Segment(text, trusted)] ─► tokenizer
 """
 
@@ -14,6 +15,25 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+__all__ = [
+    "Action",
+    "Codec",
+    "FinalText",
+    "MalformedReason",
+    "MalformedToolCall",
+    "MessageFormatError",
+    "ProtocolError",
+    "Segment",
+    "TemplateVariableError",
+    "ToolCall",
+    "ToolCalls",
+    "ToolChoice",
+    "ToolChoiceError",
+    "ToolNameError",
+    "ToolSpec",
+    "UnknownCodecError",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,16 +96,32 @@ class ToolCalls:
 
 
 class MalformedReason(enum.StrEnum):
+    """Why an attempted call could not be understood (docs/codecs.md has one line per reason)."""
+
     UNCLOSED_TAG = "unclosed_tag"
+    """An opening envelope (``<tool_call>``) with no matching close before the turn ended or the next opening."""
+    UNOPENED_TAG = "unopened_tag"
+    """A closing envelope (``</tool_call>``) with no opening before it."""
     INVALID_JSON = "invalid_json"
+    """The call body is not exactly one strict JSON value (syntax error, NaN, duplicate key, extra data)."""
     NOT_AN_OBJECT = "not_an_object"
+    """The call body is JSON but not an object."""
     MISSING_NAME = "missing_name"
+    """The call object has no ``"name"``."""
     BAD_NAME = "bad_name"
+    """``"name"`` is not a non-empty string without quotes, backslashes, control characters or edge whitespace."""
     ARGUMENTS_NOT_OBJECT = "arguments_not_object"
+    """The arguments value is not a JSON object (a JSON-encoded string counts as not an object)."""
     WRONG_ARGUMENTS_KEY = "wrong_arguments_key"
+    """The arguments sit under the other family's key (``parameters`` for Qwen, ``arguments`` for Llama)."""
+    MISSING_ARGUMENTS = "missing_arguments"
+    """The call object has a name but no arguments key at all."""
     UNEXPECTED_KEYS = "unexpected_keys"
+    """The call object has keys besides the name and the family's arguments key."""
     TRAILING_TEXT = "trailing_text"
+    """Non-whitespace text after (or between) calls."""
     EMPTY_CALL = "empty_call"
+    """The envelope is present but holds nothing but whitespace."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +140,69 @@ class MalformedToolCall:
 Action = FinalText | ToolCalls | MalformedToolCall
 
 
+# -- misuse errors -----------------------------------------------------------------------------------------------
+
+
+class ProtocolError(Exception):
+    """Base of every error the protocol package raises (misuse or bad input to our API, never model output)."""
+
+
+class UnknownCodecError(ProtocolError, ValueError):
+    """``codec_for`` got a family, model name or chat template it has no codec for."""
+
+    def __init__(self, family_or_model: str, known: Sequence[str], detail: str = "") -> None:
+        self.family_or_model = family_or_model
+        """What was asked for (a name, or a description of the model object)."""
+        self.known = tuple(known)
+        """The family and model names that would work."""
+        self.detail = detail
+        msg = f"no codec for {family_or_model!r}" + (f": {detail}" if detail else "")
+        super().__init__(f"{msg}; known: {', '.join(self.known)}")
+
+
+class MessageFormatError(ProtocolError, ValueError):
+    """A message list the official template cannot render (or renders only by accident, e.g. ``None`` content)."""
+
+    def __init__(self, index: int | None, reason: str) -> None:
+        self.index = index
+        """Index of the offending message in the caller's list, or None when the list as a whole is wrong."""
+        self.reason = reason
+        where = "messages" if index is None else f"messages[{index}]"
+        super().__init__(f"{where}: {reason}")
+
+
+class TemplateVariableError(ProtocolError, TypeError):
+    """``render(..., **template_vars)`` got variables this codec's template does not read."""
+
+    def __init__(self, names: Sequence[str], accepted: Sequence[str]) -> None:
+        self.names = tuple(names)
+        """The unknown variable names."""
+        self.accepted = tuple(accepted)
+        """The variables this codec's template reads."""
+        super().__init__(f"unknown template variable(s) {', '.join(self.names)}; "
+                         f"accepted: {', '.join(self.accepted) or '(none)'}")
+
+
+class ToolChoiceError(ProtocolError, ValueError):
+    """A ``tool_choice`` that cannot be satisfied with the offered tools (unknown name, ``required`` with none)."""
+
+    def __init__(self, tool_choice: str, offered: Sequence[str], reason: str) -> None:
+        self.tool_choice = tool_choice
+        self.offered = tuple(offered)
+        """Names of the offered tools."""
+        self.reason = reason
+        super().__init__(f"tool_choice {tool_choice!r}: {reason} (offered: {', '.join(self.offered) or 'none'})")
+
+
+class ToolNameError(ProtocolError, ValueError):
+    """A tool name the envelope cannot carry verbatim (templates splice names into JSON unescaped)."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"tool name {name!r}: {reason}")
+
+
 class Codec(ABC):
     """Render/parse for one model family. Model-family syntax lives here and nowhere else."""
 
@@ -111,6 +210,10 @@ class Codec(ABC):
     """Stable id written into traces, e.g. ``"qwen2.5-tool-call-v1"``."""
     stop_token_names: tuple[str, ...]
     """Special tokens that end an assistant turn (e.g. ``("<|im_end|>",)``)."""
+    family: str
+    """The family whose official template this codec reproduces, e.g. ``"qwen2.5"``, ``"llama3.2"``."""
+    note: str = ""
+    """Caveat for this model (e.g. "plain ChatML model: no tool tokens, no tool training"); empty when none."""
 
     @abstractmethod
     def render_segments(self, messages: Sequence[dict[str, Any]], tools: Sequence[ToolSpec] | None = None,

@@ -1,0 +1,142 @@
+"""Strict decoding of one call object: the JSON both families put inside their envelope.
+
+Owns the rules every codec shares once the envelope has been cut out: strict JSON (no NaN/Infinity, no extra data,
+no repeated key in the call object itself; inside arguments a repeated key keeps its last value, as ``json.loads``
+does and as the "any object" grammar allows), exactly ``{"name": <string>, <args_key>: <object>}``, and the precise
+`MalformedReason` for every way that can fail. Refuses leniency: a span that looks like a call is a call attempt,
+and an attempt that does not decode is a `MalformedToolCall`, never prose and never a guess.
+
+    envelope body ─► strict_json ─► call_from_object ─► ToolCall | MalformedToolCall
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agent.protocol.base import MalformedReason, MalformedToolCall, ToolCall
+
+__all__ = ["JSON_WS", "DIALECT_WS", "JsonFailure", "call_from_object", "decode_value", "is_carriable_name",
+           "malformed"]
+
+JSON_WS = " \t\n\r"
+"""Whitespace JSON itself allows between tokens."""
+DIALECT_WS = " \t\n\r\f\v"
+"""The regex dialect's ``\\s``: what codecs skip around envelopes, so grammar and parser agree on "blank"."""
+
+
+class JsonFailure(Exception):
+    """Internal: a strict-JSON failure with a human detail (converted to INVALID_JSON by the caller)."""
+
+
+class _Duplicated(dict):  # type: ignore[type-arg]
+    """A decoded object whose text repeated a key (the last value won, as in ``json.loads``)."""
+
+    duplicates: tuple[str, ...] = ()
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) == len(pairs):
+        return out
+    seen: set[str] = set()
+    marked = _Duplicated(out)
+    marked.duplicates = tuple(k for k, _ in pairs if k in seen or seen.add(k))
+    return marked
+
+
+def _constant(name: str) -> Any:
+    raise JsonFailure(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_constant)
+
+
+def decode_value(text: str, start: int = 0) -> tuple[Any, int]:
+    """Decode one strict JSON value beginning exactly at ``start``; return it and the index just past it.
+
+    Raises:
+        JsonFailure: with a detail naming the position, for any syntax error or non-standard JSON.
+    """
+    try:
+        return _DECODER.raw_decode(text, start)
+    except JsonFailure:
+        raise
+    except json.JSONDecodeError as exc:
+        raise JsonFailure(f"{exc.msg} at char {exc.pos - start}") from None
+    except RecursionError:
+        raise JsonFailure("nesting too deep") from None
+    except ValueError as exc:  # e.g. int longer than sys.get_int_max_str_digits()
+        raise JsonFailure(str(exc)) from None
+
+
+def is_carriable_name(name: str) -> bool:
+    """True iff the name survives being spliced into a JSON string unescaped, as both official templates do."""
+    if not name or name != name.strip(DIALECT_WS):
+        return False
+    return not any(ch in '"\\' or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name)
+
+
+def malformed(reason: MalformedReason, detail: str, raw: str, text: str) -> MalformedToolCall:
+    return MalformedToolCall(reason=reason, detail=detail, raw=raw, text=text)
+
+
+def call_from_object(obj: Any, *, args_key: str, wrong_key: str, raw: str, text: str) -> ToolCall | MalformedToolCall:
+    """Check one decoded call object against ``{"name": str, args_key: object}`` and nothing else.
+
+    Args:
+        obj: the decoded JSON value.
+        args_key: this family's arguments key (``"arguments"`` or ``"parameters"``).
+        wrong_key: the other family's key, reported as WRONG_ARGUMENTS_KEY rather than as an unexpected key.
+        raw: the model text the object came from (kept on the result).
+        text: the whole turn (kept on a MalformedToolCall).
+    """
+    if isinstance(obj, _Duplicated):
+        repeated = ", ".join(map(repr, obj.duplicates))
+        return malformed(MalformedReason.INVALID_JSON, f"call object repeats key(s) {repeated}", raw, text)
+    if not isinstance(obj, dict):
+        return malformed(MalformedReason.NOT_AN_OBJECT, f"call body is a JSON {_json_kind(obj)}, expected an object",
+                         raw, text)
+    if "name" not in obj:
+        return malformed(MalformedReason.MISSING_NAME, f"call object has no \"name\" (keys: {_keys(obj)})", raw, text)
+    name = obj["name"]
+    if not isinstance(name, str):
+        return malformed(MalformedReason.BAD_NAME, f"\"name\" is a JSON {_json_kind(name)}, expected a string",
+                         raw, text)
+    if not is_carriable_name(name):
+        return malformed(MalformedReason.BAD_NAME, f"\"name\" {name!r} is empty or has quotes, backslashes, control "
+                         "characters or surrounding whitespace", raw, text)
+    if args_key not in obj:
+        if wrong_key in obj:
+            return malformed(MalformedReason.WRONG_ARGUMENTS_KEY,
+                             f"arguments are under {wrong_key!r}; this format uses {args_key!r}", raw, text)
+        return malformed(MalformedReason.MISSING_ARGUMENTS, f"call object has no {args_key!r} (keys: {_keys(obj)})",
+                         raw, text)
+    extra = [k for k in obj if k not in ("name", args_key)]
+    if extra:
+        return malformed(MalformedReason.UNEXPECTED_KEYS,
+                         f"unexpected key(s) {', '.join(repr(k) for k in extra)}; a call has only \"name\" and "
+                         f"{args_key!r}", raw, text)
+    arguments = obj[args_key]
+    if not isinstance(arguments, dict):
+        return malformed(MalformedReason.ARGUMENTS_NOT_OBJECT,
+                         f"{args_key!r} is a JSON {_json_kind(arguments)}, expected an object", raw, text)
+    return ToolCall(name=name, arguments=arguments, raw=raw)
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _keys(obj: dict[str, Any]) -> str:
+    return ", ".join(repr(k) for k in obj) or "none"

@@ -1,0 +1,226 @@
+"""Qwen2.5 codec (id ``qwen2.5-tool-call-v1``): ChatML with ``<tool_call>`` JSON envelopes.
+
+Owns everything Qwen-shaped: the prompt exactly as the official Qwen2.5 template renders it (tools as JSON lines in
+the system turn inside ``<tools></tools>``, the template's default system prompt when none is given, calls as
+``<tool_call>\\n{"name": …, "arguments": …}\\n</tool_call>``, results as ``<tool_response>`` blocks in a user turn
+with consecutive results merged), the parser of assistant turns, and the lazy tool-call grammar. Refuses: message
+lists the template cannot render (`MessageFormatError`), and any leniency in parsing (every attempted call that does
+not decode is a `MalformedToolCall` with a precise reason).
+
+    messages + tools ─► render_segments ─► [Segment] ─► tokenizer (untrusted pieces: special parsing off)
+    model text ─► parse ─► FinalText | ToolCalls | MalformedToolCall
+    tools + tool_choice ─► tool_call_grammar ─► FREE (?&<tool_call>)\\n{envelope}\\n(?&</tool_call>) …
+
+The same codec serves plain-ChatML models (SmolLM2): ``special_tags=False`` writes the tags as literal text in the
+grammar, because such vocabularies have no ``<tool_call>`` token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agent.protocol._calls import (DIALECT_WS, JSON_WS, JsonFailure, call_from_object, decode_value, malformed)
+from agent.protocol._pattern import ChoiceMode, envelope_alternatives, escape, free_text, resolve_choice, special
+from agent.protocol._render import (SegmentBuilder, call_function, check_template_vars, content_text, role_of,
+                                    tojson, tool_definitions)
+from agent.protocol.base import (Action, Codec, FinalText, MalformedReason, MalformedToolCall, MessageFormatError,
+                                 Segment, ToolCall, ToolCalls, ToolChoice, ToolSpec)
+
+__all__ = ["QWEN_DEFAULT_SYSTEM", "QwenCodec"]
+
+QWEN_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+"""The system prompt the official template inserts when the conversation has none."""
+
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_TOOLS_HEAD = ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+               "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
+_TOOLS_TAIL = ("\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+               "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+               "<args-json-object>}\n</tool_call><|im_end|>\n")
+_ROLES = ("system", "user", "assistant", "tool")
+
+
+class QwenCodec(Codec):
+    """Render/parse/constrain Qwen2.5-style ChatML tool calling."""
+
+    id = "qwen2.5-tool-call-v1"
+    stop_token_names = ("<|im_end|>", "<|endoftext|>")
+
+    def __init__(self, *, family: str = "qwen2.5", special_tags: bool = True, note: str = "") -> None:
+        """
+        Args:
+            family: label for traces (``"qwen2.5"``, or ``"chatml"`` for a plain ChatML model given this codec).
+            special_tags: ``<tool_call>``/``</tool_call>`` are special tokens of the vocabulary (true for Qwen2.5);
+                false writes them as literal text in the grammar.
+            note: caveat shown to users (see `Codec.note`).
+        """
+        self.family = family
+        self.special_tags = special_tags
+        self.note = note
+
+    def __repr__(self) -> str:
+        return f"QwenCodec(family={self.family!r}, special_tags={self.special_tags})"
+
+    # -- render --------------------------------------------------------------------------------------------------
+
+    def render_segments(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec] | None = None,
+                        add_generation_prompt: bool = True, **template_vars: Any) -> list[Segment]:
+        """The prompt exactly as the official Qwen2.5 template renders it, split by trust.
+
+        Raises:
+            MessageFormatError: empty list, unknown role, or a value the template would concatenate that is not a
+                string (where the template would raise or print ``None``).
+            TemplateVariableError: any template variable (this template reads none).
+        """
+        check_template_vars(template_vars, ())
+        msgs = list(messages)
+        if not msgs:
+            raise MessageFormatError(None, "the template needs at least one message")
+        for i in range(len(msgs)):
+            role_of(msgs, i, _ROLES)
+        out = SegmentBuilder()
+        defs = tool_definitions(tools or ())
+        has_system = msgs[0]["role"] == "system"
+        out.trusted("<|im_start|>system\n")
+        if has_system:
+            out.untrusted(content_text(msgs[0], 0))
+        else:
+            out.trusted(QWEN_DEFAULT_SYSTEM)
+        if defs:
+            out.trusted(_TOOLS_HEAD)
+            for tool in defs:
+                out.trusted("\n")
+                out.untrusted(tojson(tool))
+            out.trusted(_TOOLS_TAIL)
+        else:
+            out.trusted("<|im_end|>\n")
+        for i, msg in enumerate(msgs):
+            role, calls = msg["role"], msg.get("tool_calls")
+            if role == "user" or (role == "system" and i > 0) or (role == "assistant" and not calls):
+                out.trusted(f"<|im_start|>{role}\n")
+                out.untrusted(content_text(msg, i))
+                out.trusted("<|im_end|>\n")
+            elif role == "assistant":
+                self._render_calls(out, msg, i)
+            elif role == "tool":
+                if i == 0 or msgs[i - 1]["role"] != "tool":
+                    out.trusted("<|im_start|>user")
+                out.trusted("\n<tool_response>\n")
+                out.untrusted(content_text(msg, i))
+                out.trusted("\n</tool_response>")
+                if i == len(msgs) - 1 or msgs[i + 1]["role"] != "tool":
+                    out.trusted("<|im_end|>\n")
+        if add_generation_prompt:
+            out.trusted("<|im_start|>assistant\n")
+        return out.segments()
+
+    @staticmethod
+    def _render_calls(out: SegmentBuilder, msg: Mapping[str, Any], index: int) -> None:
+        calls = msg["tool_calls"]
+        if not isinstance(calls, Sequence) or isinstance(calls, str):
+            raise MessageFormatError(index, "tool_calls must be a list")
+        content = msg.get("content")
+        out.trusted("<|im_start|>assistant")
+        if content:
+            if not isinstance(content, str):
+                raise MessageFormatError(index, f"content must be a string, got {type(content).__name__}")
+            out.trusted("\n")
+            out.untrusted(content)
+        for call in calls:
+            name, arguments = call_function(call, index, unwrap_optional=True)
+            out.trusted('\n<tool_call>\n{"name": "')
+            out.untrusted(name)
+            out.trusted('", "arguments": ')
+            out.untrusted(tojson(arguments))
+            out.trusted("}\n</tool_call>")
+        out.trusted("<|im_end|>\n")
+
+    # -- parse ---------------------------------------------------------------------------------------------------
+
+    def parse(self, text: str) -> Action:
+        """Total: prose with no tag is FinalText; tags with good JSON are ToolCalls; anything else is malformed."""
+        turn = _without_stop(text, self.stop_token_names)
+        first_open, first_close = turn.find(_OPEN), turn.find(_CLOSE)
+        if first_close != -1 and (first_open == -1 or first_close < first_open):
+            return malformed(MalformedReason.UNOPENED_TAG,
+                             f"'{_CLOSE}' at char {first_close} has no '{_OPEN}' before it",
+                             turn[: first_close + len(_CLOSE)], text)
+        if first_open == -1:
+            return FinalText(text=turn)
+        prose = turn[:first_open]
+        calls: list[ToolCall] = []
+        pos = first_open
+        while True:
+            body_start = pos + len(_OPEN)
+            close, reopen = turn.find(_CLOSE, body_start), turn.find(_OPEN, body_start)
+            if close == -1 or reopen != -1 and reopen < close:
+                until = "the end of the turn" if close == -1 else f"the next '{_OPEN}' at char {reopen}"
+                return malformed(MalformedReason.UNCLOSED_TAG, f"'{_OPEN}' at char {pos} is not closed before {until}",
+                                 turn[pos: len(turn) if close == -1 else reopen], text)
+            end = close + len(_CLOSE)
+            call = _decode_call(turn[body_start:close], turn[pos:end], text)
+            if isinstance(call, MalformedToolCall):
+                return call
+            calls.append(call)
+            rest = turn[end:].lstrip(DIALECT_WS)
+            if not rest:
+                return ToolCalls(calls=tuple(calls), text=prose[:-1] if prose.endswith("\n") else prose)
+            if not rest.startswith(_OPEN):
+                return malformed(MalformedReason.TRAILING_TEXT,
+                                 f"text after the call ending at char {end}: {rest[:40]!r}", turn[end:], text)
+            pos = len(turn) - len(rest)
+
+    # -- messages ------------------------------------------------------------------------------------------------
+
+    def assistant_message(self, action: Action) -> dict[str, Any]:
+        """What to commit: prose as content; calls as OpenAI ``tool_calls`` with dict arguments."""
+        if isinstance(action, ToolCalls):
+            return {"role": "assistant", "content": action.text,
+                    "tool_calls": [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                                   for c in action.calls]}
+        return {"role": "assistant", "content": action.text}
+
+    def tool_result_message(self, call: ToolCall, content: str) -> dict[str, Any]:
+        """A ``tool`` message; the template wraps it in ``<tool_response>`` inside a user turn."""
+        return {"role": "tool", "content": content, "name": call.name}
+
+    # -- grammar -------------------------------------------------------------------------------------------------
+
+    def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto") -> str:
+        """The whole assistant turn: free text that cannot spell a tag, then (per ``tool_choice``) calls.
+
+        Calls are ``<tool_call>\\n{"name": "<offered>", "arguments": <args>}\\n</tool_call>``, several separated by
+        ``\\n``; nothing may follow the last one (the engine's EOS, ``<|im_end|>``, ends the turn).
+        """
+        mode, callable_tools = resolve_choice(tools, tool_choice)
+        free = free_text([_OPEN, _CLOSE])
+        if mode is ChoiceMode.NONE:
+            return free
+        tag = special if self.special_tags else escape
+        call = f"{tag(_OPEN)}\\n{envelope_alternatives(callable_tools, args_key='arguments')}\\n{tag(_CLOSE)}"
+        if mode is ChoiceMode.NAMED:
+            return call
+        calls = f"{call}(?:\\n{call})*"
+        return calls if mode is ChoiceMode.REQUIRED else f"{free}(?:{calls})?"
+
+
+def _without_stop(text: str, stops: Sequence[str]) -> str:
+    for stop in stops:
+        if text.endswith(stop):
+            return text[: -len(stop)]
+    return text
+
+
+def _decode_call(body: str, raw: str, text: str) -> ToolCall | MalformedToolCall:
+    if not body.strip(DIALECT_WS):
+        return malformed(MalformedReason.EMPTY_CALL, f"'{_OPEN}' envelope holds no call", raw, text)
+    start = len(body) - len(body.lstrip(JSON_WS))
+    try:
+        obj, end = decode_value(body, start)
+    except JsonFailure as exc:
+        return malformed(MalformedReason.INVALID_JSON, f"call body is not valid JSON: {exc}", raw, text)
+    if body[end:].strip(JSON_WS):
+        return malformed(MalformedReason.INVALID_JSON,
+                         f"extra data after the JSON value inside '{_OPEN}': {body[end:end + 40]!r}", raw, text)
+    return call_from_object(obj, args_key="arguments", wrong_key="parameters", raw=raw, text=text)
