@@ -12,6 +12,16 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_grammar_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Grammar index caches go to a per-session temp dir, never the user's ~/.cache (tests that need a specific
+    cache directory set EMBER_CACHE_DIR themselves)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EMBER_CACHE_DIR", str(tmp_path_factory.mktemp("ember-index-cache")))
+    yield
+    mp.undo()
+
+
 def _store_path(name: str) -> Path:
     from agent.models import model_path
 

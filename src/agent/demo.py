@@ -47,7 +47,7 @@ def run_demo(*, model: str, out_dir: Path, progress: Callable[[str], None] | Non
 
     result = run_session(model=model, tools="builtin", prompt=DEMO_PROMPT, trace_path=trace_path,
                          artifact_root=artifact_root, sandbox_root=sandbox, system_prompt=SYSTEM_PROMPT,
-                         limits=AgentLimits(max_model_steps=10), progress=progress)
+                         limits=AgentLimits(max_model_steps=10), tool_choice="required", progress=progress)
 
     report_path = out_dir / "report.html"
     events = trace.read_trace(trace_path).events

@@ -1,1 +1,62 @@
-"""(lead fills in the public API at integration.)"""
+"""Constrained decoding for llama.cpp models: a grammar decides which tokens the model may emit next.
+
+Knows nothing of tools, sessions or chat templates. The data path, one module per arrow::
+
+    GGUF ──vocabulary──► Vocabulary (exact token bytes, EOS, specials)
+    JSON Schema ──schema──► pattern ──regex──► AST ──fsm──► byte DFA ─┐
+                                                                     ├─index──► per-state token masks (C kernel,
+    Vocabulary ──────────────────────────────────────────────────────┘            lazy, cached in memory + disk)
+    Grammar (grammar: DFA + index, immutable) ──► Matcher (matcher: one sequence, budget-aware closing)
+    Matcher ──► LogitsProcessor (processor: llama-cpp-python hook)  or  decode (decode: the own loop over
+                LlamaModel (llama) with Sampler (sampling) and forced-token batching) ──► generate (generate)
+
+Errors are typed (`errors`): an unsupported schema keyword raises `UnsupportedSchemaError(path, keyword)`,
+a mask failure raises `MaskError`; generation never continues unconstrained.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from constrained.decode import DecodeResult, DecodeTimings, FinishReason, decode
+from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLanguageError, GrammarTooLargeError,
+                                IncompatibleVocabularyError, InvalidSchemaError, MaskError, RegexSyntaxError,
+                                UnsupportedSchemaError)
+from constrained.generate import GenerationError, generate
+from constrained.grammar import Grammar, compile_json_schema, compile_regex
+from constrained.llama import LlamaModel
+from constrained.matcher import Matcher
+from constrained.processor import LogitsProcessor
+from constrained.sampling import Sampler, SamplingParams
+from constrained.vocabulary import Vocabulary
+
+try:
+    __version__ = version("ember")
+except PackageNotFoundError:  # running from a source tree without an install
+    __version__ = "0+unknown"
+
+__all__ = [
+    "BudgetTooSmallError",
+    "ConstrainedError",
+    "DecodeResult",
+    "DecodeTimings",
+    "EmptyLanguageError",
+    "FinishReason",
+    "GenerationError",
+    "Grammar",
+    "GrammarTooLargeError",
+    "IncompatibleVocabularyError",
+    "InvalidSchemaError",
+    "LlamaModel",
+    "LogitsProcessor",
+    "MaskError",
+    "Matcher",
+    "RegexSyntaxError",
+    "Sampler",
+    "SamplingParams",
+    "UnsupportedSchemaError",
+    "Vocabulary",
+    "__version__",
+    "compile_json_schema",
+    "compile_regex",
+    "decode",
+    "generate",
+]

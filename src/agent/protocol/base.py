@@ -237,5 +237,10 @@ class Codec(ABC):
         """The OpenAI-format tool message carrying ``content`` (a JSON string) back to the model."""
 
     @abstractmethod
-    def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto") -> str:
-        """A pattern in the engine's regex dialect (special tokens as ``(?&NAME)``) for a whole assistant turn."""
+    def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,
+                          parallel_calls: bool = False) -> str:
+        """A pattern in the engine's regex dialect (special tokens as ``(?&NAME)``) for a whole assistant turn.
+
+        ``parallel_calls`` lets one turn carry several calls where the family's format allows it; off by default,
+        so a turn holds at most one call and the model sees each result before it writes the next call (small
+        models otherwise chain calls whose arguments depend on results they have not seen yet)."""

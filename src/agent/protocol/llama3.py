@@ -216,8 +216,10 @@ class Llama3Codec(Codec):
 
     # -- grammar -------------------------------------------------------------------------------------------------
 
-    def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto") -> str:
-        """The whole assistant turn; one call per turn (the official template renders only one).
+    def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,
+                          parallel_calls: bool = False) -> str:
+        """The whole assistant turn; one call per turn whatever ``parallel_calls`` says (the official template
+        renders only one).
 
         auto: free text that neither starts with ``{`` nor spells ``<|python_tag|>``, optionally followed by
         ``<|python_tag|>`` and a call; or a bare call. required / a tool name: an optional ``<|python_tag|>`` then

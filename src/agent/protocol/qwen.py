@@ -187,11 +187,13 @@ class QwenCodec(Codec):
 
     # -- grammar -------------------------------------------------------------------------------------------------
 
-    def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto") -> str:
+    def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,
+                          parallel_calls: bool = False) -> str:
         """The whole assistant turn: free text that cannot spell a tag, then (per ``tool_choice``) calls.
 
-        Calls are ``<tool_call>\\n{"name": "<offered>", "arguments": <args>}\\n</tool_call>``, several separated by
-        ``\\n``; nothing may follow the last one (the engine's EOS, ``<|im_end|>``, ends the turn).
+        Calls are ``<tool_call>\\n{"name": "<offered>", "arguments": <args>}\\n</tool_call>``; with
+        ``parallel_calls`` several, separated by ``\\n``. Nothing may follow the last one (the engine's EOS,
+        ``<|im_end|>``, ends the turn).
         """
         mode, callable_tools = resolve_choice(tools, tool_choice)
         free = free_text([_OPEN, _CLOSE])
@@ -201,7 +203,7 @@ class QwenCodec(Codec):
         call = f"{tag(_OPEN)}\\n{envelope_alternatives(callable_tools, args_key='arguments')}\\n{tag(_CLOSE)}"
         if mode is ChoiceMode.NAMED:
             return call
-        calls = f"{call}(?:\\n{call})*"
+        calls = f"{call}(?:\\n{call})*" if parallel_calls else call
         return calls if mode is ChoiceMode.REQUIRED else f"{free}(?:{calls})?"
 
 

@@ -1,0 +1,609 @@
+/* constrained._kernel: the token-trie walk behind per-state masks, and the in-place mask writers.
+ *
+ * Owns four hot loops and nothing else; every array is handed in by index.py through the buffer
+ * protocol (numpy arrays, C-contiguous), sizes are checked here, and errors are ValueErrors.
+ *
+ *   build_trie   token byte strings -> sorted (memcmp), then a trie flattened in PREORDER
+ *                (node byte, node depth, subtree end, terminal node of each string)
+ *   check        validates a trie + transition table once, so that `walk` can trust them
+ *   walk         DFA state x trie -> every token id whose bytes stay alive, and the state they lead to
+ *                (ids sorted ascending). A DEAD transition skips the whole subtree.
+ *   min_tokenization   fewest tokens that spell a given symbol string (dynamic programming with
+ *                trie prefix lookups); used for budget-aware closing.
+ *   apply_allowed / apply_disallowed / apply_bytemask   write -inf into float32 logits, in place.
+ *
+ * Trie layout (n nodes, node 0 is the root at depth 0, end[0] == n):
+ *   node_byte[i]  the byte on the edge into node i
+ *   node_depth[i] its depth == length of the prefix it spells
+ *   node_end[i]   one past the last node of its subtree (preorder => the subtree is [i, end[i]) )
+ *   tok_start[i]..tok_start[i+1]  CSR range of token ids whose bytes end exactly at node i
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEAD (-1)
+#define INF_TOKENS (INT32_MAX / 2)
+
+/* ---- buffer helpers -------------------------------------------------------------------------- */
+
+static int
+get_buf(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t itemsize, const char *name)
+{
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        return -1;
+    }
+    if (itemsize > 0 && view->itemsize != itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: expected items of %zd bytes, got %zd", name, itemsize,
+                     view->itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static Py_ssize_t
+n_items(Py_buffer *v)
+{
+    return v->itemsize ? v->len / v->itemsize : 0;
+}
+
+/* ---- build_trie ------------------------------------------------------------------------------ */
+
+static const uint8_t *sort_blob;  /* qsort context; build_trie holds the GIL throughout */
+static const int64_t *sort_off;
+
+static int
+cmp_token(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    int64_t lx = sort_off[x + 1] - sort_off[x], ly = sort_off[y + 1] - sort_off[y];
+    int64_t m = lx < ly ? lx : ly;
+    int c = memcmp(sort_blob + sort_off[x], sort_blob + sort_off[y], (size_t)m);
+    if (c) return c;
+    if (lx != ly) return lx < ly ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+PyDoc_STRVAR(build_trie_doc,
+"build_trie(blob, offsets, include, node_byte, node_depth, node_end, tok_ids, terminal)\n"
+"    -> (n_nodes, n_tokens, max_depth)\n\n"
+"blob: every token's bytes concatenated in id order; offsets: int64[V+1]; include: uint8[V] (non-zero =\n"
+"put the token in the trie; it must be non-empty). Sorts the included tokens by bytes (ties by id) and\n"
+"flattens their trie in preorder. Outputs: node_byte uint8[cap], node_depth int32[cap], node_end\n"
+"int32[cap] with cap >= 1 + len(blob); tok_ids int32[V] (sorted ids, first n_tokens valid); terminal\n"
+"int32[V] (node where tok_ids[k] ends).");
+
+static PyObject *
+build_trie(PyObject *self, PyObject *args)
+{
+    PyObject *objs[8];
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
+                          &objs[6], &objs[7])) {
+        return NULL;
+    }
+    Py_buffer blob, off, inc, nbyte, ndepth, nend, tids, term;
+    Py_buffer *bufs[8] = {&blob, &off, &inc, &nbyte, &ndepth, &nend, &tids, &term};
+    const Py_ssize_t sizes[8] = {1, 8, 1, 1, 4, 4, 4, 4};
+    const int wr[8] = {0, 0, 0, 1, 1, 1, 1, 1};
+    const char *names[8] = {"blob", "offsets", "include", "node_byte", "node_depth", "node_end", "tok_ids",
+                            "terminal"};
+    int got = 0;
+    PyObject *result = NULL;
+    int32_t *path = NULL;
+    for (; got < 8; got++) {
+        if (get_buf(objs[got], bufs[got], wr[got], sizes[got], names[got]) < 0) goto done;
+    }
+    const uint8_t *s = (const uint8_t *)blob.buf;
+    const int64_t *o = (const int64_t *)off.buf;
+    const uint8_t *in = (const uint8_t *)inc.buf;
+    Py_ssize_t V = n_items(&off) - 1;
+    Py_ssize_t cap = n_items(&nbyte);
+    if (V < 0 || n_items(&inc) != V || n_items(&tids) != V || n_items(&term) != V || n_items(&ndepth) != cap ||
+        n_items(&nend) != cap || cap < blob.len + 1 || cap > INT32_MAX || V > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "build_trie: inconsistent array sizes");
+        goto done;
+    }
+    int32_t *ids = (int32_t *)tids.buf;
+    int32_t *tm = (int32_t *)term.buf;
+    Py_ssize_t n = 0;
+    int64_t max_len = 0;
+    for (Py_ssize_t v = 0; v < V; v++) {
+        if (o[v] < 0 || o[v + 1] < o[v] || o[v + 1] > blob.len) {
+            PyErr_SetString(PyExc_ValueError, "build_trie: offsets must be ascending inside blob");
+            goto done;
+        }
+        if (!in[v]) continue;
+        int64_t len = o[v + 1] - o[v];
+        if (len <= 0) {
+            PyErr_SetString(PyExc_ValueError, "build_trie: included tokens must be non-empty");
+            goto done;
+        }
+        if (len > max_len) max_len = len;
+        ids[n++] = (int32_t)v;
+    }
+    sort_blob = s;
+    sort_off = o;
+    qsort(ids, (size_t)n, sizeof(int32_t), cmp_token);
+
+    uint8_t *nb = (uint8_t *)nbyte.buf;
+    int32_t *nd = (int32_t *)ndepth.buf;
+    int32_t *ne = (int32_t *)nend.buf;
+    path = (int32_t *)malloc(sizeof(int32_t) * (size_t)(max_len + 1));
+    if (!path) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int32_t n_nodes = 1;
+    nb[0] = 0;
+    nd[0] = 0;
+    path[0] = 0;
+    int64_t cur_len = 0; /* length of the open path (the previous string) */
+    const uint8_t *prev = NULL;
+    int64_t prev_len = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *str = s + o[ids[i]];
+        int64_t len = o[ids[i] + 1] - o[ids[i]];
+        int64_t lcp = 0;
+        if (prev) {
+            int64_t m = len < prev_len ? len : prev_len;
+            while (lcp < m && str[lcp] == prev[lcp]) lcp++;
+        }
+        if (lcp < len) {
+            for (int64_t d = lcp + 1; d <= cur_len; d++) ne[path[d]] = n_nodes; /* close the old branch */
+            for (int64_t d = lcp + 1; d <= len; d++) {
+                nb[n_nodes] = str[d - 1];
+                nd[n_nodes] = (int32_t)d;
+                path[d] = n_nodes;
+                n_nodes++;
+            }
+            cur_len = len;
+        }
+        tm[i] = path[len];
+        prev = str;
+        prev_len = len;
+    }
+    for (int64_t d = 0; d <= cur_len; d++) ne[path[d]] = n_nodes;
+    ne[0] = n_nodes;
+    result = Py_BuildValue("(inn)", n_nodes, n, (Py_ssize_t)max_len);
+done:
+    free(path);
+    while (got > 0) {
+        got--;
+        PyBuffer_Release(bufs[got]);
+    }
+    return result;
+}
+
+/* ---- walk ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    int32_t id;
+    int32_t next;
+} pair_t;
+
+static int
+cmp_pair(const void *a, const void *b)
+{
+    int32_t x = ((const pair_t *)a)->id, y = ((const pair_t *)b)->id;
+    return (x > y) - (x < y);
+}
+
+PyDoc_STRVAR(walk_doc,
+"walk(transitions, width, state, node_byte, node_depth, node_end, tok_start, tok_ids, max_depth,\n"
+"     out_ids, out_next, scratch) -> count\n\n"
+"Walk the preorder trie from DFA `state`; write every token id whose bytes all have live\n"
+"transitions into out_ids[:count] (ascending) and the state reached into out_next[:count].\n"
+"transitions: int32[S*width] (-1 = dead); out arrays: int32[len(tok_ids)];\n"
+"scratch: int32[V] all -1 (restored on return), V > every token id.");
+
+static PyObject *
+walk(PyObject *self, PyObject *args)
+{
+    PyObject *o_t, *o_byte, *o_depth, *o_end, *o_ts, *o_tid, *o_oid, *o_onext, *o_scr;
+    Py_ssize_t width, state, max_depth;
+    if (!PyArg_ParseTuple(args, "OnnOOOOOnOOO", &o_t, &width, &state, &o_byte, &o_depth, &o_end, &o_ts,
+                          &o_tid, &max_depth, &o_oid, &o_onext, &o_scr)) {
+        return NULL;
+    }
+    Py_buffer bt, bb, bd, be, bs, bi, boi, bon, bsc;
+    Py_buffer *bufs[9] = {&bt, &bb, &bd, &be, &bs, &bi, &boi, &bon, &bsc};
+    PyObject *objs[9] = {o_t, o_byte, o_depth, o_end, o_ts, o_tid, o_oid, o_onext, o_scr};
+    const Py_ssize_t sizes[9] = {4, 1, 4, 4, 4, 4, 4, 4, 4};
+    const int wr[9] = {0, 0, 0, 0, 0, 0, 1, 1, 1};
+    const char *names[9] = {"transitions", "node_byte", "node_depth", "node_end", "tok_start",
+                            "tok_ids", "out_ids", "out_next", "scratch"};
+    int got = 0;
+    PyObject *result = NULL;
+    int32_t stack_states[512];
+    int32_t *states = stack_states;
+    for (; got < 9; got++) {
+        if (get_buf(objs[got], bufs[got], wr[got], sizes[got], names[got]) < 0) goto done;
+    }
+    const int32_t *T = (const int32_t *)bt.buf;
+    Py_ssize_t n_states = width > 0 ? n_items(&bt) / width : 0;
+    Py_ssize_t n_nodes = n_items(&bb);
+    Py_ssize_t n_tok = n_items(&bi);
+    Py_ssize_t vsize = n_items(&bsc);
+    if (width < 256 || n_items(&bt) != n_states * width || state < 0 || state >= n_states ||
+        n_items(&bd) != n_nodes || n_items(&be) != n_nodes || n_items(&bs) != n_nodes + 1 ||
+        n_items(&boi) < n_tok || n_items(&bon) < n_tok || max_depth < 0 || n_nodes < 1) {
+        PyErr_SetString(PyExc_ValueError, "walk: inconsistent array sizes");
+        goto done;
+    }
+    if (max_depth + 1 > 512) {
+        states = (int32_t *)malloc(sizeof(int32_t) * (size_t)(max_depth + 1));
+        if (!states) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    const uint8_t *nb = (const uint8_t *)bb.buf;
+    const int32_t *nd = (const int32_t *)bd.buf;
+    const int32_t *ne = (const int32_t *)be.buf;
+    const int32_t *ts = (const int32_t *)bs.buf;
+    const int32_t *ti = (const int32_t *)bi.buf;
+    int32_t *oid = (int32_t *)boi.buf;
+    int32_t *onext = (int32_t *)bon.buf;
+    int32_t *scr = (int32_t *)bsc.buf;
+    Py_ssize_t count = 0;
+    int bad = 0;
+
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t d = 0; d <= max_depth; d++) states[d] = (int32_t)state; /* never an unset entry */
+    Py_ssize_t i = 1;
+    /* The trie and the table were validated by `check` (index.py calls it once per trie and per DFA), so
+     * the hot loop trusts them: depth in [1, max_depth], end in (i, n_nodes], targets in [-1, n_states). */
+    while (i < n_nodes) {
+        int32_t d = nd[i];
+        int32_t ns = T[(Py_ssize_t)states[d - 1] * width + nb[i]];
+        if (ns < 0) {
+            i = ne[i];
+            continue;
+        }
+        states[d] = ns;
+        int32_t k0 = ts[i], k1 = ts[i + 1];
+        for (int32_t k = k0; k < k1; k++) {
+            oid[count] = ti[k];
+            onext[count] = ns;
+            count++;
+        }
+        i++;
+    }
+    if (!bad) {
+        /* Sort by id: small outputs by qsort of pairs, large ones by a dense pass over scratch. */
+        if (count * 16 < vsize) {
+            pair_t *pairs = (pair_t *)malloc(sizeof(pair_t) * (size_t)(count ? count : 1));
+            if (!pairs) {
+                bad = 2;
+            } else {
+                for (Py_ssize_t k = 0; k < count; k++) {
+                    pairs[k].id = oid[k];
+                    pairs[k].next = onext[k];
+                }
+                qsort(pairs, (size_t)count, sizeof(pair_t), cmp_pair);
+                for (Py_ssize_t k = 0; k < count; k++) {
+                    oid[k] = pairs[k].id;
+                    onext[k] = pairs[k].next;
+                }
+                free(pairs);
+            }
+        } else {
+            for (Py_ssize_t k = 0; k < count; k++) {
+                if (oid[k] < 0 || oid[k] >= vsize) {
+                    bad = 1;
+                    break;
+                }
+                scr[oid[k]] = onext[k];
+            }
+            if (!bad) {
+                Py_ssize_t c = 0;
+                for (Py_ssize_t v = 0; v < vsize; v++) {
+                    if (scr[v] >= 0) {
+                        oid[c] = (int32_t)v;
+                        onext[c] = scr[v];
+                        c++;
+                        scr[v] = -1;
+                    }
+                }
+                count = c; /* duplicates ids cannot occur: each id ends at one node */
+            } else {
+                for (Py_ssize_t v = 0; v < vsize; v++) scr[v] = -1;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+
+    if (bad == 2) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "walk: corrupt trie or transition table");
+        goto done;
+    }
+    result = PyLong_FromSsize_t(count);
+done:
+    if (states != stack_states) free(states);
+    while (got > 0) {
+        got--;
+        PyBuffer_Release(bufs[got]);
+    }
+    return result;
+}
+
+PyDoc_STRVAR(check_doc,
+"check(transitions, width, node_depth, node_end, tok_start, tok_ids, max_depth, vocab_size) -> None\n\n"
+"Validate what `walk` trusts: every transition in [-1, n_states), every node's depth in [1, max_depth]\n"
+"and no deeper than its parent + 1, subtree ends in (i, n_nodes], CSR offsets ascending within tok_ids,\n"
+"token ids in [0, vocab_size). Raises ValueError naming the first violation.");
+
+static PyObject *
+check(PyObject *self, PyObject *args)
+{
+    PyObject *o_t, *o_d, *o_e, *o_s, *o_i;
+    Py_ssize_t width, max_depth, vsize;
+    if (!PyArg_ParseTuple(args, "OnOOOOnn", &o_t, &width, &o_d, &o_e, &o_s, &o_i, &max_depth, &vsize)) return NULL;
+    Py_buffer bt, bd, be, bs, bi;
+    Py_buffer *bufs[5] = {&bt, &bd, &be, &bs, &bi};
+    PyObject *objs[5] = {o_t, o_d, o_e, o_s, o_i};
+    const char *names[5] = {"transitions", "node_depth", "node_end", "tok_start", "tok_ids"};
+    int got = 0;
+    PyObject *result = NULL;
+    const char *why = NULL;
+    for (; got < 5; got++) {
+        if (get_buf(objs[got], bufs[got], 0, 4, names[got]) < 0) goto done;
+    }
+    Py_ssize_t n_states = width > 0 ? n_items(&bt) / width : 0;
+    Py_ssize_t n_nodes = n_items(&bd), n_tok = n_items(&bi);
+    const int32_t *T = (const int32_t *)bt.buf, *nd = (const int32_t *)bd.buf, *ne = (const int32_t *)be.buf;
+    const int32_t *ts = (const int32_t *)bs.buf, *ti = (const int32_t *)bi.buf;
+    if (width < 256 || n_items(&bt) != n_states * width) why = "transitions is not [n_states, width>=256]";
+    else if (n_nodes < 1 || n_items(&be) != n_nodes || n_items(&bs) != n_nodes + 1) why = "trie arrays disagree";
+    else if (nd[0] != 0 || ne[0] != n_nodes || ts[0] != 0 || ts[n_nodes] != n_tok) why = "bad trie root";
+    for (Py_ssize_t k = 0; !why && k < n_items(&bt); k++) {
+        if (T[k] < -1 || T[k] >= n_states) why = "transition target out of range";
+    }
+    for (Py_ssize_t i = 1; !why && i < n_nodes; i++) {
+        if (nd[i] < 1 || nd[i] > max_depth || nd[i] > nd[i - 1] + 1) why = "node depth out of range";
+        else if (ne[i] <= i || ne[i] > n_nodes) why = "node subtree end out of range";
+        else if (ts[i] > ts[i + 1]) why = "token offsets not ascending";
+    }
+    for (Py_ssize_t k = 0; !why && k < n_tok; k++) {
+        if (ti[k] < 0 || ti[k] >= vsize) why = "token id out of range";
+    }
+    if (why) {
+        PyErr_Format(PyExc_ValueError, "check: %s", why);
+        goto done;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    while (got > 0) {
+        got--;
+        PyBuffer_Release(bufs[got]);
+    }
+    return result;
+}
+
+/* ---- min_tokenization ------------------------------------------------------------------------ */
+
+PyDoc_STRVAR(min_tokenization_doc,
+"min_tokenization(symbols, node_byte, node_end, tok_start, root_child, best) -> None\n\n"
+"symbols: int32[L] (bytes 0..255; >= 256 = one special token each). Fills best int32[L+1] with\n"
+"best[i] = fewest tokens spelling symbols[i:] (best[L] = 0; unreachable = INT32_MAX/2).\n"
+"root_child: int32[256], the trie node under the root for each byte (-1 if none).");
+
+static PyObject *
+min_tokenization(PyObject *self, PyObject *args)
+{
+    PyObject *o_sym, *o_byte, *o_end, *o_ts, *o_rc, *o_best;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o_sym, &o_byte, &o_end, &o_ts, &o_rc, &o_best)) {
+        return NULL;
+    }
+    Py_buffer bsym, bb, be, bs, brc, bbest;
+    Py_buffer *bufs[6] = {&bsym, &bb, &be, &bs, &brc, &bbest};
+    PyObject *objs[6] = {o_sym, o_byte, o_end, o_ts, o_rc, o_best};
+    const Py_ssize_t sizes[6] = {4, 1, 4, 4, 4, 4};
+    const int wr[6] = {0, 0, 0, 0, 0, 1};
+    const char *names[6] = {"symbols", "node_byte", "node_end", "tok_start", "root_child", "best"};
+    int got = 0;
+    PyObject *result = NULL;
+    for (; got < 6; got++) {
+        if (get_buf(objs[got], bufs[got], wr[got], sizes[got], names[got]) < 0) goto done;
+    }
+    Py_ssize_t L = n_items(&bsym), n_nodes = n_items(&bb);
+    if (n_items(&bbest) != L + 1 || n_items(&be) != n_nodes || n_items(&bs) != n_nodes + 1 ||
+        n_items(&brc) != 256) {
+        PyErr_SetString(PyExc_ValueError, "min_tokenization: inconsistent array sizes");
+        goto done;
+    }
+    const int32_t *sym = (const int32_t *)bsym.buf;
+    const uint8_t *nb = (const uint8_t *)bb.buf;
+    const int32_t *ne = (const int32_t *)be.buf;
+    const int32_t *ts = (const int32_t *)bs.buf;
+    const int32_t *rc = (const int32_t *)brc.buf;
+    int32_t *best = (int32_t *)bbest.buf;
+    best[L] = 0;
+    for (Py_ssize_t i = L - 1; i >= 0; i--) {
+        int32_t b = INF_TOKENS;
+        if (sym[i] >= 256 || sym[i] < 0) {
+            if (sym[i] >= 256 && best[i + 1] < INF_TOKENS) b = best[i + 1] + 1;
+            best[i] = b;
+            continue;
+        }
+        int32_t node = rc[sym[i]];
+        Py_ssize_t j = i;
+        while (node > 0 && node < n_nodes) {
+            /* node spells symbols[i..j] */
+            if (ts[node + 1] > ts[node] && best[j + 1] < INF_TOKENS && best[j + 1] + 1 < b) b = best[j + 1] + 1;
+            j++;
+            if (j >= L || sym[j] < 0 || sym[j] >= 256) break;
+            /* find the child of node with byte sym[j]: children are node+1, then successive ends */
+            int32_t c = node + 1, want = sym[j], found = -1;
+            while (c < ne[node]) {
+                if (nb[c] == want) {
+                    found = c;
+                    break;
+                }
+                c = ne[c];
+            }
+            node = found;
+        }
+        best[i] = b;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    while (got > 0) {
+        got--;
+        PyBuffer_Release(bufs[got]);
+    }
+    return result;
+}
+
+/* ---- mask writers ---------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(apply_allowed_doc,
+"apply_allowed(logits, allowed) -> None\n\n"
+"logits: float32[n], writable; allowed: int32 ascending, each in [0, n). Writes -inf everywhere\n"
+"except at the allowed indices (fills the gaps; no temporary storage).");
+
+static PyObject *
+apply_allowed(PyObject *self, PyObject *args)
+{
+    PyObject *o_l, *o_a;
+    if (!PyArg_ParseTuple(args, "OO", &o_l, &o_a)) return NULL;
+    Py_buffer bl, ba;
+    if (get_buf(o_l, &bl, 1, 4, "logits") < 0) return NULL;
+    if (get_buf(o_a, &ba, 0, 4, "allowed") < 0) {
+        PyBuffer_Release(&bl);
+        return NULL;
+    }
+    float *l = (float *)bl.buf;
+    const int32_t *a = (const int32_t *)ba.buf;
+    Py_ssize_t n = n_items(&bl), k = n_items(&ba);
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (a[i] < 0 || a[i] >= n || (i > 0 && a[i] <= a[i - 1])) {
+            bad = 1;
+            break;
+        }
+    }
+    if (!bad) {
+        const float neg = -INFINITY;
+        Py_ssize_t pos = 0;
+        for (Py_ssize_t i = 0; i < k; i++) {
+            for (Py_ssize_t v = pos; v < a[i]; v++) l[v] = neg;
+            pos = (Py_ssize_t)a[i] + 1;
+        }
+        for (Py_ssize_t v = pos; v < n; v++) l[v] = neg;
+    }
+    PyBuffer_Release(&ba);
+    PyBuffer_Release(&bl);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "apply_allowed: ids must be ascending and inside the logits");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(apply_disallowed_doc,
+"apply_disallowed(logits, disallowed) -> None\n\n"
+"logits: float32[n], writable; disallowed: int32, each in [0, n). Writes -inf at those indices.");
+
+static PyObject *
+apply_disallowed(PyObject *self, PyObject *args)
+{
+    PyObject *o_l, *o_d;
+    if (!PyArg_ParseTuple(args, "OO", &o_l, &o_d)) return NULL;
+    Py_buffer bl, bd;
+    if (get_buf(o_l, &bl, 1, 4, "logits") < 0) return NULL;
+    if (get_buf(o_d, &bd, 0, 4, "disallowed") < 0) {
+        PyBuffer_Release(&bl);
+        return NULL;
+    }
+    float *l = (float *)bl.buf;
+    const int32_t *d = (const int32_t *)bd.buf;
+    Py_ssize_t n = n_items(&bl), k = n_items(&bd);
+    int bad = 0;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (d[i] < 0 || d[i] >= n) {
+            bad = 1;
+            break;
+        }
+    }
+    if (!bad) {
+        const float neg = -INFINITY;
+        for (Py_ssize_t i = 0; i < k; i++) l[d[i]] = neg;
+    }
+    PyBuffer_Release(&bd);
+    PyBuffer_Release(&bl);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "apply_disallowed: ids must be inside the logits");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(apply_bytemask_doc,
+"apply_bytemask(logits, keep) -> None\n\n"
+"logits: float32[n], writable; keep: uint8[n] (0 = disallowed). Writes -inf where keep is 0\n"
+"(branch-free, vectorizable: the form for states allowing a middling share of the vocabulary).");
+
+static PyObject *
+apply_bytemask(PyObject *self, PyObject *args)
+{
+    PyObject *o_l, *o_k;
+    if (!PyArg_ParseTuple(args, "OO", &o_l, &o_k)) return NULL;
+    Py_buffer bl, bk;
+    if (get_buf(o_l, &bl, 1, 4, "logits") < 0) return NULL;
+    if (get_buf(o_k, &bk, 0, 1, "keep") < 0) {
+        PyBuffer_Release(&bl);
+        return NULL;
+    }
+    Py_ssize_t n = n_items(&bl);
+    int bad = n_items(&bk) != n;
+    if (!bad) {
+        float *restrict l = (float *)bl.buf;
+        const uint8_t *restrict k = (const uint8_t *)bk.buf;
+        const float neg = -INFINITY;
+        for (Py_ssize_t i = 0; i < n; i++) l[i] = k[i] ? l[i] : neg;
+    }
+    PyBuffer_Release(&bk);
+    PyBuffer_Release(&bl);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "apply_bytemask: keep must have one byte per logit");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* ---- module ---------------------------------------------------------------------------------- */
+
+static PyMethodDef kernel_methods[] = {
+    {"build_trie", build_trie, METH_VARARGS, build_trie_doc},
+    {"walk", walk, METH_VARARGS, walk_doc},
+    {"check", check, METH_VARARGS, check_doc},
+    {"min_tokenization", min_tokenization, METH_VARARGS, min_tokenization_doc},
+    {"apply_allowed", apply_allowed, METH_VARARGS, apply_allowed_doc},
+    {"apply_disallowed", apply_disallowed, METH_VARARGS, apply_disallowed_doc},
+    {"apply_bytemask", apply_bytemask, METH_VARARGS, apply_bytemask_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef kernel_module = {
+    PyModuleDef_HEAD_INIT, "constrained._kernel",
+    "Token-trie walk and mask writers for the constrained-decoding index (see _kernel.c).", -1,
+    kernel_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__kernel(void)
+{
+    return PyModule_Create(&kernel_module);
+}

@@ -1,0 +1,1008 @@
+"""JSON Schema → regex pattern (the dialect of ``constrained.regex``), one keyword set, exact or refused.
+
+Owns the translation of a JSON Schema into a full-match pattern whose language is a subset of the
+schema's valid JSON texts, written in one whitespace policy. Refuses, with `UnsupportedSchemaError`
+(path + keyword), every keyword it cannot enforce, and every unknown keyword (fail closed): an
+unenforced constraint is a lie about the output. docs/schema-coverage.md is the keyword table.
+
+    schema (dict | bool | JSON text)
+        │ _Compiler.compile(node)
+        ▼
+    _flatten: $ref / allOf / anyOf / oneOf / nullable  ──►  disjunction of flat nodes
+        │            (allOf and siblings are MERGED structurally by _merge, never concatenated)
+        ▼
+    _compile_flat: enum/const (finite, filtered by a real validator) or one branch per JSON type
+        │  string (units, formats from grammars/formats/*.regex, ECMA `pattern` via regex.py)
+        │  integer / number (exact digit-range regexes)   object / array (recurse, depth-bounded)
+        ▼
+    pattern string (Python-`re`-compatible: explicit classes, no \\d)
+
+Rules that are ours, not outlines-core's: numeric bounds are exact; every keyword of a node is
+honoured or refused; allOf is an intersection. Limits (documented in docs/schema-coverage.md):
+integers/numbers have at most 15 integer digits unless a bound needs more, numbers at most 15
+fraction digits and a 2-digit exponent; containers nest at most `max_depth` deep; open-ended values
+(``true``, ``{}``, extra properties) nest at most `any_value_depth` containers; a recursive ``$ref``
+is unrolled at most `_MAX_REF_UNROLL` times along one path. The number-range and string-set helpers
+live here because they exist only to serve this translation.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import math
+import pathlib
+import re
+import urllib.parse
+from fractions import Fraction
+from typing import Any, Literal
+
+from .errors import GrammarTooLargeError, InvalidSchemaError, UnsupportedSchemaError
+
+__all__ = [
+    "schema_to_pattern",
+    "ANNOTATION_KEYWORDS",
+    "SUPPORTED_KEYWORDS",
+    "UNSUPPORTED_KEYWORDS",
+    "STRING_FORMATS",
+    "INTEGER_DIGITS",
+    "FRACTION_DIGITS",
+]
+
+Whitespace = Literal["compact", "flexible"]
+
+# -- policy constants -------------------------------------------------------------------------------
+
+INTEGER_DIGITS = 15
+"""Most digits in the integer part of a number the pattern accepts on a side with no explicit bound."""
+FRACTION_DIGITS = 15
+"""Most digits after the decimal point."""
+EXPONENT_DIGITS = 2
+"""Most exponent digits (unbounded numbers only): keeps every value finite as an IEEE double."""
+FLEXIBLE_WS = r"(?:[ ]|\n[ ]{0,20})?"
+"""One insignificant-whitespace slot in the flexible policy: nothing, one space, or one newline plus at
+most 20 spaces (json.dumps separators and indent output). Bounded, so a model cannot loop on blanks."""
+_MAX_REF_UNROLL = 3
+"""How many times one ``$ref`` may be entered along a single path (recursion unrolling)."""
+_MAX_ALTERNATIVES = 256
+"""Most flat alternatives a node may expand into (anyOf × allOf products)."""
+MAX_PATTERN_CHARS = 2_000_000
+"""Largest pattern produced; beyond it GrammarTooLargeError("regex_length")."""
+
+ANNOTATION_KEYWORDS = frozenset(
+    {
+        "title", "description", "examples", "example", "default", "$schema", "$id", "$comment",
+        "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "deprecated", "readOnly",
+        "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "markdownDescription",
+        "enumDescriptions", "markdownEnumDescriptions", "deprecationMessage", "errorMessage",
+        "defaultSnippets", "discriminator", "externalDocs", "xml", "$defs", "definitions",
+    }
+)
+"""Keywords that never constrain an instance here: ignored explicitly (so are ``x-*`` vendor
+extensions, and ``id`` when it is a string: the draft-04 identifier). ``$defs``/``definitions`` are
+reached only through ``$ref``."""
+
+SUPPORTED_KEYWORDS = frozenset(
+    {
+        "type", "enum", "const", "nullable",
+        "properties", "required", "additionalProperties", "minProperties", "maxProperties",
+        "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
+        "minLength", "maxLength", "pattern", "format",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+        "$ref", "allOf", "anyOf", "oneOf", "patternProperties",
+    }
+)
+"""Keywords the compiler reads. Some are accepted only in trivially-true forms (see coverage doc):
+``multipleOf`` (integers and a divisor of 1), ``uniqueItems`` (false, or maxItems ≤ 1),
+``minProperties``/``maxProperties`` (implied by required / listed properties), ``patternProperties``
+(empty)."""
+
+UNSUPPORTED_KEYWORDS = frozenset(
+    {
+        "not", "if", "then", "else", "contains", "minContains", "maxContains", "propertyNames",
+        "dependentSchemas", "dependentRequired", "dependencies", "unevaluatedProperties",
+        "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+    }
+)
+"""Known JSON Schema keywords that a regular pattern cannot (or does not yet) enforce. Next to an
+``enum``/``const`` they are enforced anyway, by filtering the finite candidate set with a validator."""
+
+_TYPES = ("null", "boolean", "object", "array", "number", "string")
+_ALL_TYPE_NAMES = frozenset(_TYPES) | {"integer"}
+
+# -- format table -----------------------------------------------------------------------------------
+
+_FORMAT_DIR = pathlib.Path(__file__).resolve().parents[2] / "grammars" / "formats"
+STRING_FORMATS = ("date", "time", "date-time", "uuid", "email", "ipv4", "uri")
+"""String formats enforced, each from grammars/formats/<name>.regex (the decoded string's pattern)."""
+_INTEGER_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+_NOOP_FORMATS = frozenset({"float", "double", "password"})
+"""OpenAPI hints with no constraint on a JSON value beyond its type."""
+
+
+@functools.cache
+def _format_body(name: str) -> str:
+    """The pattern of a string format, loaded once from its declarative source file."""
+    text = (_FORMAT_DIR / f"{name}.regex").read_text(encoding="utf-8")
+    return "".join(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
+# -- regex building blocks --------------------------------------------------------------------------
+
+UNIT = r'(?:[^"\\\x00-\x1f]|\\["\\bfnrt]|\\u00[01][0-9a-f])'
+"""One JSON-encoded character of a string body as json.dumps(ensure_ascii=False) writes it."""
+STRING = f'"{UNIT}*"'
+_INT_ANY = rf"(?:0|-?[1-9][0-9]{{0,{INTEGER_DIGITS - 1}}})"
+_NUMBER_ANY = (
+    rf"-?(?:0|[1-9][0-9]{{0,{INTEGER_DIGITS - 1}}})(?:\.[0-9]{{1,{FRACTION_DIGITS}}})?"
+    rf"(?:[eE][+\-]?[0-9]{{1,{EXPONENT_DIGITS}}})?"
+)
+_SCALARS = f"(?:null|true|false|{_NUMBER_ANY}|{STRING})"
+_SPECIAL = set("\\.^$*+?()[]{}|-/\"")
+_SHORT_ESCAPES = {"\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
+
+Pattern = str | None
+"""A pattern, or None for the empty language (an unsatisfiable sub-schema)."""
+
+
+def _lit(text: str) -> str:
+    """Escape literal text into the dialect (metacharacters backslashed, controls as \\xHH)."""
+    out = []
+    for ch in text:
+        if ch in _SPECIAL:
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        elif 0xD800 <= ord(ch) <= 0xDFFF:
+            raise UnsupportedSchemaError("#", "enum", "lone surrogate in a literal string")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _class_char(ch: str) -> str:
+    return "\\" + ch if ch in "\\]^-[" else (f"\\x{ord(ch):02x}" if ord(ch) < 0x20 else ch)
+
+
+def _alt(parts: list[Pattern]) -> Pattern:
+    seen: list[str] = []
+    for p in parts:
+        if p is not None and p not in seen:
+            seen.append(p)
+    if not seen:
+        return None
+    return seen[0] if len(seen) == 1 else "(?:" + "|".join(seen) + ")"
+
+
+def _cat(*parts: Pattern) -> Pattern:
+    return None if any(p is None for p in parts) else "".join(parts)  # type: ignore[arg-type]
+
+
+def _rep(p: str, lo: int, hi: int | None) -> str:
+    if hi == 0 or p == "":
+        return ""
+    g = f"(?:{p})"
+    if hi is None:
+        return g + ("*" if lo == 0 else "+" if lo == 1 else f"{{{lo},}}")
+    if lo == hi:
+        return g if lo == 1 else f"{g}{{{lo}}}"
+    return g + ("?" if (lo, hi) == (0, 1) else f"{{{lo},{hi}}}")
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _value_key(value: Any) -> str:
+    """Equality key that tells booleans from numbers (JSON Schema equality) and 1 from 1.0."""
+    def norm(v: Any) -> Any:
+        if isinstance(v, bool):
+            return ["b", v]
+        if isinstance(v, (int, float)):
+            return ["n", str(Fraction(v))] if math.isfinite(v) else ["n", repr(v)]
+        if isinstance(v, dict):
+            return ["o", sorted((k, norm(x)) for k, x in v.items())]
+        if isinstance(v, list):
+            return ["a", [norm(x) for x in v]]
+        return ["s", v] if isinstance(v, str) else ["z", None]
+    return json.dumps(norm(value))
+
+
+def _pointer_token(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+# -- integer and decimal ranges ---------------------------------------------------------------------
+
+
+def _same_length_range(a: str, b: str) -> str:
+    """Digit strings of len(a) == len(b) between a and b inclusive."""
+    if a == b:
+        return a
+    if a[0] == b[0]:
+        return a[0] + _same_length_range(a[1:], b[1:])
+    n = len(a) - 1
+    if a[1:] == "0" * n and b[1:] == "9" * n:
+        return f"[{a[0]}-{b[0]}]" + (f"[0-9]{{{n}}}" if n > 1 else "[0-9]" if n else "")
+    parts = [a[0] + _same_length_range(a[1:], "9" * n)]
+    lo, hi = int(a[0]) + 1, int(b[0]) - 1
+    if lo <= hi:
+        cls = str(lo) if lo == hi else f"[{lo}-{hi}]"
+        parts.append(cls + (f"[0-9]{{{n}}}" if n > 1 else "[0-9]" if n else ""))
+    parts.append(b[0] + _same_length_range("0" * n, b[1:]))
+    return "(?:" + "|".join(parts) + ")"
+
+
+def _natural_range(lo: int, hi: int) -> Pattern:
+    """Decimal naturals (no leading zeros) n with lo <= n <= hi, 0 <= lo."""
+    if lo > hi:
+        return None
+    parts: list[str] = []
+    full_from: int | None = None  # run of lengths whose whole [10^(L-1), 10^L - 1] is covered
+    for length in range(len(str(lo)), len(str(hi)) + 1):
+        first = 0 if length == 1 else 10 ** (length - 1)
+        a, b = max(lo, first), min(hi, 10**length - 1)
+        if length > 1 and a == first and b == 10**length - 1:
+            full_from = length if full_from is None else full_from
+            continue
+        if full_from is not None:
+            parts.append(_full_lengths(full_from, length - 1))
+            full_from = None
+        parts.append(_same_length_range(str(a), str(b)))
+    if full_from is not None:
+        parts.append(_full_lengths(full_from, len(str(hi))))
+    return _alt(parts)
+
+
+def _full_lengths(l1: int, l2: int) -> str:
+    return f"[1-9][0-9]{{{l1 - 1}}}" if l1 == l2 else f"[1-9][0-9]{{{l1 - 1},{l2 - 1}}}"
+
+
+def _integer_range(lo: int | None, hi: int | None) -> Pattern:
+    """Integers lo <= n <= hi (None: up to the digit cap on that side). Never "-0"."""
+    if lo is None and hi is None:
+        return _INT_ANY
+    digits = max(INTEGER_DIGITS, len(str(abs(lo if hi is None else hi))))  # type: ignore[arg-type]
+    lo = -(10**digits - 1) if lo is None else lo
+    hi = 10**digits - 1 if hi is None else hi
+    parts = []
+    if lo < 0:
+        parts.append(_cat("-", _natural_range(max(1, -hi), -lo)))
+    if hi >= 0:
+        parts.append(_natural_range(max(lo, 0), hi))
+    return _alt(parts)
+
+
+def _nonzero_fraction(max_len: int) -> Pattern:
+    """Fraction digit strings of length 1..max_len that are not all zeros."""
+    if max_len <= 0:
+        return None
+    return _alt(["0" * j + "[1-9]" + (f"[0-9]{{0,{max_len - 1 - j}}}" if max_len - 1 - j else "") for j in range(max_len)])
+
+
+def _nonneg_decimal(a: int, a_incl: bool, b: int | None, b_incl: bool) -> Pattern:
+    """Unsigned decimals x (no exponent) with a <(=) x <(=) b, integer bounds, b None = digit cap.
+
+    Exclusive bounds keep a value and its bound at most 15 significant digits apart so the parsed
+    double can never round onto the bound itself.
+    """
+    cap = 10**INTEGER_DIGITS - 1
+    zero_frac = rf"(?:\.0{{1,{FRACTION_DIGITS}}})?"
+    whole_hi = cap if b is None else (b if b_incl else b - 1)
+    parts: list[Pattern] = [_cat(_natural_range(a if a_incl else a + 1, whole_hi), zero_frac)]
+    m_lo, m_hi = a, cap if b is None else b - 1
+    if m_lo <= m_hi:
+        def frac_at(m: int) -> int:
+            return FRACTION_DIGITS if m == 0 else min(FRACTION_DIGITS, 15 - len(str(m)))
+        inner_lo, inner_hi = m_lo, m_hi
+        if not a_incl:
+            parts.append(_cat(str(m_lo), r"\.", _nonzero_fraction(frac_at(m_lo))))
+            inner_lo = m_lo + 1
+        if b is not None and not b_incl and m_hi >= inner_lo:
+            parts.append(_cat(str(m_hi), r"\.", _nonzero_fraction(frac_at(m_hi))))
+            inner_hi = m_hi - 1
+        parts.append(_cat(_natural_range(inner_lo, inner_hi), r"\.", _nonzero_fraction(FRACTION_DIGITS)))
+    return _alt(parts)
+
+
+def _decimal_range(lo: tuple[int, bool] | None, hi: tuple[int, bool] | None) -> Pattern:
+    """Numbers between integer-valued bounds (value, inclusive), plain decimal notation."""
+    parts: list[Pattern] = []
+    if hi is None or hi[0] > 0 or (hi[0] == 0 and hi[1]):
+        a, a_incl = (lo if lo is not None and lo[0] >= 0 else (0, True))
+        parts.append(_nonneg_decimal(a, a_incl, None if hi is None else hi[0], True if hi is None else hi[1]))
+    if lo is None or lo[0] < 0:
+        a, a_incl = ((-hi[0], hi[1]) if hi is not None and hi[0] < 0 else (0, False))
+        neg = _nonneg_decimal(a, a_incl, None if lo is None else -lo[0], True if lo is None else lo[1])
+        parts.append(_cat("-", neg))
+    return _alt(parts)
+
+
+# -- string sets ------------------------------------------------------------------------------------
+
+
+def _unit_encodings(ch: str) -> list[str]:
+    """Every UNIT spelling that decodes to ch (the canonical one first)."""
+    if ch == '"':
+        return [r'\\"']
+    if ch == "\\":
+        return [r"\\\\"]
+    if ord(ch) < 0x20:
+        spelled = [rf"\\u00{ord(ch):02x}"]
+        return ([rf"\\{_SHORT_ESCAPES[ch]}"] if ch in _SHORT_ESCAPES else []) + spelled
+    return [_lit(ch)]
+
+
+def _unit_excluding(chars: set[str]) -> str:
+    plain = "".join(sorted(_class_char(c) for c in chars if c not in '"\\' and ord(c) >= 0x20))
+    parts = [f'[^"\\\\\\x00-\\x1f{plain}]']
+    specials = [c for c in chars if c in '"\\' or ord(c) < 0x20]
+    if not specials:
+        parts.append(r'\\["\\bfnrt]|\\u00[01][0-9a-f]')
+    else:
+        for code in list(range(0x20)) + [ord('"'), ord("\\")]:
+            if chr(code) not in chars:
+                parts.extend(_unit_encodings(chr(code)))
+    return "(?:" + "|".join(parts) + ")"
+
+
+def _string_body_excluding(names: list[str]) -> str:
+    """String bodies (any UNIT sequence) that do not decode to one of `names`."""
+    trie: dict = {}
+    for name in names:
+        node = trie
+        for ch in name:
+            node = node.setdefault(ch, {})
+        node[""] = True
+
+    def walk(node: dict) -> str:
+        children = {c: n for c, n in node.items() if c != ""}
+        options: list[Pattern] = [] if node.get("") else [""]
+        options.append(_unit_excluding(set(children)) + UNIT + "*")
+        for ch, child in children.items():
+            options.append(_alt(_unit_encodings(ch)) + walk(child))  # type: ignore[operator]
+        return _alt(options) or ""
+    return walk(trie)
+
+
+# -- the compiler -----------------------------------------------------------------------------------
+
+
+class _Compiler:
+    """One compilation: the root (for $ref), the whitespace policy, the depth limits."""
+
+    def __init__(self, root: Any, whitespace: Whitespace, max_depth: int, any_value_depth: int) -> None:
+        self.root = root
+        self.ws = "" if whitespace == "compact" else FLEXIBLE_WS
+        self.sep = f"{self.ws},{self.ws}"
+        self.colon = f"{self.ws}:{self.ws}"
+        self.max_depth = max_depth
+        self.any_value_depth = any_value_depth
+        self._validator: Any = None
+        self._any_cache: dict[int, str] = {}
+        self._cache: dict[tuple, tuple[Any, Pattern]] = {}
+        self._verdicts: dict[tuple[int, str], bool] = {}
+        self._cached_chars = 0
+
+    # -- entry: a schema node at a position ----------------------------------------------------------
+
+    def compile(self, node: Any, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
+        """Pattern of `node` at container depth `depth` (containers already open around it)."""
+        if node is True or node == {}:
+            return self.any_value(depth, self.any_value_depth)
+        key = (id(node), depth, trail)
+        if key not in self._cache:  # the node is kept alive in the entry, so its id stays unique
+            flats = self.flatten(node, path, trail)
+            pattern = _alt([self.compile_flat(flat, fpath, depth, ftrail, node) for flat, fpath, ftrail in flats])
+            self._cache[key] = (node, pattern)
+            self._cached_chars += len(pattern or "")
+            if self._cached_chars > 4 * MAX_PATTERN_CHARS:
+                raise GrammarTooLargeError("regex_length", MAX_PATTERN_CHARS, f"while compiling {path}")
+        return self._cache[key][1]
+
+    def any_value(self, depth: int, budget: int) -> str:
+        """Any JSON value nesting at most min(budget, max_depth - depth) containers."""
+        levels = max(0, min(budget, self.max_depth - depth))
+        if levels not in self._any_cache:
+            if levels == 0:
+                self._any_cache[0] = _SCALARS
+            else:
+                inner = self.any_value(self.max_depth - levels + 1, levels - 1)
+                pair = f"{STRING}{self.colon}{inner}"
+                arr = rf"\[{self.ws}(?:{inner}(?:{self.sep}{inner})*{self.ws})?\]"
+                obj = rf"\{{{self.ws}(?:{pair}(?:{self.sep}{pair})*{self.ws})?\}}"
+                self._any_cache[levels] = f"(?:{_SCALARS[3:-1]}|{arr}|{obj})"
+        return self._any_cache[levels]
+
+    # -- combinators → disjunction of flat nodes -----------------------------------------------------
+
+    def flatten(self, node: Any, path: str, trail: tuple[str, ...]) -> list[tuple[dict, str, tuple[str, ...]]]:
+        """Eliminate $ref/allOf/anyOf/oneOf/nullable at this level: a list of merged flat nodes."""
+        if node is True:
+            return [({}, path, trail)]
+        if node is False:
+            return []
+        if not isinstance(node, dict):
+            raise InvalidSchemaError(path, f"a schema must be an object or a boolean, not {type(node).__name__}")
+        has_enum = "enum" in node or "const" in node
+        base: dict = {}
+        for key, value in node.items():
+            if key in ANNOTATION_KEYWORDS or key.startswith("x-") or (key == "id" and isinstance(value, str)):
+                continue
+            if key in ("$ref", "allOf", "anyOf", "oneOf", "nullable"):
+                continue
+            if key in SUPPORTED_KEYWORDS or (has_enum and key in UNSUPPORTED_KEYWORDS):
+                base[key] = value
+            elif key in UNSUPPORTED_KEYWORDS:
+                raise UnsupportedSchemaError(path, key, "a regular pattern cannot enforce it")
+            else:
+                raise UnsupportedSchemaError(path, key, "unknown keyword (refused rather than ignored)")
+        conjuncts: list[list[tuple[dict, str, tuple[str, ...]]]] = [[(self.normalize(base, path), path, trail)]]
+        if "$ref" in node:
+            conjuncts.append(self.follow(node["$ref"], path, trail))
+        if "allOf" in node:
+            for i, member in enumerate(self.schema_list(node, "allOf", path)):
+                conjuncts.append(self.flatten(member, f"{path}/allOf/{i}", trail))
+        for key in ("anyOf", "oneOf"):
+            if key in node:
+                branches = [self.flatten(m, f"{path}/{key}/{i}", trail) for i, m in enumerate(self.schema_list(node, key, path))]
+                if key == "oneOf":
+                    self.require_disjoint(branches, path)
+                conjuncts.append([flat for branch in branches for flat in branch])
+        out: list[tuple[dict, str, tuple[str, ...]]] = []
+        for combo in itertools.product(*conjuncts):
+            merged: dict | None = {}
+            for flat, _, _ in combo:
+                merged = _merge(merged, flat, path) if merged is not None else None
+            if merged is not None:
+                real = [c for c in combo if c[0]]
+                where = real[0][1] if len(real) == 1 else path
+                out.append((merged, where, max((c[2] for c in combo), key=len)))
+            if len(out) > _MAX_ALTERNATIVES:
+                raise UnsupportedSchemaError(path, "anyOf", f"expands into more than {_MAX_ALTERNATIVES} alternatives")
+        if node.get("nullable") is True:
+            out.append(({"type": ["null"]}, path, trail))
+        return out
+
+    def schema_list(self, node: dict, key: str, path: str) -> list:
+        value = node[key]
+        if not isinstance(value, list) or not value:
+            raise InvalidSchemaError(f"{path}/{key}", f"{key} must be a non-empty array of schemas")
+        return value
+
+    def follow(self, ref: Any, path: str, trail: tuple[str, ...]) -> list[tuple[dict, str, tuple[str, ...]]]:
+        """Resolve a local $ref and flatten its target; recursion is unrolled a bounded number of times."""
+        if not isinstance(ref, str):
+            raise InvalidSchemaError(path, "$ref must be a string")
+        target_path = self.local_ref(ref, path)
+        since_container = trail[len(trail) - list(reversed(trail)).index("|"):] if "|" in trail else trail
+        if target_path in since_container:
+            raise UnsupportedSchemaError(path, "$ref", f"{ref} refers to itself without nesting a container")
+        if trail.count(target_path) >= _MAX_REF_UNROLL:
+            return []  # recursion unrolled far enough: this branch is cut
+        return self.flatten(self.pointer(target_path, path), target_path, trail + (target_path,))
+
+    def local_ref(self, ref: str, path: str) -> str:
+        base = self.root.get("$id") or self.root.get("id") if isinstance(self.root, dict) else None
+        if isinstance(base, str) and base and ref.startswith(base.split("#")[0]) and "#" in ref:
+            ref = ref[ref.index("#"):]
+        if ref == "#" or ref.startswith("#/"):
+            return urllib.parse.unquote(ref)
+        raise UnsupportedSchemaError(path, "$ref", f"only local JSON-pointer references are supported, not {ref!r}")
+
+    def pointer(self, target: str, path: str) -> Any:
+        node = self.root
+        for token in target[2:].split("/") if target != "#" else []:
+            token = token.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                raise InvalidSchemaError(path, f"$ref {target} does not resolve")
+        return node
+
+    def require_disjoint(self, branches: list[list[tuple[dict, str, tuple[str, ...]]]], path: str) -> None:
+        """oneOf is exact only when no value can satisfy two branches; prove it or refuse."""
+        for (i, bi), (j, bj) in itertools.combinations(enumerate(branches), 2):
+            for f, _, _ in bi:
+                for g, _, _ in bj:
+                    if not _provably_disjoint(f, g):
+                        raise UnsupportedSchemaError(
+                            path, "oneOf", f"branches {i} and {j} may overlap; exclusivity cannot be enforced"
+                        )
+
+    def normalize(self, flat: dict, path: str) -> dict:
+        """Rewrite one node's own keywords to the canonical flat form used by _merge."""
+        out = dict(flat)
+        if "type" in out:
+            types = out["type"] if isinstance(out["type"], list) else [out["type"]]
+            if not types or any(t not in _ALL_TYPE_NAMES for t in types):
+                raise InvalidSchemaError(path, f"bad type {out['type']!r}")
+            out["type"] = _canonical_types(set(types))
+        if "const" in out:
+            const = out.pop("const")
+            if "enum" in out:
+                out["enum"] = [v for v in out["enum"] if _value_key(v) == _value_key(const)]
+            else:
+                out["enum"] = [const]
+        if "enum" in out and not isinstance(out["enum"], list):
+            raise InvalidSchemaError(path, "enum must be an array")
+        for key, strict in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            if isinstance(out.get(key), bool):  # draft-04 boolean form
+                flag = out.pop(key)
+                if flag and strict in out:
+                    out[key] = out.pop(strict)
+        if isinstance(out.get("items"), list):  # draft-04..2019-09 tuple form
+            out["prefixItems"] = out.pop("items")
+            if "additionalItems" in out:
+                out["items"] = out.pop("additionalItems")
+        out.pop("additionalItems", None)
+        fmt = out.get("format")
+        if fmt is not None and not isinstance(fmt, str):
+            raise InvalidSchemaError(path, "format must be a string")
+        if fmt in _INTEGER_FORMATS:
+            lo, hi = _INTEGER_FORMATS[out.pop("format")]
+            out["minimum"] = lo if "minimum" not in out else max(out["minimum"], lo)
+            out["maximum"] = hi if "maximum" not in out else min(out["maximum"], hi)
+        elif fmt in _NOOP_FORMATS:
+            out.pop("format")
+        elif fmt is not None and fmt not in STRING_FORMATS:
+            raise UnsupportedSchemaError(path, "format", f"format {fmt!r} is not enforced")
+        if out.get("patternProperties") == {}:
+            out.pop("patternProperties")
+        elif "patternProperties" in out and "enum" not in out:
+            raise UnsupportedSchemaError(path, "patternProperties", "a regular pattern cannot enforce it")
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+            if key in out and (isinstance(out[key], bool) or not isinstance(out[key], (int, float))):
+                raise InvalidSchemaError(path, f"{key} must be a number")
+        for key in ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"):
+            if key in out and (isinstance(out[key], bool) or not isinstance(out[key], (int, float))
+                               or out[key] < 0 or int(out[key]) != out[key]):
+                raise InvalidSchemaError(path, f"{key} must be a non-negative integer")
+            if key in out:
+                out[key] = int(out[key])
+        return out
+
+    # -- one flat node -------------------------------------------------------------------------------
+
+    def compile_flat(self, flat: dict, path: str, depth: int, trail: tuple[str, ...], original: Any) -> Pattern:
+        if "enum" in flat:
+            return self.compile_enum(flat, path, depth, original)
+        types = flat.get("type", list(_TYPES))
+        parts = []
+        for t in types:
+            if t == "null":
+                parts.append("null")
+            elif t == "boolean":
+                parts.append("(?:true|false)")
+            elif t == "string":
+                parts.append(self.compile_string(flat, path))
+            elif t == "integer":
+                parts.append(self.compile_integer(flat, path))
+            elif t == "number":
+                parts.append(self.compile_number(flat, path))
+            elif t == "object":
+                parts.append(self.compile_object(flat, path, depth + 1, trail + ("|",)))
+            elif t == "array":
+                parts.append(self.compile_array(flat, path, depth + 1, trail + ("|",)))
+        return _alt(parts)
+
+    def compile_enum(self, flat: dict, path: str, depth: int, original: Any) -> Pattern:
+        """A finite set: keep the candidates the whole node accepts, then spell each one."""
+        fmt = flat.get("format")
+        simple = set(flat) <= {"enum", "type", "format"}
+        validator = None
+        choices: dict[str, str] = {}
+        for value in flat["enum"]:
+            if simple:
+                if "type" in flat and _json_type(value) not in _type_set(flat):
+                    continue
+            else:
+                verdict_key = (id(original), _value_key(value))
+                if verdict_key not in self._verdicts:
+                    validator = validator or self.validator().evolve(schema=original)
+                    self._verdicts[verdict_key] = validator.is_valid(value)
+                if not self._verdicts[verdict_key]:
+                    continue
+            if "format" in flat and isinstance(value, str) and not re.fullmatch(_format_body(fmt), value):
+                continue
+            choices.setdefault(_value_key(value), self.literal(value, path))
+        return _alt(list(choices.values()))
+
+    def validator(self) -> Any:
+        if self._validator is None:
+            import jsonschema
+
+            cls = jsonschema.validators.validator_for(self.root, default=jsonschema.Draft202012Validator)
+            self._validator = cls(self.root, format_checker=cls.FORMAT_CHECKER)
+        return self._validator
+
+    def literal(self, value: Any, path: str) -> str:
+        """One JSON value spelled in the whitespace policy (keys in the value's own order)."""
+        if isinstance(value, dict):
+            if not value:
+                return rf"\{{{self.ws}\}}"
+            pairs = [f"{_lit(_json_text(k))}{self.colon}{self.literal(v, path)}" for k, v in value.items()]
+            return rf"\{{{self.ws}" + self.sep.join(pairs) + rf"{self.ws}\}}"
+        if isinstance(value, list):
+            if not value:
+                return rf"\[{self.ws}\]"
+            return rf"\[{self.ws}" + self.sep.join(self.literal(v, path) for v in value) + rf"{self.ws}\]"
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidSchemaError(path, "enum/const value is not finite JSON")
+        try:
+            return _lit(_json_text(value))
+        except UnsupportedSchemaError as err:
+            raise UnsupportedSchemaError(path, "enum", err.detail) from None
+
+    def compile_string(self, flat: dict, path: str) -> Pattern:
+        lo, hi = flat.get("minLength", 0), flat.get("maxLength")
+        if hi is not None and lo > hi:
+            return None
+        if "pattern" in flat and "format" in flat:
+            raise UnsupportedSchemaError(path, "format", "format together with pattern cannot be intersected")
+        if ("pattern" in flat or "format" in flat) and (lo > 0 or hi is not None):
+            key = "pattern" if "pattern" in flat else "format"
+            raise UnsupportedSchemaError(path, key, f"{key} together with minLength/maxLength cannot be intersected")
+        if "pattern" in flat:
+            if not isinstance(flat["pattern"], str):
+                raise InvalidSchemaError(path, "pattern must be a string")
+            try:
+                from . import regex as _regex
+
+                body = _regex.json_string_body_pattern(flat["pattern"])
+            except ImportError:
+                raise UnsupportedSchemaError(path, "pattern", "ECMA pattern translation is unavailable") from None
+            except UnsupportedSchemaError as err:
+                raise UnsupportedSchemaError(path, "pattern", err.detail) from None
+            return f'"{body}"'
+        if "format" in flat:
+            return f'"{_format_body(flat["format"])}"'
+        return '"' + _rep(UNIT, lo, hi) + '"'
+
+    def integer_bounds(self, flat: dict, path: str) -> tuple[int | None, int | None]:
+        lo = hi = None
+        if "minimum" in flat:
+            lo = math.ceil(Fraction(flat["minimum"]))
+        if "exclusiveMinimum" in flat:
+            v = math.floor(Fraction(flat["exclusiveMinimum"])) + 1
+            lo = v if lo is None else max(lo, v)
+        if "maximum" in flat:
+            hi = math.floor(Fraction(flat["maximum"]))
+        if "exclusiveMaximum" in flat:
+            v = math.ceil(Fraction(flat["exclusiveMaximum"])) - 1
+            hi = v if hi is None else min(hi, v)
+        return lo, hi
+
+    def compile_integer(self, flat: dict, path: str) -> Pattern:
+        if "multipleOf" in flat:
+            step = Fraction(flat["multipleOf"])
+            if step <= 0:
+                raise InvalidSchemaError(path, "multipleOf must be positive")
+            trivial = step == 1 or (isinstance(flat["multipleOf"], float) and step.numerator == 1
+                                    and step.denominator & (step.denominator - 1) == 0)
+            if not trivial:
+                raise UnsupportedSchemaError(path, "multipleOf", "only divisors of 1 (trivially satisfied) are enforced")
+        lo, hi = self.integer_bounds(flat, path)
+        if lo is not None and hi is not None and lo > hi:
+            return None
+        return _integer_range(lo, hi)
+
+    def compile_number(self, flat: dict, path: str) -> Pattern:
+        if "multipleOf" in flat:
+            raise UnsupportedSchemaError(path, "multipleOf", "multipleOf on numbers is not enforced")
+        bound_keys = [k for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum") if k in flat]
+        if not bound_keys:
+            return _NUMBER_ANY
+        for key in bound_keys:
+            value = Fraction(flat[key])
+            if value.denominator != 1:
+                raise UnsupportedSchemaError(path, key, "only integer-valued bounds are enforced on numbers")
+            if abs(value) >= 10**INTEGER_DIGITS:
+                raise UnsupportedSchemaError(path, key, f"number bounds must have at most {INTEGER_DIGITS} digits")
+        lo = _tighter([(int(flat[k]), k == "minimum") for k in ("minimum", "exclusiveMinimum") if k in flat], lower=True)
+        hi = _tighter([(int(flat[k]), k == "maximum") for k in ("maximum", "exclusiveMaximum") if k in flat], lower=False)
+        return _decimal_range(lo, hi)
+
+    def compile_object(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
+        if depth > self.max_depth:
+            return None
+        props = flat.get("properties", {})
+        required = flat.get("required", [])
+        if not isinstance(props, dict):
+            raise InvalidSchemaError(f"{path}/properties", "properties must be an object")
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise InvalidSchemaError(f"{path}/required", "required must be an array of strings")
+        required = list(dict.fromkeys(required))
+        extra = flat.get("additionalProperties", True)
+        members: list[tuple[str, str, bool]] = []
+        names = list(props) + [r for r in required if r not in props]
+        for name in names:
+            sub_path = f"{path}/properties/{_pointer_token(name)}" if name in props else f"{path}/additionalProperties"
+            value = self.compile(props[name] if name in props else extra, sub_path, depth, trail)
+            if value is None:
+                if name in required:
+                    return None
+                continue
+            try:
+                key = _lit(_json_text(name))
+            except UnsupportedSchemaError as err:
+                raise UnsupportedSchemaError(sub_path, "properties", err.detail) from None
+            members.append((f"{key}{self.colon}{value}", name, name in required))
+        extra_pattern = None
+        if extra is not False:
+            if "additionalProperties" in flat:
+                value = self.compile(extra, f"{path}/additionalProperties", depth, trail)
+            else:  # implicit extras are frequent and rarely wanted: shallower open-ended values
+                value = self.any_value(depth, min(1, self.any_value_depth))
+            if value is not None:
+                extra_pattern = f'"{_string_body_excluding(names)}"{self.colon}{value}'
+        min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
+        if min_p > len(required):
+            raise UnsupportedSchemaError(path, "minProperties", "more than the required properties")
+        if max_p is not None and (extra_pattern is not None or len(members) > max_p):
+            raise UnsupportedSchemaError(path, "maxProperties", "fewer than the properties that may appear")
+        body, can_be_empty = self.members_body(members, extra_pattern)
+        return self.container(r"\{", r"\}", body, can_be_empty)
+
+    def container(self, open_: str, close: str, body: Pattern, can_be_empty: bool) -> Pattern:
+        if body is None:
+            return f"{open_}{self.ws}{close}" if can_be_empty else None
+        if can_be_empty:
+            return f"{open_}{self.ws}(?:{body}{self.ws})?{close}"
+        return f"{open_}{self.ws}{body}{self.ws}{close}"
+
+    def members_body(self, members: list[tuple[str, str, bool]], extra: str | None) -> tuple[Pattern, bool]:
+        """Comma-joined members in schema order: required always, optional ones optional, extras last."""
+        sep = self.sep
+        extras_tail = f"(?:{sep}{extra})*" if extra else ""
+        first_required = next((i for i, m in enumerate(members) if m[2]), None)
+        if first_required is not None:
+            head = "".join(f"(?:{p}{sep})?" for p, _, _ in members[:first_required]) + members[first_required][0]
+            tail = "".join(f"{sep}{p}" if req else f"(?:{sep}{p})?" for p, _, req in members[first_required + 1:])
+            return head + tail + extras_tail, False
+        listed = _subsequences([p for p, _, _ in members], sep) if members else None
+        first = _alt([listed, extra])
+        return (None if first is None else first + extras_tail), True
+
+    def compile_array(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
+        if depth > self.max_depth:
+            return None
+        prefix = flat.get("prefixItems", [])
+        if not isinstance(prefix, list):
+            raise InvalidSchemaError(f"{path}/prefixItems", "prefixItems must be an array")
+        lo, hi = flat.get("minItems", 0), flat.get("maxItems")
+        if flat.get("uniqueItems") is True and (hi is None or hi > 1):
+            raise UnsupportedSchemaError(path, "uniqueItems", "uniqueness of items cannot be enforced")
+        slots: list[str] = []
+        for i, sub in enumerate(prefix):
+            p = self.compile(sub, f"{path}/prefixItems/{i}", depth, trail)
+            if p is None:
+                hi = i if hi is None else min(hi, i)
+                break
+            slots.append(p)
+        rest = self.compile(flat.get("items", True), f"{path}/items", depth, trail)
+        if rest is None:
+            hi = len(slots) if hi is None else min(hi, len(slots))
+        if hi is not None and lo > hi:
+            return None
+        if hi == 0:
+            return self.container(r"\[", r"\]", None, True)
+        sep = self.sep
+
+        def seq(i: int) -> Pattern:
+            """Elements i.. (each but the first behind a separator), i elements already placed."""
+            lead = sep if i else ""
+            if i >= len(slots):
+                need, room = max(0, max(lo, 1) - i), None if hi is None else hi - i
+                if rest is None or room == 0:
+                    return "" if need == 0 else None
+                if i == 0:
+                    return rest + _rep(sep + rest, max(0, need - 1), None if room is None else room - 1)
+                return _rep(sep + rest, need, room)
+            if hi is not None and i >= hi:
+                return ""
+            element = _cat(lead + slots[i], seq(i + 1))
+            return element if i < max(lo, 1) else (None if element is None else f"(?:{element})?")
+        return self.container(r"\[", r"\]", seq(0), lo == 0)
+
+
+def _subsequences(parts: list[str], sep: str) -> str:
+    """Non-empty, order-preserving subsequences of `parts` joined by `sep`.
+
+    Splitting parts = L + R: N(L ∪ R) = N(L) T(R) | N(R), where T(R) = each of R optional behind a
+    separator (linear). The split points are chosen by dynamic programming on pattern length, so a
+    member is copied O(log n) times rather than O(n) (the naive "first present member" form).
+    """
+    n = len(parts)
+    opt = [f"(?:{sep}{p})?" for p in parts]
+    if n > 64:  # DP is cubic; balanced halves are within a small factor
+        def build_halves(i: int, j: int) -> str:
+            if j - i == 1:
+                return parts[i]
+            k = (i + j) // 2
+            return f"(?:{build_halves(i, k)}{''.join(opt[k:j])}|{build_halves(k, j)})"
+        return build_halves(0, n)
+    weight = [0] * (n + 1)
+    for i, p in enumerate(opt):
+        weight[i + 1] = weight[i] + len(p)
+    cost: dict[tuple[int, int], tuple[int, int]] = {}
+    for span in range(1, n + 1):
+        for i in range(0, n - span + 1):
+            j = i + span
+            if span == 1:
+                cost[i, j] = (len(parts[i]), -1)
+                continue
+            cost[i, j] = min(
+                (cost[i, k][0] + (weight[j] - weight[k]) + cost[k, j][0] + 6, k) for k in range(i + 1, j)
+            )
+
+    def build(i: int, j: int) -> str:
+        k = cost[i, j][1]
+        if k < 0:
+            return parts[i]
+        return f"(?:{build(i, k)}{''.join(opt[k:j])}|{build(k, j)})"
+    return build(0, n)
+
+
+def _tighter(bounds: list[tuple[int, bool]], *, lower: bool) -> tuple[int, bool] | None:
+    if not bounds:
+        return None
+    # lower bound: larger value wins; on a tie the exclusive one (inclusive=False) wins
+    return max(bounds, key=lambda b: (b[0], not b[1])) if lower else min(bounds, key=lambda b: (b[0], b[1]))
+
+
+def _canonical_types(types: set[str]) -> list[str]:
+    if "number" in types:
+        types = types - {"integer"}
+    return [t for t in ("null", "boolean", "object", "array", "integer", "number", "string") if t in types]
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), "unknown")
+
+
+def _type_set(flat: dict) -> set[str]:
+    types = set(flat.get("type", _TYPES))
+    return types | {"integer"} if "number" in types else types
+
+
+def _provably_disjoint(f: dict, g: dict) -> bool:
+    """True when no JSON value can satisfy both flat nodes (type sets, enums, or a const discriminator)."""
+    if "enum" in f and "enum" in g:
+        if not {_value_key(v) for v in f["enum"]} & {_value_key(v) for v in g["enum"]}:
+            return True
+    common = _type_set(f) & _type_set(g)
+    if not common:
+        return True
+    if common == {"object"}:
+        for name in set(f.get("required", [])) & set(g.get("required", [])):
+            vf, vg = _choices(f.get("properties", {}).get(name)), _choices(g.get("properties", {}).get(name))
+            if vf is not None and vg is not None and not vf & vg:
+                return True
+    return False
+
+
+def _choices(sub: Any) -> set[str] | None:
+    if not isinstance(sub, dict):
+        return None
+    if "const" in sub:
+        return {_value_key(sub["const"])}
+    if isinstance(sub.get("enum"), list):
+        return {_value_key(v) for v in sub["enum"]}
+    return None
+
+
+def _conj(a: Any, b: Any) -> Any:
+    if a is True or a == {}:
+        return b
+    if b is True or b == {}:
+        return a
+    if a is False or b is False:
+        return False
+    return a if a == b else {"allOf": [a, b]}
+
+
+def _merge(a: dict, b: dict, path: str) -> dict | None:
+    """Structural intersection of two flat nodes (allOf); None when provably unsatisfiable."""
+    out = dict(a)
+    for key, bv in b.items():
+        if key not in out:
+            out[key] = bv
+            continue
+        av = out[key]
+        if key == "type":
+            common = _type_set({"type": av}) & _type_set({"type": bv})
+            if not common:
+                return None
+            out[key] = _canonical_types(common)
+        elif key in ("minLength", "minItems", "minProperties", "minimum", "exclusiveMinimum"):
+            out[key] = max(av, bv)
+        elif key in ("maxLength", "maxItems", "maxProperties", "maximum", "exclusiveMaximum"):
+            out[key] = min(av, bv)
+        elif key == "required":
+            out[key] = list(dict.fromkeys(list(av) + list(bv)))
+        elif key == "enum":
+            keep = {_value_key(v) for v in bv}
+            out[key] = [v for v in av if _value_key(v) in keep]
+        elif key == "uniqueItems":
+            out[key] = bool(av) or bool(bv)
+        elif key in ("properties", "additionalProperties", "items", "prefixItems"):
+            continue  # merged below, together
+        elif _value_key(av) != _value_key(bv):
+            raise UnsupportedSchemaError(path, key, "allOf members disagree and cannot be intersected")
+    if any(k in a or k in b for k in ("properties", "additionalProperties")):
+        pa, pb = a.get("properties", {}), b.get("properties", {})
+        xa, xb = a.get("additionalProperties", True), b.get("additionalProperties", True)
+        props = {name: _conj(pa.get(name, xa), pb.get(name, xb)) for name in list(pa) + [n for n in pb if n not in pa]}
+        if props:
+            out["properties"] = props
+        if "additionalProperties" in a or "additionalProperties" in b:
+            out["additionalProperties"] = _conj(xa, xb)
+    if any(k in a or k in b for k in ("items", "prefixItems")):
+        qa, qb = a.get("prefixItems", []), b.get("prefixItems", [])
+        ia, ib = a.get("items", True), b.get("items", True)
+        n = max(len(qa), len(qb))
+        prefix = [_conj(qa[i] if i < len(qa) else ia, qb[i] if i < len(qb) else ib) for i in range(n)]
+        if prefix:
+            out["prefixItems"] = prefix
+        out["items"] = _conj(ia, ib)
+    return out
+
+
+def schema_to_pattern(
+    schema: dict | bool | str,
+    *,
+    whitespace: Whitespace = "compact",
+    max_depth: int = 12,
+    any_value_depth: int = 2,
+) -> str:
+    """Compile a JSON Schema into a full-match pattern for its (bounded) valid JSON texts.
+
+    Args:
+        schema: the schema, as a dict, a boolean schema, or JSON text.
+        whitespace: "compact" (no insignificant whitespace) or "flexible" (json.dumps separators and
+            indentation: each whitespace slot is nothing, one space, or a newline and ≤ 20 spaces).
+        max_depth: most nested containers (objects/arrays) in an accepted document, root included.
+            Deeper containers are never generated: an optional member that needs them is omitted, a
+            required one makes its alternative unsatisfiable.
+        any_value_depth: most containers an open-ended value (``true``, ``{}``, untyped items, an
+            explicit ``additionalProperties: true``) may nest. Extra properties allowed only because
+            ``additionalProperties`` is absent nest at most min(1, any_value_depth) containers.
+
+    Returns:
+        The pattern (constrained.regex dialect, also valid Python ``re``).
+
+    Raises:
+        UnsupportedSchemaError: a keyword (or keyword value) that cannot be enforced exactly.
+        InvalidSchemaError: malformed schema, dangling $ref, or a schema no document satisfies.
+        GrammarTooLargeError: the pattern would exceed MAX_PATTERN_CHARS.
+    """
+    if max_depth < 1 or any_value_depth < 0:
+        raise ValueError("max_depth must be >= 1 and any_value_depth >= 0")
+    if whitespace not in ("compact", "flexible"):
+        raise ValueError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as err:
+            raise InvalidSchemaError("#", f"not JSON text: {err}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise InvalidSchemaError("#", f"a schema must be an object or a boolean, not {type(schema).__name__}")
+    compiler = _Compiler(schema, whitespace, max_depth, any_value_depth)
+    pattern = compiler.compile(schema, "#", 0, ())
+    if pattern is None:
+        raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise GrammarTooLargeError("regex_length", MAX_PATTERN_CHARS, f"pattern has {len(pattern)} characters")
+    return pattern

@@ -1,0 +1,263 @@
+"""TokenIndex / token trie / C kernel: masks equal a byte-by-byte reference walk, on random and real vocabularies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tests.constrained.dfa_reference import live_tokens, make_dfa, walk_bytes
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from constrained import _kernel
+from constrained.errors import IncompatibleVocabularyError
+from constrained.fsm import DEAD
+from constrained.index import TERMINAL, StateMask, TokenIndex, TokenTrie, token_trie
+from constrained.vocabulary import Vocabulary
+
+ALPHABET = b"abcd"
+
+
+def trie_token_bytes(trie: TokenTrie) -> dict[int, bytes]:
+    """Rebuild every token's bytes from the flattened trie (preorder + depth)."""
+    prefix: list[int] = []
+    spelled: dict[int, bytes] = {}
+    for node in range(1, trie.n_nodes):
+        depth = int(trie.node_depth[node])
+        del prefix[depth - 1 :]
+        prefix.append(int(trie.node_byte[node]))
+        for k in range(int(trie.tok_start[node]), int(trie.tok_start[node + 1])):
+            spelled[int(trie.tok_ids[k])] = bytes(prefix)
+    return spelled
+
+
+def mask_ids(vocab: Vocabulary) -> list[int]:
+    return sorted(i for i in vocab.normal_ids - vocab.eos_token_ids if vocab.tokens[i])
+
+
+@st.composite
+def small_worlds(draw):
+    """A random vocabulary over a 4-byte alphabet and a random trimmed DFA over the same bytes."""
+    pieces = draw(st.lists(st.binary(min_size=1, max_size=5).map(lambda b: bytes(ALPHABET[x % 4] for x in b)),
+                           min_size=1, max_size=40))  # fmt: skip
+    pieces += [bytes([c]) for c in ALPHABET]  # every byte spellable, duplicates allowed
+    vocab = Vocabulary.from_tokens(pieces)
+    n_states = draw(st.integers(1, 6))
+    table = np.full((n_states, 256), DEAD, dtype=np.int32)
+    for state in range(n_states):
+        for byte in ALPHABET:
+            table[state, byte] = draw(st.sampled_from([DEAD, *range(n_states)]))
+    accepting = np.asarray(draw(st.lists(st.booleans(), min_size=n_states, max_size=n_states)))
+    return vocab, make_dfa(table, accepting)
+
+
+@settings(max_examples=150, deadline=None)
+@given(small_worlds())
+def test_kernel_walk_equals_byte_by_byte_reference(world):
+    vocab, dfa = world
+    index = TokenIndex(dfa, vocab)
+    for state in range(dfa.n_states):
+        mask = index.state_mask(state)
+        expected = live_tokens(dfa, state, vocab.tokens, mask_ids(vocab))
+        got = dict(zip(mask.allowed.tolist(), mask.next_states.tolist()))
+        assert got == expected
+        assert np.all(np.diff(mask.allowed) > 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(small_worlds())
+def test_upper_bound_is_a_real_tokenization_of_the_canonical_completion(world):
+    vocab, dfa = world
+    index = TokenIndex(dfa, vocab)
+    by_bytes = {piece for piece in vocab.tokens}
+    for state in range(dfa.n_states):
+        # canonical completion: smallest symbol on a shortest path
+        completion, current = bytearray(), state
+        while not dfa.accepting[current]:
+            hops = [b for b in range(256) if dfa.transitions[current, b] != DEAD
+                    and dfa.distance[dfa.transitions[current, b]] == dfa.distance[current] - 1]  # fmt: skip
+            completion.append(hops[0])
+            current = int(dfa.transitions[current, hops[0]])
+        best = [0] + [10**9] * len(completion)  # best[i] = fewest tokens for completion[:i]
+        for end in range(1, len(completion) + 1):
+            for start in range(end):
+                if bytes(completion[start:end]) in by_bytes:
+                    best[end] = min(best[end], best[start] + 1)
+        assert index.upper_bound(state) == best[len(completion)]
+
+
+def test_budget_mask_keeps_exactly_tokens_whose_completion_fits():
+    vocab = Vocabulary.from_tokens([b"a", b"b", b"ab", b"bbb", b"</s>"], eos_token_ids=[4], special_ids_by_name={"</s>": 4})
+    # a b{0,5}: state k = after a + k b's
+    table = np.full((7, 256), DEAD, dtype=np.int32)
+    table[0, ord("a")] = 1
+    for k in range(1, 6):
+        table[k, ord("b")] = k + 1
+    dfa = make_dfa(table, np.asarray([False] + [True] * 6))
+    index = TokenIndex(dfa, vocab)
+    assert index.upper_bound(0) == 1  # "a"
+    assert index.needed_budget(0) == 1
+    full = index.state_mask(1)
+    assert dict(zip(full.allowed.tolist(), full.next_states.tolist())) == {1: 2, 3: 4, 4: TERMINAL}
+    for remaining in range(0, 4):
+        mask = index.budget_mask(1, remaining)
+        for token_id, target in zip(mask.allowed.tolist(), mask.next_states.tolist()):
+            assert 1 + index.upper_bound(target) <= remaining
+    assert index.budget_mask(1, 0).allowed.tolist() == []
+
+
+def test_named_special_is_allowed_and_other_specials_never():
+    pieces = [b"a", b"b", b"<x>", b"<y>", b"</s>"]
+    vocab = Vocabulary.from_tokens(pieces, eos_token_ids=[4], special_ids_by_name={"<x>": 2, "<y>": 3, "</s>": 4})
+    table = np.full((3, 257), DEAD, dtype=np.int32)
+    table[0, 256] = 1  # (?&<x>)
+    table[1, ord("a")] = 2
+    table[1, ord("b")] = 2
+    dfa = make_dfa(table, np.asarray([False, False, True]), special_names=("<x>",))
+    index = TokenIndex(dfa, vocab)
+    assert index.state_mask(0).allowed.tolist() == [2]
+    assert index.state_mask(1).allowed.tolist() == [0, 1]
+    assert index.state_mask(2).allowed.tolist() == [4]  # EOS only in the accepting state
+    assert index.forced_bytes(1) == b""
+
+
+def test_missing_named_special_raises_naming_it():
+    vocab = Vocabulary.from_tokens([b"a"])
+    table = np.full((2, 257), DEAD, dtype=np.int32)
+    table[0, 256] = 1
+    dfa = make_dfa(table, np.asarray([False, True]), special_names=("<tool_call>",))
+    with pytest.raises(IncompatibleVocabularyError) as caught:
+        TokenIndex(dfa, vocab)
+    assert caught.value.missing == ("<tool_call>",)
+
+
+def test_state_no_token_can_leave_raises_with_state_and_missing_bytes():
+    vocab = Vocabulary.from_tokens([b"a", b"b"])
+    table = np.full((3, 256), DEAD, dtype=np.int32)
+    table[0, ord("a")] = 1
+    table[1, ord("c")] = 2
+    dfa = make_dfa(table, np.asarray([False, False, True]))
+    with pytest.raises(IncompatibleVocabularyError) as caught:
+        TokenIndex(dfa, vocab)
+    assert caught.value.state == 1
+    assert caught.value.missing == (b"c",)
+
+
+def test_forced_bytes_stop_at_choice_and_acceptance():
+    vocab = Vocabulary.from_tokens([bytes([c]) for c in b'{"ab:}'])
+    text = b'{"a":'
+    table = np.full((len(text) + 3, 256), DEAD, dtype=np.int32)
+    for i, byte in enumerate(text):
+        table[i, byte] = i + 1
+    table[len(text), ord("a")] = len(text) + 1
+    table[len(text), ord("b")] = len(text) + 1
+    table[len(text) + 1, ord("}")] = len(text) + 2
+    dfa = make_dfa(table, np.asarray([False] * (len(text) + 2) + [True]))
+    index = TokenIndex(dfa, vocab)
+    assert index.forced_bytes(0) == text
+    assert index.forced_bytes(len(text)) == b""
+    assert index.forced_bytes(len(text) + 1) == b"}"
+    assert index.forced_bytes(len(text) + 2) == b""
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.one_of(st.integers(0, 1000), st.sampled_from([0, 125, 126, 937, 938, 1000])),
+    st.sampled_from(["contiguous", "strided", "float64", "longer"]),
+)
+def test_every_mask_representation_writes_the_same_logits(seed, n_allowed, layout):
+    rng = np.random.default_rng(seed)
+    vocab_size = 1000
+    allowed = np.sort(rng.choice(vocab_size, size=n_allowed, replace=False)).astype(np.int32)
+    mask = StateMask(allowed, np.zeros(n_allowed, dtype=np.int32), vocab_size)
+    assert mask.form == ("allowed" if n_allowed <= 125 else "disallowed" if n_allowed >= 938 else "bytemask")
+    logits = rng.standard_normal(vocab_size).astype(np.float32)
+    expected = np.full(vocab_size, -np.inf, dtype=np.float32)
+    expected[allowed] = logits[allowed]
+    if layout == "strided":
+        backing = np.zeros((vocab_size, 3), dtype=np.float32)
+        backing[:, 1] = logits
+        target = backing[:, 1]
+    elif layout == "float64":
+        target = logits.astype(np.float64)
+    elif layout == "longer":  # a model whose logits row is longer than its vocabulary: the tail is disallowed
+        target = np.concatenate([logits, np.ones(7, dtype=np.float32)])
+        expected = np.concatenate([expected, np.full(7, -np.inf, dtype=np.float32)])
+    else:
+        target = logits.copy()
+    mask.apply(target)
+    np.testing.assert_array_equal(np.asarray(target, dtype=np.float32), expected)
+    assert set(np.flatnonzero(mask.keep).tolist()) == set(allowed.tolist())
+    assert sorted(set(mask.disallowed.tolist()) | set(allowed.tolist())) == list(range(vocab_size))
+
+
+def test_kernel_mask_writers_reject_ids_outside_the_logits():
+    logits = np.zeros(4, dtype=np.float32)
+    with pytest.raises(ValueError):
+        _kernel.apply_allowed(logits, np.asarray([1, 9], dtype=np.int32))
+    with pytest.raises(ValueError):
+        _kernel.apply_disallowed(logits, np.asarray([-1], dtype=np.int32))
+    with pytest.raises(ValueError):
+        _kernel.apply_allowed(logits, np.asarray([2, 1], dtype=np.int32))
+    with pytest.raises(ValueError):
+        _kernel.apply_bytemask(logits, np.ones(3, dtype=np.uint8))
+
+
+# -- real vocabularies ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["llama3_vocab", "qwen2_vocab"])
+def real_vocab(request):
+    return request.getfixturevalue(request.param)
+
+
+@pytest.mark.model
+def test_trie_spells_every_normal_token_exactly_once(real_vocab):
+    trie = token_trie(real_vocab)
+    assert trie.tok_ids.shape[0] == len(set(trie.tok_ids.tolist()))
+    spelled = trie_token_bytes(trie)
+    assert sorted(spelled) == mask_ids(real_vocab)
+    assert all(real_vocab.tokens[i] == piece for i, piece in spelled.items())
+    assert token_trie(real_vocab) is trie
+
+
+@pytest.mark.model
+def test_real_vocabulary_masks_equal_reference_in_json_like_states(real_vocab):
+    # hand-built: '{"k":' then a string body of [^"\\] bytes (incl. UTF-8 continuation bytes) then '"}'
+    prefix = b'{"k":"'
+    n = len(prefix)
+    table = np.full((n + 3, 256), DEAD, dtype=np.int32)
+    for i, byte in enumerate(prefix):
+        table[i, byte] = i + 1
+    body = [b for b in range(0x20, 256) if b not in (ord('"'), ord("\\"))]
+    table[n, body] = n
+    table[n, ord('"')] = n + 1
+    table[n + 1, ord("}")] = n + 2
+    dfa = make_dfa(table, np.asarray([False] * (n + 2) + [True]))
+    index = TokenIndex(dfa, real_vocab)
+    ids = mask_ids(real_vocab)
+    for state in range(dfa.n_states):
+        mask = index.state_mask(state)
+        expected = live_tokens(dfa, state, real_vocab.tokens, ids)
+        normal = {i: t for i, t in zip(mask.allowed.tolist(), mask.next_states.tolist()) if t != TERMINAL}
+        assert normal == expected
+        eos = set(mask.allowed.tolist()) & real_vocab.eos_token_ids
+        assert eos == (set(real_vocab.eos_token_ids) if dfa.accepting[state] else set())
+    assert len(index.state_mask(n)) > len(real_vocab) // 2  # the string body allows most of the vocabulary
+    assert index.state_mask(n).form == "disallowed"
+    assert walk_bytes(dfa, 0, prefix) == n
+
+
+def test_kernel_check_rejects_tables_and_tries_the_walk_could_not_trust():
+    vocab = Vocabulary.from_tokens([b"a", b"ab", b"b"])
+    trie = token_trie(vocab)
+    table = np.full((2, 256), DEAD, dtype=np.int32)
+    args = (trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, trie.vocab_size)
+    _kernel.check(table, 256, *args)
+    table[1, 5] = 2  # target past the last state
+    with pytest.raises(ValueError, match="transition"):
+        _kernel.check(table, 256, *args)
+    bad_end = trie.node_end.copy()
+    bad_end[1] = 1  # a subtree that ends before it starts would loop forever
+    with pytest.raises(ValueError, match="subtree"):
+        _kernel.check(np.full((1, 256), DEAD, dtype=np.int32), 256, trie.node_depth, bad_end, *args[2:])
