@@ -129,7 +129,7 @@ def read_file_tool(sandbox_root: Path, *, max_bytes: int = _DEFAULT_MAX_BYTES) -
         description=("Read a UTF-8 text file from the sandbox directory and return its content. The path is "
                      f"relative to the sandbox, e.g. notes/summary.md; files over {max_bytes} bytes are refused."),
         parameters={"type": "object",
-                    "properties": {"path": {"type": "string", "minLength": 1, "maxLength": 1024,
+                    "properties": {"path": {"type": "string", "minLength": 1, "maxLength": 200,
                                             "description": "Relative path inside the sandbox, e.g. data/scores.txt. "
                                                            "No leading '/', no '..'."}},
                     "required": ["path"], "additionalProperties": False},

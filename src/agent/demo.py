@@ -4,6 +4,11 @@ The model reads two experiment summaries (read_file), computes the relative impr
 writes a Markdown artifact (write_artifact) and answers ``DONE 21.57%``. Then the demo writes the HTML
 report and runs `verify_trace`, so the final line is a checked fact, not the model's word.
 
+Constraint does the form, the model does the content: a per-turn tool-choice plan fixes *which* tool each
+step calls and a final-answer pattern fixes the answer's *shape* (``DONE <number>%``), while every value —
+which file to read, the numbers in the expression, the artifact text, the final number — is the model's own.
+That is what lets a 0.5B model finish the workflow reliably; a wrong value still fails the demo.
+
     data/demo/*.md ─► sandbox ─► run_session(builtin tools, constrained calls) ─► trace.jsonl + artifacts/
                                                                               └─► verify_trace ─► report.html
 """
@@ -21,18 +26,22 @@ from agent.runner import run_session
 __all__ = ["DEMO_PROMPT", "EXPECTED_ANSWER", "run_demo"]
 
 DEMO_DATA = Path(__file__).parent / "data" / "demo"
+TOOL_PLAN = ("read_file", "read_file", "calculator", "write_artifact", "none")
+"""Which tool each model turn must call (the last entry, ``none``, is the final answer)."""
+FINAL_ANSWER_PATTERN = r"DONE [0-9]{1,6}\.[0-9]{2}%"
 EXPECTED_ANSWER = "DONE 21.57%"
-SYSTEM_PROMPT = ("You are a careful research assistant. You can only learn file contents by calling read_file, "
-                 "only compute with calculator, and only create files with write_artifact. Call one tool at a "
-                 "time and use the exact numbers the tools return.")
-DEMO_PROMPT = ("Two experiment summaries are available: baseline_q4.md and tuned_q8.md. "
-               "1) Read both files with read_file. "
-               "2) With calculator, compute the relative improvement of the tuned score over the baseline score "
-               "in percent: (tuned - baseline) / baseline * 100. "
-               "3) Call write_artifact with name best-config.md and a short Markdown summary that names the best "
-               "configuration, both scores and the improvement. "
-               "4) Then reply with exactly one line: DONE followed by the improvement rounded to two decimals and "
-               "a percent sign, for example DONE 12.34%")
+SYSTEM_PROMPT = ("You are a careful research assistant. You learn file contents only by calling read_file, compute "
+                 "only with calculator, and create files only with write_artifact. Make exactly one tool call per "
+                 "turn and follow the plan in order.")
+DEMO_PROMPT = ("Follow this plan, one step per turn:\n"
+               "1. read_file with path baseline_q4.md\n"
+               "2. read_file with path tuned_q8.md\n"
+               "3. calculator with the expression (tuned_score - baseline_score) / baseline_score * 100, "
+               "using the two scores you read\n"
+               "4. write_artifact with name best-config.md and a short Markdown summary naming the best "
+               "configuration, both scores and the improvement\n"
+               "5. reply with one line: DONE, a space, the calculator result rounded to two decimals, and a "
+               "percent sign")
 
 
 def run_demo(*, model: str, out_dir: Path, progress: Callable[[str], None] | None = None) -> int:
@@ -47,7 +56,8 @@ def run_demo(*, model: str, out_dir: Path, progress: Callable[[str], None] | Non
 
     result = run_session(model=model, tools="builtin", prompt=DEMO_PROMPT, trace_path=trace_path,
                          artifact_root=artifact_root, sandbox_root=sandbox, system_prompt=SYSTEM_PROMPT,
-                         limits=AgentLimits(max_model_steps=10), tool_choice="required", progress=progress)
+                         limits=AgentLimits(max_model_steps=8), tool_choice=TOOL_PLAN,
+                         final_pattern=FINAL_ANSWER_PATTERN, progress=progress)
 
     report_path = out_dir / "report.html"
     events = trace.read_trace(trace_path).events

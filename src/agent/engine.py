@@ -84,11 +84,12 @@ class TurnEngine(Protocol):
 
     def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
                  tool_choice: ToolChoice, max_tokens: int, cancel: Any = None,
-                 on_text: Callable[[str], None] | None = None) -> ModelTurn:
+                 on_text: Callable[[str], None] | None = None, final_pattern: str | None = None) -> ModelTurn:
         """Generate one assistant turn against the committed ``messages``; the turn stays speculative.
 
         ``cancel`` is any object with ``is_set()``; a tripped cancel ends the turn with finish_reason
-        ``cancelled``. ``on_text`` receives decoded text pieces as they are generated (streaming)."""
+        ``cancelled``. ``on_text`` receives decoded text pieces as they are generated (streaming).
+        ``final_pattern``, when given, is the pattern any final-answer text of the turn must match."""
         ...
 
     def commit(self) -> None:
@@ -141,7 +142,7 @@ class ChatModelEngine:
 
     def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
                  tool_choice: ToolChoice = "auto", max_tokens: int, cancel: Any = None,
-                 on_text: Callable[[str], None] | None = None) -> ModelTurn:
+                 on_text: Callable[[str], None] | None = None, final_pattern: str | None = None) -> ModelTurn:
         """Render, reuse the KV prefix, decode one speculative turn. See `TurnEngine.run_turn`.
 
         Raises:
@@ -157,7 +158,7 @@ class ChatModelEngine:
         reused = len(prompt) - len(rest)
         self._committed = len(prompt)
         self._pending = True
-        grammar = self._grammar(tools, tool_choice)
+        grammar = self._grammar(tools, tool_choice, final_pattern)
         on_token = None
         if on_text is not None:
             on_token = _TextStream(on_text).on_token
@@ -214,14 +215,16 @@ class ChatModelEngine:
                 ids.extend(self.model.tokenize_untrusted(segment.text))
         return ids
 
-    def _grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice) -> Grammar | None:
-        """The compiled tool-call grammar, or None when decoding is free (no constrained tool, choice auto)."""
-        if tool_choice == "auto" and not any(t.constrained for t in tools):
+    def _grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice,
+                 final_pattern: str | None = None) -> Grammar | None:
+        """The compiled tool-call grammar, or None when decoding is free (no constrained tool, choice auto, no
+        final-answer pattern)."""
+        if tool_choice == "auto" and final_pattern is None and not any(t.constrained for t in tools):
             return None
-        key = _spec_key(tools, tool_choice)
+        key = _spec_key(tools, tool_choice) + (final_pattern or "")
         grammar = self._grammars.get(key)
         if grammar is None:
-            pattern = self.codec.tool_call_grammar(list(tools), tool_choice)
+            pattern = self.codec.tool_call_grammar(list(tools), tool_choice, final_pattern=final_pattern)
             grammar = compile_regex(pattern, self.model.vocabulary, allow_special=True)
             self._grammars[key] = grammar
         return grammar

@@ -88,31 +88,39 @@ class _StreamingEngine:
 def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_path: Path,
                 artifact_root: Path | None = None, sandbox_root: Path | None = None,
                 privacy: str = "full", json_output: bool = False, system_prompt: str | None = None,
-                limits: AgentLimits | None = None, tool_choice: ToolChoice = "auto",
-                progress: Callable[[str], None] | None = None, echo: bool = True) -> RunResult:
+                limits: AgentLimits | None = None, tool_choice: ToolChoice | Sequence[ToolChoice] = "auto",
+                final_pattern: str | None = None,
+                n_threads: int | None = None, progress: Callable[[str], None] | None = None,
+                echo: bool = True) -> RunResult:
     """Run one session and return its typed result; the trace at ``trace_path`` is the record of it."""
     sandbox = (sandbox_root or Path.cwd()).resolve()
     artifacts = ArtifactStore(artifact_root or trace_path.parent / "artifacts")
     registry = ToolRegistry(load_tools(tools, sandbox_root=sandbox) if isinstance(tools, str) else tools)
-    chat = load_chat_model(model, progress=progress)
+    chat = load_chat_model(model, n_threads=n_threads, progress=progress)
+
+    mid_line = False  # streamed model text not yet ended by a newline
 
     def show_event(event: dict[str, Any]) -> None:
+        nonlocal mid_line
         if echo:
             line = json.dumps(event, ensure_ascii=False) if json_output else summarize_event(event)
-            print(line, flush=True)
+            print(("\n" if mid_line else "") + line, flush=True)
+            mid_line = False
 
     def show_text(piece: str) -> None:
-        if echo and not json_output:
+        nonlocal mid_line
+        if echo and not json_output and piece:
             sys.stdout.write(piece)
             sys.stdout.flush()
+            mid_line = not piece.endswith("\n")
 
     engine = _StreamingEngine(ChatModelEngine(chat.model, chat.codec), show_text)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     with _EchoingRecorder(trace_path, privacy=PrivacyMode(privacy), truncate=True, sink=show_event) as trace:
         session = Session(engine, registry, limits=limits or AgentLimits(), trace=trace, artifacts=artifacts,
-                          system_prompt=system_prompt, tool_choice=tool_choice)
+                          system_prompt=system_prompt, tool_choice=tool_choice, final_pattern=final_pattern)
         result = session.run(prompt)
     if echo and not json_output:
-        print(f"\noutcome: {result.outcome}" + (f" ({result.limit})" if result.limit else "")
+        print(("\n" if mid_line else "") + f"outcome: {result.outcome}" + (f" ({result.limit})" if result.limit else "")
               + (f" — {result.detail}" if result.detail else ""))
     return result

@@ -149,7 +149,8 @@ class Session:
     def __init__(self, engine: TurnEngine, tools: ToolRegistry, *, limits: AgentLimits = AgentLimits(),
                  trace: TraceRecorder | None = None, artifacts: ArtifactStore | None = None,
                  approval: ApprovalPolicy = default_policy, system_prompt: str | None = None,
-                 tool_choice: ToolChoice = "auto", clock: Callable[[], float] = time.monotonic) -> None:
+                 tool_choice: ToolChoice | Sequence[ToolChoice] = "auto", final_pattern: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """Args:
             engine: the model seam (`ChatModelEngine`, or `testkit.ScriptedEngine` in tests).
             tools: the registry; the only tools that can ever run.
@@ -160,7 +161,13 @@ class Session:
             system_prompt: committed before the user message when given.
             tool_choice: for the first tool-calling turn (``auto``, ``required``, ``none`` or a tool name);
                 after a tool-call turn it relaxes to ``auto`` (``none`` stays ``none``) so a forced call
-                cannot loop until a limit.
+                cannot loop until a limit. A sequence is a per-turn plan instead: model turn ``i`` uses
+                ``tool_choice[i]`` and the last entry repeats (no relaxing), e.g.
+                ``("read_file", "calculator", "none")`` forces which tool each step calls while the model still
+                writes the arguments.
+            final_pattern: a pattern (engine regex dialect) the final answer text must match; the engine
+                enforces it by masking wherever the turn may be text. It must not start with ``{`` (a turn that
+                does is a call attempt).
             clock: seconds, monotonic; injectable so wall-time limits are testable without sleeping.
         """
         self.engine = engine
@@ -170,14 +177,19 @@ class Session:
         self.artifacts = artifacts
         self.approval = approval
         self.system_prompt = system_prompt
-        self.tool_choice = tool_choice
+        self.tool_choice = tool_choice if isinstance(tool_choice, str) else tuple(tool_choice)
+        self.final_pattern = final_pattern
         self.clock = clock
         self.idempotency = IdempotencyStore()
         """Shared by every run of this session: a retried action with the same key returns its first outcome."""
         self._specs = tuple(tools.specs())
-        if tool_choice not in ("auto", "required", "none") and tool_choice not in tools:
-            raise SessionError(f"tool_choice {tool_choice!r} names no registered tool; "
-                               f"use 'auto', 'required', 'none' or one of {list(tools.names)}")
+        plan = (self.tool_choice,) if isinstance(self.tool_choice, str) else self.tool_choice
+        if not plan:
+            raise SessionError("tool_choice plan is empty; give at least one choice")
+        for choice in plan:
+            if choice not in ("auto", "required", "none") and choice not in tools:
+                raise SessionError(f"tool_choice {choice!r} names no registered tool; "
+                                   f"use 'auto', 'required', 'none' or one of {list(tools.names)}")
 
     # -- the loop ------------------------------------------------------------------------------------------------
 
@@ -250,7 +262,13 @@ class Session:
         run_id = self.trace.run_id if self.trace is not None else f"run-{uuid.uuid4().hex}"
         ledger = CommitLedger(engine=self.engine, on_commit=trace.committed)
         return _Run(run_id=run_id, cancel=cancel, ledger=ledger, trace=trace, started_at=self.clock(),
-                    tool_choice=self.tool_choice)
+                    tool_choice=self._planned_choice(0))
+
+    def _planned_choice(self, turn_index: int) -> ToolChoice:
+        """The tool choice of model turn ``turn_index`` (0-based) under a plan; the single choice otherwise."""
+        if isinstance(self.tool_choice, str):
+            return self.tool_choice
+        return self.tool_choice[min(turn_index, len(self.tool_choice) - 1)]
 
     def _begin(self, run: _Run, user_message: str) -> None:
         run.trace.run_started(user_message, self.system_prompt, self._specs, self.tool_choice)
@@ -291,12 +309,15 @@ class Session:
         """One speculative turn. Cancelled or cut turns are rolled back here; engine faults end the run."""
         run.steps += 1
         run.model_step = f"model-{run.steps}"
+        if not isinstance(self.tool_choice, str):
+            run.tool_choice = self._planned_choice(run.steps - 1)
         messages = run.ledger.messages()
         run.trace.model_call_started(run.model_step, self.engine, messages, self._specs, run.tool_choice,
                                      self.limits.max_output_tokens)
         try:
             turn = self.engine.run_turn(messages, tools=self._specs, tool_choice=run.tool_choice,
-                                        max_tokens=self.limits.max_output_tokens, cancel=run.cancel)
+                                        max_tokens=self.limits.max_output_tokens, cancel=run.cancel,
+                                        **({"final_pattern": self.final_pattern} if self.final_pattern else {}))
         except Exception as e:  # engine faults (context overflow, decode errors) are a failed run, not a crash
             self.engine.rollback()
             return _Ending(outcome=LoopOutcome.FAILED, phase="model", step=run.model_step,
@@ -335,7 +356,7 @@ class Session:
                 EntryKind.ASSISTANT_MALFORMED_CALL)
         run.ledger.commit(kind, self.engine.codec.assistant_message(action), step=run.model_step,
                           call_ids=run.call_ids)
-        if isinstance(action, ToolCalls) and run.tool_choice != "none":
+        if isinstance(action, ToolCalls) and isinstance(self.tool_choice, str) and run.tool_choice != "none":
             run.tool_choice = "auto"
         return list(run.call_ids)
 
@@ -350,7 +371,7 @@ class Session:
         if tool is None:
             rejected = _rejection(ResultErrorKind.UNKNOWN_TOOL,
                                   f"no tool named {call.name!r}; available: {[t.name for t in self._specs]}")
-        elif self.tool_choice == "none":
+        elif run.tool_choice == "none":
             rejected = _rejection(ResultErrorKind.UNKNOWN_TOOL, "tool calls are disabled in this session")
         else:
             checked = validate_arguments(tool.name, tool.parameters, call.arguments)

@@ -64,6 +64,8 @@ class ScriptedCall:
     max_tokens: int
     prompt: str
     """The codec's rendering of ``messages`` and ``tools`` (what a real model would have seen)."""
+    final_pattern: str | None = None
+    """The final-answer pattern the session asked the engine to enforce, if any."""
 
 
 @dataclass(kw_only=True)
@@ -102,14 +104,14 @@ class ScriptedEngine:
 
     def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
                  tool_choice: ToolChoice = "auto", max_tokens: int, cancel: Any = None,
-                 on_text: Callable[[str], None] | None = None) -> ModelTurn:
+                 on_text: Callable[[str], None] | None = None, final_pattern: str | None = None) -> ModelTurn:
         """Replay the next turn against ``messages``. See `agent.engine.TurnEngine.run_turn`."""
         if self._pending:
             self.rollback()
         msgs = copy.deepcopy([dict(m) for m in messages])
         prompt = self.codec.render(msgs, list(tools) or None, add_generation_prompt=True)
         self.calls.append(ScriptedCall(messages=msgs, tools=tuple(tools), tool_choice=tool_choice,
-                                       max_tokens=max_tokens, prompt=prompt))
+                                       max_tokens=max_tokens, prompt=prompt, final_pattern=final_pattern))
         index = len(self.calls) - 1
         if index >= len(self.turns):
             raise ScriptExhaustedError(len(self.turns))

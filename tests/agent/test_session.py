@@ -254,6 +254,28 @@ def test_tool_choice_applies_to_the_first_call_turn_then_relaxes_to_auto(kit: Ki
     assert all(c.max_tokens == AgentLimits().max_output_tokens for c in engine.calls)
 
 
+def test_a_tool_choice_plan_fixes_each_turns_choice_and_never_relaxes(kit: Kit) -> None:
+    session, engine = kit.session([call("add", a=1, b=1), call("add", a=2, b=2), final("4")],
+                                  tool_choice=("add", "add", "none"), final_pattern="[0-9]+")
+    assert session.run("go").outcome is LoopOutcome.COMPLETED
+    assert [c.tool_choice for c in engine.calls] == ["add", "add", "none"]
+    assert [c.final_pattern for c in engine.calls] == ["[0-9]+"] * 3
+
+
+def test_a_call_in_a_planned_none_turn_is_rejected_and_never_executed(kit: Kit) -> None:
+    session, _ = kit.session([call("add", a=1, b=1), final("done")], tool_choice=("none",))
+    result = session.run("go")
+    assert result.outcome is LoopOutcome.COMPLETED
+    assert kit.executed == [] and reinjected(result)["kind"] == "unknown_tool"
+
+
+def test_a_plan_naming_an_unregistered_tool_or_empty_is_refused(kit: Kit) -> None:
+    with pytest.raises(SessionError):
+        kit.session([final("x")], tool_choice=("add", "nope"))
+    with pytest.raises(SessionError):
+        kit.session([final("x")], tool_choice=())
+
+
 def test_run_without_a_system_prompt_starts_with_the_user(kit: Kit) -> None:
     session, _ = kit.session([final("ok")], system_prompt=None)
     assert kinds(session.run("hi")) == ["user", "assistant_final"]

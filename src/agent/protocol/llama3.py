@@ -217,7 +217,7 @@ class Llama3Codec(Codec):
     # -- grammar -------------------------------------------------------------------------------------------------
 
     def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,
-                          parallel_calls: bool = False) -> str:
+                          parallel_calls: bool = False, final_pattern: str | None = None) -> str:
         """The whole assistant turn; one call per turn whatever ``parallel_calls`` says (the official template
         renders only one).
 
@@ -226,15 +226,16 @@ class Llama3Codec(Codec):
         the call. none: the free text only. The turn then ends with an EOG token (``<|eot_id|>``/``<|eom_id|>``).
         """
         mode, callable_tools = resolve_choice(tools, tool_choice)
-        free = free_text([_TAG], first_not="{")
+        free = f"(?:{final_pattern})" if final_pattern else free_text([_TAG], first_not="{")
         if mode is ChoiceMode.NONE:
             return free
         call = envelope_alternatives(callable_tools, args_key="parameters")
         tag = special(_TAG) if self.python_tag else ""
         if mode is not ChoiceMode.AUTO:
             return f"(?:{tag})?{call}" if tag else call
-        tagged = f"(?:{tag}{call})?" if tag else ""
-        return f"(?:{free}{tagged}|{call})"
+        tagged = f"(?:{tag}{call})?" if tag and not final_pattern else ""
+        alternatives = [f"{free}{tagged}", call] + ([f"{tag}{call}"] if tag and final_pattern else [])
+        return f"(?:{'|'.join(alternatives)})"
 
 
 def _render_tools(out: SegmentBuilder, defs: list[Any]) -> None:

@@ -139,7 +139,10 @@ class QwenCodec(Codec):
     # -- parse ---------------------------------------------------------------------------------------------------
 
     def parse(self, text: str) -> Action:
-        """Total: prose with no tag is FinalText; tags with good JSON are ToolCalls; anything else is malformed."""
+        """Total: prose with no tag is FinalText; tags with good JSON are ToolCalls; anything else is malformed.
+
+        A turn whose first non-blank character is ``{`` is a call attempt too (a bare call): Qwen2.5-Coder models
+        often write the call object without the tags, and a JSON-looking turn is never silently taken as prose."""
         turn = _without_stop(text, self.stop_token_names)
         first_open, first_close = turn.find(_OPEN), turn.find(_CLOSE)
         if first_close != -1 and (first_open == -1 or first_close < first_open):
@@ -147,6 +150,9 @@ class QwenCodec(Codec):
                              f"'{_CLOSE}' at char {first_close} has no '{_OPEN}' before it",
                              turn[: first_close + len(_CLOSE)], text)
         if first_open == -1:
+            start = len(turn) - len(turn.lstrip(DIALECT_WS))
+            if turn.startswith("{", start):
+                return _bare_call(turn, start, text)
             return FinalText(text=turn)
         prose = turn[:first_open]
         calls: list[ToolCall] = []
@@ -188,23 +194,27 @@ class QwenCodec(Codec):
     # -- grammar -------------------------------------------------------------------------------------------------
 
     def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,
-                          parallel_calls: bool = False) -> str:
+                          parallel_calls: bool = False, final_pattern: str | None = None) -> str:
         """The whole assistant turn: free text that cannot spell a tag, then (per ``tool_choice``) calls.
 
         Calls are ``<tool_call>\\n{"name": "<offered>", "arguments": <args>}\\n</tool_call>``; with
         ``parallel_calls`` several, separated by ``\\n``. Nothing may follow the last one (the engine's EOS,
-        ``<|im_end|>``, ends the turn).
+        ``<|im_end|>``, ends the turn). Under ``auto`` free text cannot start with ``{``: a turn that does is a bare
+        call, held to the same envelope (see `parse`), so the model's untagged calls are constrained too.
         """
         mode, callable_tools = resolve_choice(tools, tool_choice)
-        free = free_text([_OPEN, _CLOSE])
+        free = f"(?:{final_pattern})" if final_pattern else free_text([_OPEN, _CLOSE], first_not="{")
         if mode is ChoiceMode.NONE:
             return free
         tag = special if self.special_tags else escape
-        call = f"{tag(_OPEN)}\\n{envelope_alternatives(callable_tools, args_key='arguments')}\\n{tag(_CLOSE)}"
+        envelope = envelope_alternatives(callable_tools, args_key="arguments")
+        call = f"{tag(_OPEN)}\\n{envelope}\\n{tag(_CLOSE)}"
         if mode is ChoiceMode.NAMED:
             return call
         calls = f"{call}(?:\\n{call})*" if parallel_calls else call
-        return calls if mode is ChoiceMode.REQUIRED else f"{free}(?:{calls})?"
+        if mode is ChoiceMode.REQUIRED:
+            return calls
+        return f"(?:{free}|{calls}|{envelope})" if final_pattern else f"(?:{free}(?:{calls})?|{envelope})"
 
 
 def _without_stop(text: str, stops: Sequence[str]) -> str:
@@ -212,6 +222,12 @@ def _without_stop(text: str, stops: Sequence[str]) -> str:
         if text.endswith(stop):
             return text[: -len(stop)]
     return text
+
+
+def _bare_call(turn: str, start: int, text: str) -> ToolCalls | MalformedToolCall:
+    """A call object written without tags, from ``start`` to the end of the turn (nothing may follow it)."""
+    call = _decode_call(turn[start:], turn[start:], text)
+    return call if isinstance(call, MalformedToolCall) else ToolCalls(calls=(call,), text="")
 
 
 def _decode_call(body: str, raw: str, text: str) -> ToolCall | MalformedToolCall:

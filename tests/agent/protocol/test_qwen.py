@@ -201,6 +201,28 @@ def test_tool_choice_and_tool_names_are_checked():
         codec.tool_call_grammar([CALC, CALC], "auto")
 
 
+def test_qwen_final_pattern_replaces_free_text_but_calls_stay_possible():
+    good = '<tool_call>\n{"name": "calc.eval", "arguments": {"expression":"1"}}\n</tool_call>'
+    none = _python(codec.tool_call_grammar([CALC], "none", final_pattern=r"DONE [0-9]+%"))
+    assert none.fullmatch("DONE 42%") and not none.fullmatch("DONE 42% and more") and not none.fullmatch(good)
+    auto = _python(codec.tool_call_grammar([CALC], "auto", final_pattern=r"DONE [0-9]+%"))
+    assert auto.fullmatch("DONE 7%") and auto.fullmatch(good)
+    assert auto.fullmatch('{"name": "calc.eval", "arguments": {"expression":"1"}}')  # a bare call
+    assert not auto.fullmatch("Sure, here you go")
+
+
+def test_qwen_grammar_holds_one_call_per_turn_unless_parallel_calls():
+    good = '<tool_call>\n{"name": "calc.eval", "arguments": {"expression":"1"}}\n</tool_call>'
+    assert not _python(codec.tool_call_grammar([CALC], "required")).fullmatch(good + "\n" + good)
+    assert _python(codec.tool_call_grammar([CALC], "required", parallel_calls=True)).fullmatch(good + "\n" + good)
+
+
+def test_qwen_bare_call_object_is_a_call_attempt_never_prose():
+    action = codec.parse('{"name": "calc.eval", "arguments": {"expression": "1"}}')
+    assert isinstance(action, ToolCalls) and action.calls[0].name == "calc.eval"
+    assert isinstance(codec.parse('{"name": "calc.eval"'), MalformedToolCall)
+
+
 def test_qwen_grammar_compiles_in_the_engine_dialect_with_the_tag_terminals():
     fsm = pytest.importorskip("constrained.fsm")
     dfa = fsm.compile_dfa(codec.tool_call_grammar([CALC], "auto"), allow_special=True)
