@@ -181,6 +181,11 @@ def _evaluate(node: ast.AST, depth: int) -> int | float:
         return _check_number(node.value)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _check_number(_UNARY[type(node.op)](_evaluate(node.operand, depth + 1)))
+    if _is_round_call(node):
+        digits = _evaluate(node.args[1], depth + 1) if len(node.args) == 2 else 0
+        if not isinstance(digits, int) or not 0 <= digits <= _MAX_ROUND_DIGITS:
+            raise ToolFailure(f"round(x, n) needs an integer n from 0 to {_MAX_ROUND_DIGITS}", kind=_INVALID)
+        return _check_number(round(_evaluate(node.args[0], depth + 1), digits))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left = _evaluate(node.left, depth + 1)
         right = _evaluate(node.right, depth + 1)
@@ -190,8 +195,19 @@ def _evaluate(node: ast.AST, depth: int) -> int | float:
     what = type(node).__name__
     if isinstance(node, ast.Constant):
         what = f"literal {node.value!r}"
-    raise ToolFailure(f"unsupported element in the expression: {what}; only numbers, + - * / // % ** "
-                      f"and parentheses are allowed", kind=_INVALID)
+    raise ToolFailure(f"unsupported element in the expression: {what}; only numbers, + - * / // % **, "
+                      f"parentheses and round(x, n) are allowed", kind=_INVALID)
+
+
+_MAX_ROUND_DIGITS: Final = 15
+
+
+def _is_round_call(node: ast.AST) -> bool:
+    """``round(x)`` or ``round(x, n)``: the one function the calculator knows (rounding is arithmetic a small
+    model gets wrong in its head), matched structurally — no name lookup, no keywords, no star-args."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "round"
+            and 1 <= len(node.args) <= 2 and not node.keywords
+            and not any(isinstance(a, ast.Starred) for a in node.args))
 
 
 def evaluate_arithmetic(expression: str) -> int | float:
@@ -226,11 +242,11 @@ def calculator_tool() -> Tool:
     return Tool(
         name="calculator",
         description=("Evaluate an arithmetic expression and return the number. Supports numbers (e.g. 0.612, "
-                     "1e-3), + - * / // % ** and parentheses; no variables or functions. Example: "
-                     "(0.744 - 0.612) / 0.612 * 100"),
+                     "1e-3), + - * / // % **, parentheses and round(x, n); no variables or other functions. "
+                     "Example: round((0.744 - 0.612) / 0.612 * 100, 2)"),
         parameters={"type": "object",
                     "properties": {"expression": {"type": "string",
-                                                  "pattern": rf"^[0-9eE+\-*/%(). ]{{1,{MAX_EXPRESSION_CHARS}}}$",
+                                                  "pattern": r"^(?:[0-9eE+\-*/%(). ,]|round){1,200}$",
                                                   "description": "Arithmetic over numbers only, e.g. (2 + 3) * 4"}},
                     "required": ["expression"], "additionalProperties": False},
         function=calculator, kind=ToolKind.DATA, constrained=True)

@@ -46,20 +46,22 @@ class ChatModel:
                         seed=seed, max_tokens=max_tokens, whitespace=whitespace)
 
 
-def load_chat_model(name_or_path: str, *, n_ctx: int = 4096,
+def load_chat_model(name_or_path: str, *, n_ctx: int = 4096, n_threads: int | None = None,
                     progress: Callable[[str], None] | None = None, codec: str | None = None) -> ChatModel:
     """Resolve ``name_or_path`` through the model store, load it and pick its codec.
 
     Args:
         name_or_path: a store name (``ember models list``) or a local GGUF path.
         n_ctx: context window to allocate.
+        n_threads: llama.cpp threads for generation and prompt batches; ``None`` keeps llama-cpp-python's
+            defaults (see `LlamaModel.load`: on a busy machine 1 thread can be an order of magnitude faster).
         progress: receives human progress lines (downloads, loading).
         codec: a family name to force (``"qwen2.5"``, ``"llama3.1"``...) instead of reading the chat template.
     """
     path = models.model_path(name_or_path, progress=progress)
     if progress is not None:
         progress(f"loading {path.name}")
-    model = LlamaModel.load(path, n_ctx=n_ctx)
+    model = LlamaModel.load(path, n_ctx=n_ctx, n_threads=n_threads)
     return ChatModel(model=model, codec=codec_for(codec or model), path=path)
 
 

@@ -36,12 +36,11 @@ SYSTEM_PROMPT = ("You are a careful research assistant. You learn file contents 
 DEMO_PROMPT = ("Follow this plan, one step per turn:\n"
                "1. read_file with path baseline_q4.md\n"
                "2. read_file with path tuned_q8.md\n"
-               "3. calculator with the expression (tuned_score - baseline_score) / baseline_score * 100, "
+               "3. calculator with the expression round((tuned_score - baseline_score) / baseline_score * 100, 2), "
                "using the two scores you read\n"
-               "4. write_artifact with name best-config.md and a short Markdown summary naming the best "
-               "configuration, both scores and the improvement\n"
-               "5. reply with one line: DONE, a space, the calculator result rounded to two decimals, and a "
-               "percent sign")
+               "4. write_artifact with name best-config.md and as content a short Markdown report: the best "
+               "configuration, both scores, and the improvement in percent from step 3\n"
+               "5. reply with exactly one line: DONE <the step 3 calculator result>%")
 
 
 def run_demo(*, model: str, out_dir: Path, progress: Callable[[str], None] | None = None) -> int:

@@ -228,3 +228,16 @@ def test_write_artifact_names_cannot_be_paths(tools):
     for name in ["../x", "/etc/x", "a/b", ".hidden", ""]:
         assert isinstance(validate_arguments(tool.name, tool.parameters, {"name": name, "content": "x"}),
                           ArgumentErrors), name
+
+
+@pytest.mark.parametrize(("expression", "value"), [("round((0.744 - 0.612) / 0.612 * 100, 2)", 21.57),
+                                                    ("round(2.675 * 2)", 5), ("round(1 / 3, 4)", 0.3333)])
+def test_calculator_rounds_with_the_one_function_it_knows(expression, value):
+    assert evaluate_arithmetic(expression) == value
+
+
+@pytest.mark.parametrize("expression", ["round(1, 2, 3)", "round(x=1)", "round(1, 2.5)", "round(1, -1)",
+                                        "abs(1)", "round(*[1])", "__import__('os')"])
+def test_calculator_refuses_every_other_call_shape(expression):
+    with pytest.raises(ToolFailure):
+        evaluate_arithmetic(expression)
