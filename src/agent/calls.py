@@ -59,10 +59,10 @@ def action_record(case_id: Any, action: Action, *, raw: str, tokens: int, second
 
 
 def call_cases(model: str, cases: Sequence[Mapping[str, Any]], *, tool_choice: ToolChoice = "auto",
-               constrained: bool = True, max_tokens: int = 256,
+               constrained: bool = True, max_tokens: int = 256, n_threads: int | None = None,
                progress: Callable[[str], None] | None = None) -> Iterator[dict[str, Any]]:
     """Run one turn per case on one loaded model and yield its record; nothing is executed."""
-    chat = load_chat_model(model, progress=progress)
+    chat = load_chat_model(model, n_threads=n_threads, progress=progress)
     engine = ChatModelEngine(chat.model, chat.codec)
     for case in cases:
         specs = [tool_spec(t, constrained=constrained) for t in case.get("tools", [])]

@@ -43,7 +43,8 @@ DEMO_PROMPT = ("Follow this plan, one step per turn:\n"
                "5. reply with exactly one line: DONE <the step 3 calculator result>%")
 
 
-def run_demo(*, model: str, out_dir: Path, progress: Callable[[str], None] | None = None) -> int:
+def run_demo(*, model: str, out_dir: Path, n_threads: int | None = None,
+             progress: Callable[[str], None] | None = None) -> int:
     """Run the workflow; exit status 0 only if the answer is right and the trace verifies."""
     out_dir = out_dir.resolve()
     sandbox = out_dir / "experiments"
@@ -56,7 +57,7 @@ def run_demo(*, model: str, out_dir: Path, progress: Callable[[str], None] | Non
     result = run_session(model=model, tools="builtin", prompt=DEMO_PROMPT, trace_path=trace_path,
                          artifact_root=artifact_root, sandbox_root=sandbox, system_prompt=SYSTEM_PROMPT,
                          limits=AgentLimits(max_model_steps=8), tool_choice=TOOL_PLAN,
-                         final_pattern=FINAL_ANSWER_PATTERN, progress=progress)
+                         final_pattern=FINAL_ANSWER_PATTERN, n_threads=n_threads, progress=progress)
 
     report_path = out_dir / "report.html"
     events = trace.read_trace(trace_path).events

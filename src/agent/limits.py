@@ -14,12 +14,14 @@ conversation; the session ends the run with outcome ``limit`` and traces ``run_t
     reinjecting a result              max_result_bytes → results.result_content(max_bytes=...)  (truncates)
 
 A check returns ``None`` or a `LimitBreach`; none of them raises, because hitting a limit is an expected
-outcome of a run, not misuse. Misconfigured limits (zero, negative) raise `ValueError` at construction.
+outcome of a run, not misuse. Misconfigured limits (zero, negative, NaN, infinite) raise `ValueError` at
+construction.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 __all__ = ["MIN_RESULT_BYTES", "AgentLimits", "LimitBreach", "LimitKind", "RunUsage"]
@@ -100,8 +102,9 @@ class AgentLimits:
             value = getattr(self, name)
             if value is None and name not in ("max_output_tokens", "max_result_bytes"):
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"AgentLimits.{name} must be a positive number"
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0  # NaN too
+                    or (isinstance(value, float) and not math.isfinite(value))):
+                raise ValueError(f"AgentLimits.{name} must be a positive finite number"
                                  f"{'' if name.startswith(('max_output', 'max_result')) else ' or None'}, "
                                  f"got {value!r}")
         if self.max_result_bytes < MIN_RESULT_BYTES:

@@ -121,6 +121,6 @@ def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_p
                           system_prompt=system_prompt, tool_choice=tool_choice, final_pattern=final_pattern)
         result = session.run(prompt)
     if echo and not json_output:
-        print(("\n" if mid_line else "") + f"outcome: {result.outcome}" + (f" ({result.limit})" if result.limit else "")
-              + (f" — {result.detail}" if result.detail else ""))
+        print(("\n" if mid_line else "") + f"outcome: {result.outcome}"
+              + (f" ({result.limit})" if result.limit else "") + (f" — {result.detail}" if result.detail else ""))
     return result

@@ -663,7 +663,7 @@ class _Walk:
                 for key, item in value.items():
                     if not isinstance(key, str):
                         self.error(path, ValidationErrorKind.OTHER,
-                                   f"object key {key!r} is not a string")
+                                   f"object key {_safe_repr(key)} is not a string")
                         continue
                     key = self.string(key, path + (key,), "key")
                     out[key] = self.copy(item, path + (key,), depth + 1)
@@ -677,11 +677,21 @@ class _Walk:
 # jsonschema error → ArgumentError
 # ---------------------------------------------------------------------------------------------------------
 
+def _safe_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, or ``<TypeName>`` when the object's ``__repr__`` fails (a
+    hostile key or value must not turn a validation error into a crash)."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def _show(value: Any, limit: int = 60) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
+    except (TypeError, ValueError, RecursionError):
+        return _safe_repr(value, limit)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 

@@ -35,6 +35,7 @@ as ``tool_call_rejected`` and reinjected as ok:false results, so the model may r
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import time
 import uuid
@@ -54,7 +55,8 @@ from agent.results import ResultErrorKind
 from agent.schema import ArgumentError, ArgumentErrors, ValidatedArguments, validate_arguments
 from agent.tool import (ApprovalPolicy, IdempotencyStore, Tool, ToolContext, ToolOutcome, ToolRegistry,
                         check_approval, default_policy, execute_tool)
-from agent.trace import EventType, TraceRecorder, TraceWriteError, artifact_written_data, provenance_data
+from agent.trace import (EventType, TraceError, TraceMisuseError, TraceRecorder, TraceWriteError,
+                         artifact_written_data, provenance_data)
 
 __all__ = ["LoopOutcome", "RunResult", "Session", "SessionError"]
 
@@ -205,6 +207,14 @@ class Session:
             self.engine.rollback()
             return self._result(run, _Ending(outcome=LoopOutcome.FAILED, phase="trace",
                                              detail=f"trace write failed: {e}"))
+        except TraceMisuseError as e:  # an event the recorder refused (e.g. over MAX_LINE_BYTES): same, but the
+            self.engine.rollback()     # recorder still works, so the trace gets its terminal run_failed
+            ending = _Ending(outcome=LoopOutcome.FAILED, phase="trace", detail=f"trace refused an event: {e}")
+            try:
+                run.trace.terminal(ending, run, self._usage(run))
+            except TraceError:
+                pass
+            return self._result(run, ending)
 
     def _loop(self, run: _Run, user_message: str) -> _Ending:
         self._begin(run, user_message)
@@ -400,7 +410,7 @@ class Session:
                           linked_runs=[])
         run.trace.execution_started(call_id, tool, timeout_s)
         outcome = execute_tool(tool, accepted.args, ctx, timeout_s=timeout_s, idempotency=self.idempotency)
-        run.trace.execution_finished(call_id, tool.name, outcome)
+        run.trace.execution_finished(call_id, tool.name, outcome, self.limits.max_result_bytes)
         if not outcome.replayed:
             for ref in outcome.artifacts:
                 run.trace.artifact_written(step, call_id, tool.name, ref)
@@ -537,14 +547,24 @@ class _RunTrace:
             "call_id": call_id, "tool": tool.name, "kind": str(tool.kind), "external": tool.external,
             "timeout_s": timeout_s})
 
-    def execution_finished(self, call_id: str, tool: str, outcome: ToolOutcome) -> None:
+    def execution_finished(self, call_id: str, tool: str, outcome: ToolOutcome, max_result_bytes: int) -> None:
+        """The result is traced as the model will see it (bounded to ``max_result_bytes``, so a huge result
+        cannot make an over-long trace line), plus the byte length and sha256 of the full result JSON."""
+        if self._rec is None:
+            return
         ids = [ref.id for ref in outcome.artifacts]
+        result = outcome.to_result()
+        full_bytes = results.result_json(result).encode("utf-8")
+        bounded, truncated = (results.result_content(result, max_bytes=max_result_bytes)
+                              if len(full_bytes) > max_result_bytes else (full_bytes.decode("utf-8"), False))
         self._emit(EventType.TOOL_EXECUTION_FINISHED, _tool_step(call_id), "execute", {
             "call_id": call_id, "tool": tool, "ok": outcome.ok, "duration_ms": outcome.duration_ms,
             "error_kind": str(outcome.error_kind) if outcome.error_kind else None, "detail": outcome.detail,
             "replayed": outcome.replayed, "artifact_ids": [] if outcome.replayed else ids,
             "replayed_artifact_ids": ids if outcome.replayed else [],
-            "linked_runs": list(outcome.linked_runs), "result": self._payload(outcome.to_result())})
+            "linked_runs": list(outcome.linked_runs), "result": self._payload(json.loads(bounded)),
+            "result_truncated": truncated, "result_bytes": len(full_bytes),
+            "result_sha256": hashlib.sha256(full_bytes).hexdigest()})
 
     def artifact_written(self, step: str, call_id: str, tool: str, ref: Any) -> None:
         self._emit(EventType.ARTIFACT_WRITTEN, step, "execute", artifact_written_data(ref, call_id=call_id,

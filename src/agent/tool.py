@@ -23,7 +23,9 @@ Owns:
   ``idempotency_key`` argument when its schema declares one, else the sha256 of its canonical arguments. Any
   outcome of a call that *started* is recorded (a timed-out charge may still have happened) and replayed with
   ``replayed=True``; a call that never started (denied, cancelled first) is not.
-- **Bounded execution.** The function runs in a daemon worker thread under a watchdog. On timeout or cancel the
+- **Bounded execution.** The function runs in a daemon worker thread under a watchdog (threads are parked and
+  reused: starting a fresh thread costs milliseconds on a busy machine, waking a parked one microseconds).
+  On timeout or cancel the
   worker is *detached*, not preempted (Python cannot stop a thread safely): its late result is discarded, its
   ``ctx.cancel`` reads as set so cooperative code can stop, and later writes through ``ctx.artifacts`` are
   refused. Exceptions are contained: every ``BaseException`` a tool raises, ``SystemExit`` and
@@ -42,10 +44,13 @@ import contextvars
 import copy
 import dataclasses
 import enum
+import functools
 import hashlib
 import inspect
 import json
 import math
+import os
+import queue
 import re
 import threading
 import time
@@ -88,7 +93,10 @@ __all__ = [
 TOOL_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
 IDEMPOTENCY_KEY_FIELD: Final = "idempotency_key"
 _POLL_S: Final = 0.01
-"""How often the watchdog looks at ``ctx.cancel`` (it only has ``is_set()``)."""
+"""How often the watchdog looks at ``ctx.cancel`` (it only has ``is_set()``). Completion is not polled: the
+waiter blocks on the worker's done event and wakes the moment it is set."""
+_MAX_IDLE_WORKERS: Final = 8
+"""Parked worker threads kept for reuse; more finish when their call does."""
 _MAX_DETAIL_CHARS: Final = 2000
 
 
@@ -688,6 +696,72 @@ class _RecordingArtifacts:
         return getattr(self._store, name)
 
 
+class _Worker:
+    """One reusable daemon thread: runs one job at a time, parks itself in the pool (or ends), then sets the job's
+    done event, so the waiter's next call finds it parked instead of starting a thread."""
+
+    def __init__(self, pool: _WorkerPool) -> None:
+        self._pool = pool
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], str, threading.Event]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="ember-tool-idle")
+
+    def give(self, job: Callable[[], None], name: str, done: threading.Event) -> None:
+        self._jobs.put((job, name, done))
+        if self._thread.ident is None:
+            self._thread.start()
+
+    def _loop(self) -> None:
+        me = threading.current_thread()
+        while True:
+            job, name, done = self._jobs.get()
+            me.name = name
+            parked = False
+            try:
+                job()  # the job contains every exception itself
+            except BaseException:  # pragma: no cover - defensive: a worker never dies without setting done
+                pass
+            finally:
+                me.name = "ember-tool-idle"
+                try:
+                    parked = self._pool.park(self)
+                finally:
+                    done.set()
+            if not parked:
+                return
+
+
+class _WorkerPool:
+    """Parked tool worker threads. A detached worker (timed out, cancelled) rejoins only once its call ends."""
+
+    def __init__(self, max_idle: int) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._max_idle = max_idle
+
+    def submit(self, job: Callable[[], None], name: str, done: threading.Event) -> None:
+        """Run ``job`` on a parked worker (or a new one); ``done`` is set once it returned."""
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        (worker or _Worker(self)).give(job, name, done)
+
+    def park(self, worker: _Worker) -> bool:
+        with self._lock:
+            if len(self._idle) >= self._max_idle:
+                return False
+            self._idle.append(worker)
+            return True
+
+    def forget(self) -> None:
+        """After fork: the parked threads do not exist in the child."""
+        self._lock = threading.Lock()
+        self._idle = []
+
+
+_POOL = _WorkerPool(_MAX_IDLE_WORKERS)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_POOL.forget)
+
+
 class _CallCancel:
     """The run's cancel signal, also set once this call is detached."""
 
@@ -785,30 +859,25 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
     box: dict[str, Any] = {}
     done = threading.Event()
 
-    def work() -> None:
+    def work() -> None:  # the pool sets ``done`` after it returns
         try:
             box["value"] = tool.function(args, call_ctx)
         except BaseException as exc:  # contained: see the module docstring
             box["error"] = exc
-        finally:
-            done.set()
 
-    worker = threading.Thread(target=contextvars.copy_context().run, args=(work,), daemon=True,
-                              name=f"ember-tool-{tool.name}-{ctx.call_id}")
+    context = contextvars.copy_context()
     start = time.perf_counter()
     deadline = None if limit is None else start + limit
     detach_kind: ResultErrorKind | None = None
-    worker.start()
+    _POOL.submit(functools.partial(context.run, work), f"ember-tool-{tool.name}-{ctx.call_id}", done)
     try:
-        while not done.is_set():
+        while not done.wait(_POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.perf_counter()))):
             if ctx.cancel.is_set():
                 detach_kind = ResultErrorKind.CANCELLED
                 break
-            now = time.perf_counter()
-            if deadline is not None and now >= deadline:
+            if deadline is not None and time.perf_counter() >= deadline:
                 detach_kind = ResultErrorKind.TIMEOUT
                 break
-            done.wait(_POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - now)))
     finally:
         if not done.is_set():
             call_cancel.detach()
@@ -830,7 +899,7 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
         return ToolOutcome(ok=False, error_kind=ResultErrorKind.EXECUTION_FAILED, detail=_describe(exc), **common)
     try:
         value = json.loads(json.dumps(box.get("value"), allow_nan=False))
-    except (TypeError, ValueError, RecursionError) as exc:
+    except Exception as exc:  # TypeError, ValueError, RecursionError, or whatever a hostile __iter__/items raises
         return ToolOutcome(ok=False, error_kind=ResultErrorKind.RESULT_NOT_SERIALIZABLE,
                            detail=f"the tool returned a value that is not JSON: {_describe(exc)}", **common)
     return ToolOutcome(ok=True, value=value, **common)

@@ -31,6 +31,7 @@ import errno
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import stat
@@ -124,7 +125,8 @@ class FsyncPolicy(enum.StrEnum):
 
     NONE = "none"
     TERMINAL = "terminal"
-    """Default: fsync after the terminal event and on close."""
+    """Default: fsync once after the terminal event (and on close, if lines were appended since); never per
+    ordinary event."""
     EVERY_EVENT = "every_event"
 
 
@@ -252,6 +254,8 @@ class TraceRecorder:
         self._terminal: str | None = None
         self._closed = False
         self._failed: TraceWriteError | None = None
+        self._unsynced = False
+        """Lines were appended since the last fsync (close skips a redundant fsync after the terminal one)."""
         self._t0_ns = time.monotonic_ns()
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         try:
@@ -307,6 +311,7 @@ class TraceRecorder:
                      "data": dict(data) if data is not None else {}}
             line = self._encode(event)
             self._append(line)
+            self._unsynced = True
             self._seq += 1
             if kind in TERMINAL_EVENTS:
                 self._terminal = str(kind)
@@ -326,14 +331,14 @@ class TraceRecorder:
         return self._terminal is not None
 
     def close(self) -> None:
-        """Fsync (unless policy is none) and close. Idempotent. Closing without a terminal event is allowed: the
+        """Fsync lines not yet synced (unless policy is none) and close. Idempotent. Closing without a terminal event is allowed: the
         trace then reads as an interrupted run (``verify_trace`` reports the missing terminal event)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             try:
-                if self.fsync_policy is not FsyncPolicy.NONE and self._failed is None:
+                if self.fsync_policy is not FsyncPolicy.NONE and self._failed is None and self._unsynced:
                     self._sync()
             finally:
                 os.close(self._fd)
@@ -384,6 +389,7 @@ class TraceRecorder:
     def _sync(self) -> None:
         try:
             os.fsync(self._fd)
+            self._unsynced = False
         except OSError as e:
             if e.errno in (errno.EINVAL, errno.EROFS) and not self._regular:
                 return  # character devices and pipes cannot be synced
@@ -464,8 +470,14 @@ def _parse_line(raw: bytes, line_no: int) -> TraceEvent | str:
         value = obj[name]
         if not isinstance(value, types) or (isinstance(value, bool) and name in ("seq", "t_ms", "ts_epoch_ms")):
             return f"line {line_no}: field {name} has type {type(value).__name__}"
+    try:
+        t_ms = float(obj["t_ms"])
+    except OverflowError:  # an integer beyond the float range
+        t_ms = math.inf
+    if not math.isfinite(t_ms):
+        return f"line {line_no}: field t_ms is out of range"
     return TraceEvent(schema=schema, run_id=obj["run_id"], seq=obj["seq"], event_type=obj["event_type"],
-                      t_ms=float(obj["t_ms"]), ts_epoch_ms=obj["ts_epoch_ms"], step=obj["step"],
+                      t_ms=t_ms, ts_epoch_ms=obj["ts_epoch_ms"], step=obj["step"],
                       phase=obj["phase"], data=obj["data"], line_no=line_no)
 
 
@@ -632,6 +644,9 @@ def _check_executions(events: list[TraceEvent], artifact_root: Path | None, prob
             else:
                 started[call_id] = ev
         elif ev.event_type == EventType.TOOL_EXECUTION_FINISHED:
+            if not isinstance(call_id, str):
+                problems.append(f"seq {ev.seq}: tool_execution_finished without a string call_id")
+                continue
             if call_id not in started:
                 problems.append(f"seq {ev.seq}: tool_execution_finished for call {call_id!r} that never started")
                 continue
@@ -646,7 +661,7 @@ def _check_executions(events: list[TraceEvent], artifact_root: Path | None, prob
             if artifact_id in written:
                 problems.append(f"seq {ev.seq}: artifact {artifact_id} recorded twice")
             written[artifact_id] = ev
-            if call_id not in started:
+            if not isinstance(call_id, str) or call_id not in started:
                 problems.append(f"seq {ev.seq}: artifact {artifact_id} was not produced by a traced tool execution "
                                 f"(no tool_execution_started for call {call_id!r} before it)")
     for call_id, ev in started.items():
@@ -661,12 +676,17 @@ def _check_executions(events: list[TraceEvent], artifact_root: Path | None, prob
             problems.append(f"seq {ev.seq}: artifact_ids is not a list")
             continue
         for artifact_id in ids:
+            if not isinstance(artifact_id, str):
+                problems.append(f"seq {ev.seq}: call {call_id} lists an artifact id of type "
+                                f"{type(artifact_id).__name__}, not a string")
+                continue
             listed[artifact_id] = call_id
             if artifact_id not in written:
                 problems.append(f"seq {ev.seq}: call {call_id} lists artifact {artifact_id} but no artifact_written "
                                 "event records it")
     for artifact_id, ev in written.items():
-        if ev.data.get("call_id") in started and listed.get(artifact_id) != ev.data.get("call_id"):
+        owner = ev.data.get("call_id")
+        if isinstance(owner, str) and owner in started and listed.get(artifact_id) != ev.data.get("call_id"):
             problems.append(f"seq {ev.seq}: artifact {artifact_id} is not listed by tool_execution_finished of "
                             f"call {ev.data.get('call_id')}")
         _check_artifact_on_disk(ev, artifact_id, artifact_root, problems)
