@@ -1,4 +1,8 @@
-"""Builds the one C extension: the token-trie walk behind per-state masks (src/constrained/_kernel.c)."""
+"""Builds the C extensions: the token-trie walk behind per-state masks (src/constrained/_kernel.c) and the
+NFA → minimal DFA compiler behind fsm.compile_dfa (src/constrained/_fsm.c)."""
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("constrained._kernel", ["src/constrained/_kernel.c"], extra_compile_args=["-O3"])])
+setup(ext_modules=[
+    Extension("constrained._kernel", ["src/constrained/_kernel.c"], extra_compile_args=["-O3"]),
+    Extension("constrained._fsm", ["src/constrained/_fsm.c"], extra_compile_args=["-O3"]),
+])

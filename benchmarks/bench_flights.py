@@ -107,6 +107,8 @@ class Row:
     """Knowledge (a): today's date in the system prompt."""
     lookup: bool = False
     """Knowledge (b): an airports.lookup data tool, run as a real Session."""
+    first_tool_choice: str | None = None
+    """The Session's tool_choice for its first turn when it differs from ``tool_choice`` (e.g. force the lookup)."""
 
 
 def _rich_c() -> dict[str, Any]:
@@ -127,11 +129,13 @@ ROWS: tuple[Row, ...] = (
         tool_choice="required"),
     Row(key="today", label="+ (a) today in system prompt", schema=_rich_c, constrained=True, tool_choice="required",
         today=True),
-    Row(key="lookup", label="+ (b) airports.lookup tool (Session)", schema=_rich_c, constrained=True,
+    Row(key="lookup", label="+ (b) airports.lookup offered (Session)", schema=_rich_c, constrained=True,
         tool_choice="required", lookup=True),
+    Row(key="lookup-first", label="+ (b') airports.lookup forced first (Session)", schema=_rich_c, constrained=True,
+        tool_choice="required", lookup=True, first_tool_choice=LOOKUP_TOOL),
     Row(key="enum", label="+ (c) IATA enum in schema", schema=_enum_c, constrained=True, tool_choice="required"),
-    Row(key="all", label="+ (a) + (b) + (c)", schema=_enum_c, constrained=True, tool_choice="required", today=True,
-        lookup=True),
+    Row(key="all", label="+ (a) + (b') + (c)", schema=_enum_c, constrained=True, tool_choice="required", today=True,
+        lookup=True, first_tool_choice=LOOKUP_TOOL),
 )
 """The study's rows, in table order."""
 
@@ -288,8 +292,8 @@ def _run_session(engine: Any, row: Row, request: sd.Request, max_tokens: int) ->
 
     searches: list[dict[str, Any]] = []
     session = Session(engine, ToolRegistry(lookup_tools(row, searches)), system_prompt=_system(row),
-                      tool_choice=row.tool_choice,
-                      limits=AgentLimits(max_model_steps=4, max_tool_calls=8, max_output_tokens=max_tokens))
+                      tool_choice=row.first_tool_choice or row.tool_choice,
+                      limits=AgentLimits(max_model_steps=3, max_tool_calls=8, max_output_tokens=max_tokens))
     started = time.perf_counter()
     result = session.run(request.text)
     seconds = time.perf_counter() - started
@@ -395,6 +399,11 @@ def report(results: Sequence[RowResult], *, model_label: str, model_sha: str, co
         "only truth can move. Turns stop after their first `</tool_call>` (only the first call is scored).",
         f"- Plot: `benchmarks/{plot_name}`. Interpretation: `docs/form-vs-truth.md`.",
     ]
+    for r in results:
+        if r.row.lookup:
+            called = sum(bool(o.detail.get("lookups")) for o in r.outcomes)
+            notes.append(f"- {r.row.label}: the model called airports.lookup in {called}/{len(r.outcomes)} requests "
+                         f"(Session limits: 3 model steps; the first search_flights call is scored).")
     return "\n".join([env, *notes, "", table(results)])
 
 

@@ -39,7 +39,15 @@ if __package__ in (None, ""):  # run as a script: benchmarks/ and src/ on sys.pa
 
 import studies_data as sd  # noqa: E402
 from _common import BENCHMARKS_DIR, environment_lines, figure, markdown_table, save_figure, write_section  # noqa: E402
-from bench_flights import DEFAULT_MODEL, DEFAULT_THREADS, MAX_TOKENS, PACKAGES, TurnRecord, load_engine, single_turn  # noqa: E402
+from bench_flights import (  # noqa: E402
+    DEFAULT_MODEL,
+    DEFAULT_THREADS,
+    MAX_TOKENS,
+    PACKAGES,
+    TurnRecord,
+    load_engine,
+    single_turn,
+)
 
 __all__ = ["HEADING", "ModeResult", "SizeResult", "main", "run_size"]
 
@@ -61,8 +69,9 @@ class ModeResult:
     """Scored call name (``"(none)"`` when no call) → count."""
     prompt_tokens: tuple[int, ...]
     ttft_cold_s: float | None
-    """Time to first generated text of the first request of this size+mode (tool prefix not in the KV... for
-    ``free``; for ``required`` the prefix is warm from the free pass)."""
+    """Seconds to the first generated text of the first request of this size and mode. Cold for ``free`` (the KV
+    is cleared before it, so the whole tool prefix is evaluated); ``required`` follows the free pass, so its
+    prefix is already warm."""
     ttft_warm_s: float | None
     """Median time to first text over the other requests (tool prefix reused from the KV)."""
     turn_s: float

@@ -1,4 +1,4 @@
-"""The fixed inputs and answer key of the two tool-calling studies (form vs truth; tool count), and how a turn is scored.
+"""Fixed inputs and answer key of the two tool-calling studies (form vs truth; tool count), and turn scoring.
 
 Owns: the fixed "today" (`TODAY`), the 24 requests (6 city pairs × 4 date phrasings) with their known answers
 (city → IATA code, phrase → ISO date, both resolved here with `datetime` arithmetic, never typed in by hand), the
@@ -301,9 +301,9 @@ CONFUSABLE_TOOLS: tuple[str, ...] = ("rail.search_trains", "ferry.search_ferries
 
 def tool_catalog() -> list[dict[str, Any]]:
     """The 20 tool definitions (bare ``{"name","description","parameters"}``), the flight tool first with the rich
-    schema; a fresh deep copy on every call."""
+    schema minus its redundant date pattern (so the same definitions can be constrained); a fresh deep copy."""
     tools = copy.deepcopy(list(_CATALOG))
-    tools[0]["parameters"] = rich_schema()
+    tools[0]["parameters"] = rich_schema(date_pattern=False)
     return tools
 
 

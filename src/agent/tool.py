@@ -23,15 +23,17 @@ Owns:
   ``idempotency_key`` argument when its schema declares one, else the sha256 of its canonical arguments. Any
   outcome of a call that *started* is recorded (a timed-out charge may still have happened) and replayed with
   ``replayed=True``; a call that never started (denied, cancelled first) is not.
-- **Bounded execution.** The function runs in a daemon worker thread under a watchdog (threads are parked and
-  reused: starting a fresh thread costs milliseconds on a busy machine, waking a parked one microseconds).
-  On timeout or cancel the
-  worker is *detached*, not preempted (Python cannot stop a thread safely): its late result is discarded, its
-  ``ctx.cancel`` reads as set so cooperative code can stop, and later writes through ``ctx.artifacts`` are
-  refused. Exceptions are contained: every ``BaseException`` a tool raises, ``SystemExit`` and
-  ``KeyboardInterrupt`` included, becomes ``execution_failed`` with its type and message (in a worker thread
-  they could not stop the process anyway; a real Ctrl-C reaches the waiting thread, where it propagates after
-  the worker is detached). A tool can fail with a clean model-facing message by raising `ToolFailure`.
+- **Bounded execution.** The function runs in a daemon worker thread under a watchdog. Idle workers are parked and
+  reused (starting a thread costs milliseconds on a busy machine, waking a parked one microseconds), so
+  thread-local state may outlive a call; the caller's contextvars are copied into every call. The watchdog
+  blocks on the worker's completion and wakes the moment it finishes; it looks at ``ctx.cancel`` every
+  ``_POLL_S``. On timeout or cancel the worker is *detached*, not preempted (Python cannot stop a thread
+  safely): its late result is discarded, its ``ctx.cancel`` reads as set so cooperative code can stop, later
+  writes through ``ctx.artifacts`` are refused, and the thread is reused only after the tool returns.
+  Exceptions are contained: every ``BaseException`` a tool raises, ``SystemExit`` and ``KeyboardInterrupt``
+  included, becomes ``execution_failed`` with its type and message (in a worker thread they could not stop the
+  process anyway; a real Ctrl-C reaches the waiting thread, where it propagates after the worker is detached).
+  A tool can fail with a clean model-facing message by raising `ToolFailure`.
   Results must be JSON (no NaN/Infinity); they are copied through JSON so the outcome cannot change later.
 
 Refuses (raises): raw arguments (`TypeError`), arguments validated for another tool or schema

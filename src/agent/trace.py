@@ -331,8 +331,9 @@ class TraceRecorder:
         return self._terminal is not None
 
     def close(self) -> None:
-        """Fsync lines not yet synced (unless policy is none) and close. Idempotent. Closing without a terminal event is allowed: the
-        trace then reads as an interrupted run (``verify_trace`` reports the missing terminal event)."""
+        """Fsync lines not yet synced (unless policy is none) and close. Idempotent. Closing without a terminal
+        event is allowed: the trace then reads as an interrupted run (``verify_trace`` reports the missing
+        terminal event)."""
         with self._lock:
             if self._closed:
                 return

@@ -10,6 +10,12 @@ nothing.
         ──byte equivalence classes──► subset construction (class alphabet) ──trim──► Hopcroft
         ──canonical BFS renumbering──► class table ──expand classes──► DFA.transitions [S, 256 + K]
 
+Two implementations of the same pipeline. `compile_dfa` parses and flattens the AST into a preorder program
+(checking the NFA budget) in Python; the native extension ``constrained._fsm`` then builds the very same NFA
+and does everything else down to ``DFA.transitions`` and ``distance`` (GIL released), with the same
+subset-work accounting and budgets. `compile_dfa_reference` is the all-Python original, kept as the
+executable specification the native path is tested against (identical tables, identical budget errors).
+
 Alphabet: symbols 0..255 are bytes; symbols 256+i are the special-token terminals named in the
 pattern (``(?&<tool_call>)``), in ``DFA.special_names`` order. A special-token symbol is consumed
 by exactly one vocabulary token (the one whose text is that name); bytes are consumed by ordinary
@@ -21,6 +27,8 @@ schema pattern runs subset construction and minimization over ~20–60 columns i
 
 from __future__ import annotations
 
+import array
+import functools
 import hashlib
 import json
 from collections.abc import Iterable
@@ -28,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from constrained import _fsm
 from constrained.errors import EmptyLanguageError, GrammarTooLargeError
 from constrained.regex import (
     Alternation,
@@ -42,7 +51,7 @@ from constrained.regex import (
     utf8_sequences,
 )
 
-__all__ = ["DEAD", "DFA", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "compile_dfa", "next_hop"]
+__all__ = ["DEAD", "DFA", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "compile_dfa", "compile_dfa_reference", "next_hop"]
 
 DEAD = -1
 """Transition target meaning "no continuation": the byte is not allowed here."""
@@ -51,8 +60,9 @@ MAX_NFA_STATES = 250_000
 """Budget on NFA states (bounded repetitions expand into copies; checked before anything is built)."""
 
 MAX_SUBSET_WORK = 8_000_000
-"""Budget on subset-construction work (NFA-state visits and set-union sizes; about a second): typical schema
-patterns use ~1–2% of it, pathological ones such as ``(a|aa){1000}`` hit it instead of hanging."""
+"""Budget on subset-construction work (NFA-state visits and set-union sizes; about a second in the Python
+reference, far less natively; both count it identically): typical schema patterns use ~1–2% of it,
+pathological ones such as ``(a|aa){1000}`` hit it instead of hanging."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -119,6 +129,32 @@ def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = 
         EmptyLanguageError: the pattern accepts no string at all.
     """
     ast = parse(pattern, allow_special=allow_special)
+    program = _Program.build(ast)
+    if program.size > MAX_NFA_STATES:
+        raise GrammarTooLargeError("nfa_states", MAX_NFA_STATES, f"the pattern expands to ~{program.size} NFA states")
+    result = _fsm.compile(program.code, program.templates, program.offsets, len(program.names), max_states,
+                          MAX_SUBSET_WORK)
+    if isinstance(result, int):
+        if result == _NATIVE_WORK:
+            raise GrammarTooLargeError("subset_work", MAX_SUBSET_WORK, "NFA-state sets grow too large")
+        if result == _NATIVE_STATES:
+            raise GrammarTooLargeError("dfa_states", max_states, "subset construction")
+        if result == _NATIVE_EMPTY:
+            raise EmptyLanguageError(pattern)
+        raise AssertionError(f"unexpected outcome {result} from constrained._fsm.compile")
+    transitions, n_states, accepting, distance = result
+    return _dfa(
+        np.frombuffer(transitions, dtype=np.int32).reshape(n_states, 256 + len(program.names)),
+        np.frombuffer(accepting, dtype=np.bool_),
+        np.frombuffer(distance, dtype=np.int32),
+        program.names,
+    )
+
+
+def compile_dfa_reference(pattern: str, *, allow_special: bool = False, max_states: int = 50_000) -> DFA:
+    """`compile_dfa` in pure Python: the reference the native path must match table for table and error for
+    error (tests only: tens of times slower)."""
+    ast = parse(pattern, allow_special=allow_special)
     names = special_names(ast)
     nfa = _NFA.build(ast, names)
     symbol_class, n_classes = _byte_classes(nfa, len(names))
@@ -130,9 +166,12 @@ def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = 
     table, accepting = _minimize(table, accepting)
     table, accepting = _canonical_order(table, accepting)
     distance = _distance(table, accepting)
-    transitions = np.ascontiguousarray(table[:, symbol_class])
-    for array in (transitions, accepting, distance):
-        array.flags.writeable = False
+    return _dfa(np.ascontiguousarray(table[:, symbol_class]), accepting, distance, names)
+
+
+def _dfa(transitions: np.ndarray, accepting: np.ndarray, distance: np.ndarray, names: tuple[str, ...]) -> DFA:
+    for array_ in (transitions, accepting, distance):
+        array_.flags.writeable = False
     return DFA(
         transitions=transitions,
         accepting=accepting,
@@ -277,6 +316,118 @@ def _estimated_size(node: Node) -> int:
         copies = node.max if node.max is not None else node.min  # x{n,} loops its last copy
         return 3 + _estimated_size(node.item) * max(copies, 1)
     return 2
+
+
+# ------------------------------------------------------------------------------------- native program
+
+_OP_EMPTY, _OP_CHARSET, _OP_SPECIAL, _OP_CONCAT, _OP_ALT, _OP_REPEAT, _OP_BYTE = range(7)
+"""Opcodes of the preorder program `constrained._fsm.compile` reads (see _fsm.c)."""
+
+_NATIVE_WORK, _NATIVE_STATES, _NATIVE_EMPTY = 1, 2, 3
+"""Budget outcomes `constrained._fsm.compile` returns instead of a table."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Program:
+    """The AST flattened for the native builder, which builds exactly the NFA `_NFA.build` would."""
+
+    code: array.array
+    """int32 preorder program: opcode, operands, then the children."""
+    templates: array.array
+    """int32 charset templates, concatenated (see `_charset_template`)."""
+    offsets: array.array
+    """int32 start of each template in ``templates``."""
+    names: tuple[str, ...]
+    """Special-token names in order of first appearance (as `regex.special_names`)."""
+    size: int
+    """`_estimated_size` of the AST (the NFA budget is checked on it before anything is built)."""
+
+    @classmethod
+    def build(cls, ast: Node) -> _Program:
+        code: list[int] = []
+        templates: list[int] = []
+        offsets: list[int] = []
+        template_of: dict[tuple[tuple[int, int], ...], tuple[int, int]] = {}
+        symbol_of: dict[str, int] = {}
+
+        def emit(node: Node) -> int:  # returns the node's _estimated_size
+            kind = type(node)
+            if kind is CharSet:
+                ranges = node.ranges
+                if len(ranges) == 1:
+                    lo, hi = ranges[0]
+                    if lo == hi and lo < 0x80:
+                        code.append(_OP_BYTE)
+                        code.append(lo)
+                        return 3
+                found = template_of.get(ranges)
+                if found is None:
+                    size, flat = _charset_template(ranges)
+                    found = template_of[ranges] = (len(offsets), size)
+                    offsets.append(len(templates))
+                    templates.extend(flat)
+                code.append(_OP_CHARSET)
+                code.append(found[0])
+                return found[1]
+            if kind is Concat or kind is Alternation:
+                code.append(_OP_CONCAT if kind is Concat else _OP_ALT)
+                code.append(len(node.items))
+                total = 2
+                for item in node.items:
+                    total += emit(item)
+                return total
+            if kind is Repeat:
+                code.append(_OP_REPEAT)
+                code.append(node.min)
+                code.append(-1 if node.max is None else node.max)
+                copies = node.max if node.max is not None else node.min
+                return 3 + emit(node.item) * max(copies, 1)
+            if kind is Special:
+                symbol = symbol_of.get(node.name)
+                if symbol is None:
+                    symbol = symbol_of[node.name] = 256 + len(symbol_of)
+                code.append(_OP_SPECIAL)
+                code.append(symbol)
+                return 2
+            assert kind is Empty
+            code.append(_OP_EMPTY)
+            return 2
+
+        size = emit(ast)
+        if size > MAX_NFA_STATES:  # before packing: a huge repeat count would not even fit the int32 program
+            raise GrammarTooLargeError("nfa_states", MAX_NFA_STATES, f"the pattern expands to ~{size} NFA states")
+        return cls(code=array.array("i", code), templates=array.array("i", templates),
+                   offsets=array.array("i", offsets), names=tuple(symbol_of), size=size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _charset_template(ranges: tuple[tuple[int, int], ...]) -> tuple[int, tuple[int, ...]]:
+    """(estimated size, template) of a charset: the states and edges `_NFA.charset` adds, with local ids
+    (0 = the start it is attached at, 1.. = new states in creation order, 1 being the end), flattened as
+    ``n_new, n_edges, (src, lo, hi, dst) * n_edges``."""
+    sequences = utf8_sequences(ranges)
+    edges: list[tuple[int, int, int, int]] = []
+    by_suffix: dict[tuple[tuple[int, int], ...], int] = {(): 1}
+    n_new = 1
+
+    def state_for(suffix: tuple[tuple[int, int], ...]) -> int:
+        nonlocal n_new
+        state = by_suffix.get(suffix)
+        if state is None:
+            n_new += 1
+            state = n_new
+            lo, hi = suffix[0]
+            edges.append((state, lo, hi, state_for(suffix[1:])))
+            by_suffix[suffix] = state
+        return state
+
+    for sequence in sequences:
+        lo, hi = sequence[0]
+        edges.append((0, lo, hi, state_for(sequence[1:])))
+    flat = [n_new, len(edges)]
+    for edge in edges:
+        flat.extend(edge)
+    return 2 + sum(map(len, sequences)), tuple(flat)
 
 
 def _byte_classes(nfa: _NFA, n_special: int) -> tuple[np.ndarray, int]:

@@ -280,6 +280,11 @@ class _Parser:
                 raise self.error("anchor '$' is only supported at the very end of the pattern")
             if c == "^":
                 raise self.error("anchor '^' is only supported at the very start of the pattern")
+            nxt = self.peek(1)
+            if c not in _SPECIAL_CHARS and nxt not in _QUANTIFIER_STARTS and not 0xD800 <= ord(c) <= 0xDFFF:
+                items.append(_literal_node(ord(c)))  # the common case: a plain literal, no quantifier
+                self.pos += 1
+                continue
             atom_pos = self.pos
             atom = self.parse_atom()
             if atom is None:  # a '{' that is not a quantifier is a literal
@@ -354,7 +359,16 @@ class _Parser:
         if c == "(":
             return self.parse_group()
         if c == "[":
-            return CharSet(ranges=self.parse_class())
+            end = _class_end(self.pattern, self.pos)
+            key = (self.pattern[self.pos : end], self.ecma)
+            ranges = _CLASS_CACHE.get(key) if end > 0 else None
+            if ranges is None:
+                ranges = self.parse_class()
+                if end > 0 and self.pos == end and len(_CLASS_CACHE) < 4096:
+                    _CLASS_CACHE[key] = ranges
+            else:
+                self.pos = end
+            return CharSet(ranges=ranges)
         if c == ".":
             self.pos += 1
             return CharSet(ranges=_ECMA_DOT if self.ecma else _DOT)
@@ -527,6 +541,35 @@ class _Parser:
         if self.ecma and 0xD800 <= cp <= 0xDFFF:
             raise self.error("UTF-16 surrogate escapes inside a class are not supported", start)
         return cp
+
+
+_SPECIAL_CHARS = frozenset("\\[](){}|*+?.^$")
+_QUANTIFIER_STARTS = frozenset("*+?{")
+_CLASS_CACHE: dict[tuple[str, bool], tuple[Range, ...]] = {}
+"""Parsed classes by source text (and dialect): schema patterns repeat the same few classes many times."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _literal_node(cp: int) -> CharSet:
+    return CharSet(ranges=((cp, cp),))
+
+
+def _class_end(pattern: str, pos: int) -> int:
+    """One past the ``]`` closing the class opened at ``pattern[pos]``, or -1 (unterminated)."""
+    i = pos + 1
+    if i < len(pattern) and pattern[i] == "^":
+        i += 1
+    if i < len(pattern) and pattern[i] == "]":  # a leading ']' is a literal (ECMA refuses it in parse_class)
+        i += 1
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+        elif c == "]":
+            return i + 1
+        else:
+            i += 1
+    return -1
 
 
 def _unsupported_group(pattern: str, pos: int) -> str:

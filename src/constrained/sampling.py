@@ -58,9 +58,9 @@ class Sampler:
         Raises:
             MaskError: every logit is -inf (nothing allowed) or some logit is NaN.
         """
-        best = int(np.argmax(logits))
-        top = logits[best]
-        if np.isnan(top) or np.isnan(logits).any():
+        best = int(np.argmax(logits))  # numpy's argmax returns the first NaN if there is one,
+        top = logits[best]              # so checking the chosen value covers the whole vector
+        if np.isnan(top):
             raise MaskError("logits contain NaN; refusing to sample")
         if top == -np.inf:
             raise MaskError("every token is masked out (all logits are -inf); nothing can be sampled")

@@ -47,6 +47,8 @@ __all__ = [
     "UNSUPPORTED_KEYWORDS",
     "STRING_FORMATS",
     "INTEGER_DIGITS",
+    "IMPLICIT_EXTRA_DEPTH",
+    "MAX_PATTERN_CHARS",
     "FRACTION_DIGITS",
 ]
 
@@ -63,12 +65,17 @@ EXPONENT_DIGITS = 2
 FLEXIBLE_WS = r"(?:[ ]|\n[ ]{0,20})?"
 """One insignificant-whitespace slot in the flexible policy: nothing, one space, or one newline plus at
 most 20 spaces (json.dumps separators and indent output). Bounded, so a model cannot loop on blanks."""
+IMPLICIT_EXTRA_DEPTH = 1
+"""Most containers the value of an extra property may nest when ``additionalProperties`` is absent
+(they appear on nearly every object, so they are kept shallow; an explicit ``true`` gets any_value_depth)."""
 _MAX_REF_UNROLL = 3
 """How many times one ``$ref`` may be entered along a single path (recursion unrolling)."""
 _MAX_ALTERNATIVES = 256
 """Most flat alternatives a node may expand into (anyOf × allOf products)."""
 MAX_PATTERN_CHARS = 2_000_000
 """Largest pattern produced; beyond it GrammarTooLargeError("regex_length")."""
+_MAX_ENUM_ALTERNATIVES = 4096
+"""Most distinct alternatives one alternation may list (a huge enum); beyond it GrammarTooLargeError."""
 
 ANNOTATION_KEYWORDS = frozenset(
     {
@@ -166,12 +173,11 @@ def _class_char(ch: str) -> str:
 
 
 def _alt(parts: list[Pattern]) -> Pattern:
-    seen: list[str] = []
-    for p in parts:
-        if p is not None and p not in seen:
-            seen.append(p)
+    seen = list(dict.fromkeys(p for p in parts if p is not None))  # ordered dedup, linear in len(parts)
     if not seen:
         return None
+    if len(seen) > _MAX_ENUM_ALTERNATIVES:
+        raise GrammarTooLargeError("alternatives", _MAX_ENUM_ALTERNATIVES, f"{len(seen)} distinct alternatives")
     return seen[0] if len(seen) == 1 else "(?:" + "|".join(seen) + ")"
 
 
@@ -529,6 +535,20 @@ class _Compiler:
                 out["enum"] = [const]
         if "enum" in out and not isinstance(out["enum"], list):
             raise InvalidSchemaError(path, "enum must be an array")
+        if "enum" in out:
+            stack = list(out["enum"])
+            while stack:  # every enum/const value must be a JSON value (no bytes, sets, NaN, arbitrary objects)
+                v = stack.pop()
+                if isinstance(v, dict):
+                    if not all(isinstance(k, str) for k in v):
+                        raise InvalidSchemaError(path, "enum/const object keys must be strings")
+                    stack.extend(v.values())
+                elif isinstance(v, list):
+                    stack.extend(v)
+                elif isinstance(v, float) and not math.isfinite(v):
+                    raise InvalidSchemaError(path, "enum/const value is not finite JSON")
+                elif not (v is None or isinstance(v, (str, bool, int, float))):
+                    raise InvalidSchemaError(path, f"enum/const value of type {type(v).__name__} is not JSON")
         for key, strict in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
             if isinstance(out.get(key), bool):  # draft-04 boolean form
                 flag = out.pop(key)
@@ -539,6 +559,10 @@ class _Compiler:
             if "additionalItems" in out:
                 out["items"] = out.pop("additionalItems")
         out.pop("additionalItems", None)
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+            if key in out and (isinstance(out[key], bool) or not isinstance(out[key], (int, float))
+                               or (isinstance(out[key], float) and not math.isfinite(out[key]))):
+                raise InvalidSchemaError(path, f"{key} must be a finite number")
         fmt = out.get("format")
         if fmt is not None and not isinstance(fmt, str):
             raise InvalidSchemaError(path, "format must be a string")
@@ -554,11 +578,9 @@ class _Compiler:
             out.pop("patternProperties")
         elif "patternProperties" in out and "enum" not in out:
             raise UnsupportedSchemaError(path, "patternProperties", "a regular pattern cannot enforce it")
-        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
-            if key in out and (isinstance(out[key], bool) or not isinstance(out[key], (int, float))):
-                raise InvalidSchemaError(path, f"{key} must be a number")
         for key in ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"):
             if key in out and (isinstance(out[key], bool) or not isinstance(out[key], (int, float))
+                               or (isinstance(out[key], float) and not math.isfinite(out[key]))
                                or out[key] < 0 or int(out[key]) != out[key]):
                 raise InvalidSchemaError(path, f"{key} must be a non-negative integer")
             if key in out:
@@ -736,7 +758,7 @@ class _Compiler:
             if "additionalProperties" in flat:
                 value = self.compile(extra, f"{path}/additionalProperties", depth, trail)
             else:  # implicit extras are frequent and rarely wanted: shallower open-ended values
-                value = self.any_value(depth, min(1, self.any_value_depth))
+                value = self.any_value(depth, min(IMPLICIT_EXTRA_DEPTH, self.any_value_depth))
             if value is not None:
                 extra_pattern = f'"{_string_body_excluding(names)}"{self.colon}{value}'
         min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
@@ -978,7 +1000,7 @@ def schema_to_pattern(
             required one makes its alternative unsatisfiable.
         any_value_depth: most containers an open-ended value (``true``, ``{}``, untyped items, an
             explicit ``additionalProperties: true``) may nest. Extra properties allowed only because
-            ``additionalProperties`` is absent nest at most min(1, any_value_depth) containers.
+            ``additionalProperties`` is absent nest at most min(IMPLICIT_EXTRA_DEPTH, any_value_depth).
 
     Returns:
         The pattern (constrained.regex dialect, also valid Python ``re``).

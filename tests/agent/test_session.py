@@ -523,6 +523,39 @@ def test_oversized_result_is_truncated_to_max_result_bytes_and_marked(kit: Kit) 
     kit.verify()
 
 
+def test_the_trace_holds_the_bounded_result_with_the_full_results_size_and_digest(kit: Kit) -> None:
+    import hashlib
+
+    session, _ = kit.session([call("long_text", n=5000), final("long")], limits=AgentLimits(max_result_bytes=300))
+    result = session.run("long")
+    assert result.outcome is LoopOutcome.COMPLETED
+    finished = kit.of(EventType.TOOL_EXECUTION_FINISHED)[0]
+    full = json.dumps({"ok": True, "result": "é" * 5000}, ensure_ascii=False, separators=(",", ":")).encode()
+    assert finished["result_truncated"] is True and finished["result"]["truncated"] is True
+    assert len(json.dumps(finished["result"], ensure_ascii=False, separators=(",", ":")).encode()) <= 300
+    assert finished["result_bytes"] == len(full) and finished["result_sha256"] == hashlib.sha256(full).hexdigest()
+    kit.verify()
+
+
+def test_a_small_result_is_traced_whole_with_its_size_and_digest(kit: Kit) -> None:
+    session, _ = kit.session([call("add", a=1, b=2), final("3")])
+    session.run("add")
+    finished = kit.of(EventType.TOOL_EXECUTION_FINISHED)[0]
+    assert finished["result"] == {"ok": True, "result": 3.0} and finished["result_truncated"] is False
+    assert finished["result_bytes"] == len(b'{"ok":true,"result":3.0}')
+
+
+def test_an_event_the_recorder_refuses_fails_the_run_with_a_terminal_event(kit: Kit) -> None:
+    from agent.trace import MAX_LINE_BYTES
+
+    session, engine = kit.session([final("x")])
+    result = session.run("u" * (MAX_LINE_BYTES + 1))  # run_started would be an over-long line
+    assert result.outcome is LoopOutcome.FAILED and result.phase == "trace"
+    assert "trace refused an event" in result.detail
+    assert kit.types() == ["run_failed"]
+    assert_kv_at_committed_boundary(engine)
+
+
 # -- cancellation at every phase ----------------------------------------------------------------------------------
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Annotated, Literal, Optional
 
@@ -336,6 +337,16 @@ def test_non_json_results_are_result_not_serializable(value):
     assert outcome.error_kind is R.RESULT_NOT_SERIALIZABLE and outcome.started
 
 
+class _ItemsBomb(dict):
+    def items(self):
+        raise RuntimeError("items bomb")
+
+
+def test_a_result_whose_serialization_raises_anything_is_result_not_serializable():
+    outcome = run(make(lambda args, c: _ItemsBomb(a=1)), {"a": 1, "b": 2})
+    assert outcome.error_kind is R.RESULT_NOT_SERIALIZABLE and "items bomb" in outcome.detail
+
+
 def test_result_value_is_a_private_copy():
     shared = {"rows": [1]}
     outcome = run(make(lambda args, c: shared), {"a": 1, "b": 2})
@@ -414,6 +425,53 @@ def test_cancel_before_start_never_runs_the_tool():
     calls = []
     outcome = run(make(lambda args, c: calls.append(1)), {"a": 1, "b": 2}, ctx(cancel=token))
     assert outcome.error_kind is R.CANCELLED and not outcome.started and calls == []
+
+
+# -- workers ------------------------------------------------------------------------------------------------------
+
+def test_sequential_calls_reuse_one_parked_worker_thread_named_after_the_call():
+    seen = []
+
+    def where(args, c):
+        seen.append((threading.get_ident(), threading.current_thread().name))
+        return 1
+
+    tool = make(where)
+    for i in range(10):
+        assert run(tool, {"a": 1, "b": 2}, ToolContext(run_id="run-1", call_id=f"call-{i}")).ok
+    assert len({ident for ident, _ in seen}) == 1
+    assert [name for _, name in seen] == [f"ember-tool-add-call-{i}" for i in range(10)]
+    assert threading.get_ident() not in {ident for ident, _ in seen}
+
+
+def test_a_detached_worker_is_not_handed_the_next_call_while_its_tool_still_runs():
+    release, blocked_on = threading.Event(), []
+
+    def block(args, c):
+        blocked_on.append(threading.get_ident())
+        release.wait()
+        return "late"
+
+    try:
+        assert run(make(block, timeout_s=0.05), {"a": 1, "b": 2}).error_kind is R.TIMEOUT
+        second = []
+        outcome = run(make(lambda args, c: second.append(threading.get_ident()) or 2), {"a": 1, "b": 2},
+                      timeout_s=30)
+    finally:
+        release.set()
+    assert outcome.ok and outcome.value == 2
+    assert second and second[0] != blocked_on[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_hand_calls_to_the_parents_parked_workers():
+    assert run(make(), {"a": 1, "b": 2}).ok  # the parent now has a parked worker
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        outcome = run(make(), {"a": 1, "b": 2}, timeout_s=5)
+        os._exit(0 if outcome.ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 # -- approval ------------------------------------------------------------------------------------------------------

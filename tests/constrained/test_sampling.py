@@ -57,6 +57,16 @@ def test_nothing_allowed_or_nan_is_refused():
         Sampler(SamplingParams(temperature=1.0)).sample(np.array([0.0, np.nan], dtype=np.float32))
 
 
+@given(logits=hnp.arrays(np.float32, st.integers(2, 64), elements=st.one_of(finite, st.just(-np.inf))),
+       where=st.integers(0, 63), greedy=st.booleans())
+def test_a_nan_anywhere_is_refused_even_among_masked_and_larger_logits(logits, where, greedy):
+    logits = logits.copy()
+    logits[where % len(logits)] = np.nan
+    params = SamplingParams() if greedy else SamplingParams(temperature=0.7, seed=1)
+    with pytest.raises(MaskError):
+        Sampler(params).sample(logits)
+
+
 @pytest.mark.parametrize("kwargs", [{"temperature": -0.1}, {"top_p": 0.0}, {"top_p": 1.5}, {"temperature": float("inf")}])
 def test_invalid_params_are_refused(kwargs):
     with pytest.raises(ValueError):

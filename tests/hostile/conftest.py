@@ -1,4 +1,4 @@
-"""Hostile-input suite configuration: the ``fuzz`` hypothesis profile and the fast/slow split.
+"""Hostile-input suite configuration: the fast/slow split under the ``fuzz`` hypothesis profile.
 
 Profiles
     default (CI)  each boundary runs a few hundred examples (see ``hostile_kit.budget``); the whole directory runs
@@ -9,9 +9,9 @@ Profiles
 Long variants are marked ``@pytest.mark.slow``. Run without a ``-m`` expression and without the fuzz profile,
 this directory deselects them, so the plain ``pytest tests/hostile`` stays fast.
 
-Note: pytest only imports this conftest early (before ``--hypothesis-profile`` is applied) when ``tests/hostile``
-is on the command line. A run from the repository root (``make fuzz``) needs the profile registered by the root
-``tests/conftest.py`` too (it can simply ``import`` the registration below); see docs/limits.md.
+The profiles themselves (``fuzz``, ``hostile-ci``) are registered by the root ``tests/conftest.py``: pytest
+applies ``--hypothesis-profile`` before it imports this sub-directory conftest, so a run from the repository root
+(``make fuzz``) could not find a profile registered only here.
 """
 
 from __future__ import annotations
@@ -19,20 +19,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 
-FUZZ_EXAMPLES = 3000
-"""Examples per boundary under the ``fuzz`` profile (each slow test may scale it)."""
-
-_SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
-               HealthCheck.large_base_example]
-
-settings.register_profile("fuzz", max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=_SUPPRESSED,
-                          print_blob=True)
-settings.register_profile("hostile-ci", deadline=None, suppress_health_check=_SUPPRESSED, print_blob=True)
-
-if os.environ.get("HYPOTHESIS_PROFILE"):
-    settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
+from tests.conftest import FUZZ_EXAMPLES  # noqa: F401  (re-exported: the documented knob)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -95,7 +95,7 @@ def _run_one(name: str) -> Any:
     return execute_tool(tool, args, ctx, timeout_s=5)
 
 
-@pytest.mark.parametrize("name", [n for n in sorted(BEHAVIOURS) if n != "returns_items_bomb"])
+@pytest.mark.parametrize("name", sorted(BEHAVIOURS))
 def test_a_hostile_tool_yields_a_typed_outcome(name: str) -> None:
     outcome = _run_one(name)
     expected = BEHAVIOURS[name][1]
@@ -104,9 +104,6 @@ def test_a_hostile_tool_yields_a_typed_outcome(name: str) -> None:
     assert len(outcome.detail) <= 2000
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: agent/tool.py _run_watched catches only (TypeError, ValueError, "
-                   "RecursionError) around json.dumps of the result; a dict subclass whose items() raises escapes "
-                   "execute_tool as RuntimeError")
 def test_a_result_whose_serialization_raises_is_result_not_serializable() -> None:
     outcome = _run_one("returns_items_bomb")
     assert outcome.error_kind is ResultErrorKind.RESULT_NOT_SERIALIZABLE
@@ -114,11 +111,7 @@ def test_a_result_whose_serialization_raises_is_result_not_serializable() -> Non
 
 @pytest.mark.parametrize("name", ["raises", "hangs", "returns_set", "returns_surrogate", "spawns_threads",
                                   "raises_huge_message",
-                                  pytest.param("returns_huge", marks=pytest.mark.xfail(strict=True, reason=(
-                                      "BUG: agent/session.py _RunTrace.execution_finished traces the whole tool "
-                                      "result; a 40 MB result makes a line over trace.MAX_LINE_BYTES, emit raises "
-                                      "TraceMisuseError and Session.run (which catches only TraceWriteError) "
-                                      "raises instead of returning a RunResult")))])
+                                  "returns_huge"])
 def test_a_session_survives_a_hostile_tool_and_its_trace_verifies(tmp_path: Path, name: str) -> None:
     engine = ScriptedEngine([call("t"), final("done")], CODEC)
     with TraceRecorder(tmp_path / "t.jsonl") as rec:

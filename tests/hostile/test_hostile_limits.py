@@ -89,11 +89,12 @@ def test_misconfigured_limits_are_refused(limits: dict[str, object]) -> None:
         AgentLimits(**limits)  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: agent/limits.py AgentLimits.__post_init__ checks value <= 0 only; "
-                   "NaN passes (NaN <= 0 is False) and a NaN timeout/wall budget disables the bound")
-def test_a_nan_limit_is_refused() -> None:
+@pytest.mark.parametrize("name", ["max_model_steps", "max_tool_calls", "max_wall_s", "tool_timeout_s",
+                                  "max_output_tokens", "max_result_bytes"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")], ids=repr)
+def test_a_non_finite_limit_is_refused(name: str, value: float) -> None:
     with pytest.raises(ValueError):
-        AgentLimits(max_wall_s=float("nan"))
+        AgentLimits(**{name: value})  # type: ignore[arg-type]
 
 
 def test_the_compile_budget_refuses_pathological_patterns() -> None:

@@ -1,0 +1,1137 @@
+/* constrained._fsm: the native half of fsm.compile_dfa (NFA → minimal trimmed canonical DFA).
+ *
+ * Owns one entry point, `compile`, and nothing else. fsm.py parses the pattern, checks the NFA budget and
+ * flattens the AST into a small preorder program; everything after that happens here, with the GIL
+ * released:
+ *
+ *   program ──Thompson, attach-at-start (the exact NFA fsm._NFA builds)──► NFA over symbols
+ *     ──byte equivalence classes──► subset construction (same work accounting and budgets as the
+ *     Python reference) ──trim (reverse BFS)──► Valmari–Lehtinen partition refinement (partial DFAs)
+ *     ──canonical BFS renumbering──► class table [S, n_classes], accepting, distance
+ *     ──expand classes (with the GIL, straight into a bytes object)──► transitions [S, 256 + K]
+ *
+ * Program (int32, preorder; each node is an opcode and its operands, children follow their parent):
+ *   OP_EMPTY                              matches ""
+ *   OP_BYTE b                             one ASCII byte (the common literal)
+ *   OP_CHARSET k                          instantiate charset template k
+ *   OP_SPECIAL symbol                     one special-token symbol (256 + i)
+ *   OP_CONCAT n  child_1 .. child_n
+ *   OP_ALT n     child_1 .. child_n
+ *   OP_REPEAT min max child               max == -1 means unbounded
+ * Templates (int32): templates[offsets[k]..] = n_new, n_edges, then n_edges × (src, lo, hi, dst) with local
+ * state ids: 0 = the start state the charset is attached at, 1..n_new = new states in creation order
+ * (1 is the end state). fsm.py computes them exactly as fsm._NFA.charset would build the states.
+ *
+ * Budget outcomes are returned as small ints (fsm.py raises the typed errors); malformed input raises
+ * ValueError, allocation failure MemoryError.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEAD (-1)
+
+enum { OP_EMPTY = 0, OP_CHARSET = 1, OP_SPECIAL = 2, OP_CONCAT = 3, OP_ALT = 4, OP_REPEAT = 5, OP_BYTE = 6 };
+enum { RC_OK = 0, RC_NOMEM = -1, RC_BAD = -2, RC_WORK = 1, RC_STATES = 2, RC_EMPTY = 3 };
+
+#define MAX_DEPTH 2000
+#define MAX_NFA (1 << 24)     /* targets are packed into 24 bits of a sort key */
+#define MAX_CLASSES (1 << 20) /* classes into 20 bits each */
+
+/* ---- growable arrays ------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t *a;
+    int64_t n, cap;
+} Vec;
+
+static int
+vec_reserve(Vec *v, int64_t need)
+{
+    if (need <= v->cap) return 0;
+    int64_t cap = v->cap ? v->cap : 64;
+    while (cap < need) cap *= 2;
+    int32_t *p = realloc(v->a, (size_t)cap * sizeof *p);
+    if (!p) return -1;
+    v->a = p;
+    v->cap = cap;
+    return 0;
+}
+
+static inline int
+vec_push(Vec *v, int32_t x)
+{
+    if (v->n == v->cap && vec_reserve(v, v->n + 1)) return -1;
+    v->a[v->n++] = x;
+    return 0;
+}
+
+static int
+cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int
+cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void
+sort_i32(int32_t *a, int64_t n)
+{
+    if (n < 24) { /* insertion sort: most sets are small */
+        for (int64_t i = 1; i < n; i++) {
+            int32_t x = a[i];
+            int64_t j = i - 1;
+            while (j >= 0 && a[j] > x) {
+                a[j + 1] = a[j];
+                j--;
+            }
+            a[j + 1] = x;
+        }
+    } else {
+        qsort(a, (size_t)n, sizeof *a, cmp_i32);
+    }
+}
+
+static inline uint64_t
+hash_set(const int32_t *x, int64_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    for (int64_t i = 0; i < n; i++) {
+        h ^= (uint32_t)x[i];
+        h *= 0xff51afd7ed558ccdULL;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+/* ---- NFA construction (mirrors fsm._NFA) ------------------------------------------------------ */
+
+typedef struct {
+    const int32_t *code;
+    int64_t code_len;
+    const int32_t *tpl;
+    int64_t tpl_len;
+    const int32_t *tpl_off;
+    int64_t n_tpl;
+    int32_t n_symbols; /* 256 + number of special symbols */
+    int64_t n_states;
+    Vec ep_from, ep_to;                 /* epsilon edges, insertion order */
+    Vec ed_from, ed_lo, ed_hi, ed_to;   /* symbol edges (inclusive symbol ranges), insertion order */
+    int err;
+} Builder;
+
+static int64_t
+new_state(Builder *b)
+{
+    if (b->n_states >= MAX_NFA) {
+        b->err = RC_BAD;
+        return 0;
+    }
+    return b->n_states++;
+}
+
+static void
+add_eps(Builder *b, int64_t from, int64_t to)
+{
+    if (vec_push(&b->ep_from, (int32_t)from) || vec_push(&b->ep_to, (int32_t)to)) b->err = RC_NOMEM;
+}
+
+static void
+add_edge(Builder *b, int64_t from, int32_t lo, int32_t hi, int64_t to)
+{
+    if (lo < 0 || hi < lo || hi >= b->n_symbols || (lo < 256 && hi >= 256)) {
+        b->err = RC_BAD;
+        return;
+    }
+    if (vec_push(&b->ed_from, (int32_t)from) || vec_push(&b->ed_lo, lo) || vec_push(&b->ed_hi, hi) ||
+        vec_push(&b->ed_to, (int32_t)to))
+        b->err = RC_NOMEM;
+}
+
+static inline int
+operand(Builder *b, int64_t pos, int32_t *out)
+{
+    if (pos < 0 || pos >= b->code_len) {
+        b->err = RC_BAD;
+        return -1;
+    }
+    *out = b->code[pos];
+    return 0;
+}
+
+/* Position just past the node at `pos` (no building). */
+static int64_t
+skip(Builder *b, int64_t pos, int depth)
+{
+    int32_t op, n;
+    if (b->err || depth > MAX_DEPTH || operand(b, pos, &op)) {
+        b->err = b->err ? b->err : RC_BAD;
+        return pos;
+    }
+    switch (op) {
+    case OP_EMPTY:
+        return pos + 1;
+    case OP_BYTE:
+    case OP_CHARSET:
+    case OP_SPECIAL:
+        return pos + 2;
+    case OP_CONCAT:
+    case OP_ALT:
+        if (operand(b, pos + 1, &n)) return pos;
+        pos += 2;
+        for (int32_t i = 0; i < n && !b->err; i++) pos = skip(b, pos, depth + 1);
+        return pos;
+    case OP_REPEAT:
+        return skip(b, pos + 3, depth + 1);
+    default:
+        b->err = RC_BAD;
+        return pos;
+    }
+}
+
+/* Builds the node at *pos beginning at `start`; returns its end state and moves *pos past the node. */
+static int64_t
+attach(Builder *b, int64_t *pos, int64_t start, int depth)
+{
+    int32_t op, x, n, lo, hi;
+    int64_t p = *pos, end;
+    if (b->err) return start;
+    if (depth > MAX_DEPTH || operand(b, p, &op)) {
+        b->err = RC_BAD;
+        return start;
+    }
+    switch (op) {
+    case OP_EMPTY:
+        *pos = p + 1;
+        return start;
+    case OP_BYTE:
+    case OP_SPECIAL:
+        if (operand(b, p + 1, &x)) return start;
+        *pos = p + 2;
+        end = new_state(b);
+        add_edge(b, start, x, x, end);
+        return end;
+    case OP_CHARSET: {
+        if (operand(b, p + 1, &x)) return start;
+        *pos = p + 2;
+        if (x < 0 || x >= b->n_tpl) {
+            b->err = RC_BAD;
+            return start;
+        }
+        int64_t t = b->tpl_off[x];
+        if (t < 0 || t + 2 > b->tpl_len) {
+            b->err = RC_BAD;
+            return start;
+        }
+        int32_t n_new = b->tpl[t], n_edges = b->tpl[t + 1];
+        if (n_new < 1 || n_edges < 0 || t + 2 + 4 * (int64_t)n_edges > b->tpl_len) {
+            b->err = RC_BAD;
+            return start;
+        }
+        int64_t base = b->n_states;
+        for (int32_t i = 0; i < n_new; i++) new_state(b);
+        const int32_t *e = b->tpl + t + 2;
+        for (int32_t i = 0; i < n_edges && !b->err; i++, e += 4) {
+            if (e[0] < 0 || e[0] > n_new || e[3] < 0 || e[3] > n_new) {
+                b->err = RC_BAD;
+                break;
+            }
+            int64_t from = e[0] ? base + e[0] - 1 : start;
+            int64_t to = e[3] ? base + e[3] - 1 : start;
+            add_edge(b, from, e[1], e[2], to);
+        }
+        return base;
+    }
+    case OP_CONCAT:
+        if (operand(b, p + 1, &n)) return start;
+        p += 2;
+        end = start;
+        for (int32_t i = 0; i < n && !b->err; i++) end = attach(b, &p, end, depth + 1);
+        *pos = p;
+        return end;
+    case OP_ALT:
+        if (operand(b, p + 1, &n)) return start;
+        p += 2;
+        end = new_state(b);
+        for (int32_t i = 0; i < n && !b->err; i++) add_eps(b, attach(b, &p, start, depth + 1), end);
+        *pos = p;
+        return end;
+    case OP_REPEAT: {
+        if (operand(b, p + 1, &lo) || operand(b, p + 2, &hi)) return start;
+        if (lo < 0 || (hi >= 0 && hi < lo) || hi < -1) {
+            b->err = RC_BAD;
+            return start;
+        }
+        int64_t item = p + 3, after = skip(b, item, depth + 1), q;
+        *pos = after;
+        end = start;
+        for (int32_t i = 0; i < lo && !b->err; i++) {
+            if (hi < 0 && i == lo - 1) { /* x{n,} = x^(n-1) x+ : loop the last copy */
+                int64_t loop = new_state(b);
+                add_eps(b, end, loop);
+                q = item;
+                end = attach(b, &q, loop, depth + 1);
+                add_eps(b, end, loop);
+                return end;
+            }
+            q = item;
+            end = attach(b, &q, end, depth + 1);
+        }
+        if (hi < 0) {
+            int64_t hub = new_state(b);
+            add_eps(b, end, hub);
+            q = item;
+            add_eps(b, attach(b, &q, hub, depth + 1), hub);
+            return hub;
+        }
+        if (hi == lo) return end;
+        int64_t exit_state = new_state(b);
+        for (int32_t i = 0; i < hi - lo && !b->err; i++) {
+            add_eps(b, end, exit_state);
+            q = item;
+            end = attach(b, &q, end, depth + 1);
+        }
+        add_eps(b, end, exit_state);
+        return exit_state;
+    }
+    default:
+        b->err = RC_BAD;
+        return start;
+    }
+}
+
+/* CSR (stable) of edges grouped by their source state: start[n + 1], order[] = edge indices. */
+static int
+csr(const Vec *from, int64_t n, int64_t **start_out, int32_t **order_out)
+{
+    int64_t *start = calloc((size_t)n + 1, sizeof *start);
+    int32_t *order = malloc(((size_t)from->n + 1) * sizeof *order);
+    if (!start || !order) {
+        free(start);
+        free(order);
+        return -1;
+    }
+    for (int64_t i = 0; i < from->n; i++) start[from->a[i] + 1]++;
+    for (int64_t s = 0; s < n; s++) start[s + 1] += start[s];
+    int64_t *fill = malloc(((size_t)n + 1) * sizeof *fill);
+    if (!fill) {
+        free(start);
+        free(order);
+        return -1;
+    }
+    memcpy(fill, start, ((size_t)n + 1) * sizeof *fill);
+    for (int64_t i = 0; i < from->n; i++) order[fill[from->a[i]]++] = (int32_t)i;
+    free(fill);
+    *start_out = start;
+    *order_out = order;
+    return 0;
+}
+
+/* ---- reverse BFS (trim + distance) ----------------------------------------------------------- */
+
+/* dist[s] = shortest symbol count from s to an accepting state, -1 if none. */
+static int
+reverse_bfs(const int32_t *table, int64_t n, int64_t c, const uint8_t *accepting, int32_t *dist)
+{
+    int64_t *start = calloc((size_t)n + 1, sizeof *start);
+    int64_t m = 0;
+    if (!start) return -1;
+    for (int64_t i = 0; i < n * c; i++) {
+        if (table[i] >= 0) {
+            start[table[i] + 1]++;
+            m++;
+        }
+    }
+    for (int64_t s = 0; s < n; s++) start[s + 1] += start[s];
+    int32_t *pred = malloc(((size_t)m + 1) * sizeof *pred);
+    int64_t *fill = malloc(((size_t)n + 1) * sizeof *fill);
+    int32_t *queue = malloc(((size_t)n + 1) * sizeof *queue);
+    if (!pred || !fill || !queue) {
+        free(start);
+        free(pred);
+        free(fill);
+        free(queue);
+        return -1;
+    }
+    memcpy(fill, start, ((size_t)n + 1) * sizeof *fill);
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t k = 0; k < c; k++) {
+            int32_t t = table[s * c + k];
+            if (t >= 0) pred[fill[t]++] = (int32_t)s;
+        }
+    int64_t head = 0, tail = 0;
+    for (int64_t s = 0; s < n; s++) {
+        dist[s] = accepting[s] ? 0 : -1;
+        if (accepting[s]) queue[tail++] = (int32_t)s;
+    }
+    while (head < tail) {
+        int32_t t = queue[head++];
+        for (int64_t j = start[t]; j < start[t + 1]; j++) {
+            int32_t s = pred[j];
+            if (dist[s] < 0) {
+                dist[s] = dist[t] + 1;
+                queue[tail++] = s;
+            }
+        }
+    }
+    free(start);
+    free(pred);
+    free(fill);
+    free(queue);
+    return 0;
+}
+
+/* ---- refinable partition (Valmari & Lehtinen 2008; Valmari 2012) ------------------------------ */
+
+typedef struct {
+    int64_t z;
+    int32_t *E, *L, *S, *F, *P;
+} Partition;
+
+static int
+part_init(Partition *p, int64_t n)
+{
+    p->z = n > 0;
+    p->E = malloc(((size_t)n + 1) * sizeof(int32_t));
+    p->L = malloc(((size_t)n + 1) * sizeof(int32_t));
+    p->S = malloc(((size_t)n + 1) * sizeof(int32_t));
+    p->F = malloc(((size_t)n + 1) * sizeof(int32_t));
+    p->P = malloc(((size_t)n + 1) * sizeof(int32_t));
+    if (!p->E || !p->L || !p->S || !p->F || !p->P) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        p->E[i] = p->L[i] = (int32_t)i;
+        p->S[i] = 0;
+    }
+    if (p->z) {
+        p->F[0] = 0;
+        p->P[0] = (int32_t)n;
+    }
+    return 0;
+}
+
+static void
+part_free(Partition *p)
+{
+    free(p->E);
+    free(p->L);
+    free(p->S);
+    free(p->F);
+    free(p->P);
+}
+
+/* Shared by both partitions (used alternately): marked count per set, touched sets. */
+typedef struct {
+    int32_t *M, *W;
+    int64_t w;
+} Marks;
+
+static inline void
+part_mark(Partition *p, Marks *k, int32_t e)
+{
+    int32_t s = p->S[e], i = p->L[e], j = p->F[s] + k->M[s];
+    p->E[i] = p->E[j];
+    p->L[p->E[i]] = i;
+    p->E[j] = e;
+    p->L[e] = j;
+    if (!k->M[s]++) k->W[k->w++] = s;
+}
+
+static void
+part_split(Partition *p, Marks *k)
+{
+    while (k->w) {
+        int32_t s = k->W[--k->w], j = p->F[s] + k->M[s];
+        if (j == p->P[s]) {
+            k->M[s] = 0;
+            continue;
+        }
+        int64_t z = p->z;
+        if (k->M[s] <= p->P[s] - j) {
+            p->F[z] = p->F[s];
+            p->P[z] = p->F[s] = j;
+        } else {
+            p->P[z] = p->P[s];
+            p->F[z] = p->P[s] = j;
+        }
+        for (int32_t i = p->F[z]; i < p->P[z]; i++) p->S[p->E[i]] = (int32_t)z;
+        k->M[s] = k->M[z] = 0;
+        p->z++;
+    }
+}
+
+/* Coarsest partition of the trimmed partial DFA's states compatible with acceptance and transitions.
+ * block[s] receives each state's block; returns the number of blocks (or -1: no memory). */
+static int64_t
+minimize(const int32_t *table, int64_t n, int64_t c, const uint8_t *accepting, int32_t *block)
+{
+    int64_t m = 0, result = -1;
+    for (int64_t i = 0; i < n * c; i++) m += table[i] >= 0;
+    Partition B = {0}, C = {0};
+    Marks k = {0};
+    int32_t *T = malloc(((size_t)m + 1) * sizeof *T), *H = malloc(((size_t)m + 1) * sizeof *H);
+    int32_t *A = malloc(((size_t)m + 1) * sizeof *A);
+    int64_t *adj = calloc((size_t)n + 1, sizeof *adj), *lab = calloc((size_t)c + 1, sizeof *lab);
+    int64_t big = (n > m ? n : m) + 1;
+    k.M = calloc((size_t)big, sizeof(int32_t));
+    k.W = malloc((size_t)big * sizeof(int32_t));
+    if (!T || !H || !A || !adj || !lab || !k.M || !k.W) goto done;
+    if (part_init(&B, n) || part_init(&C, m)) goto done;
+    /* transitions numbered by label (a counting sort), so each label's transitions form one cord */
+    for (int64_t i = 0; i < n * c; i++)
+        if (table[i] >= 0) lab[i % c + 1]++;
+    for (int64_t a = 0; a < c; a++) lab[a + 1] += lab[a];
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t a = 0; a < c; a++) {
+            int32_t t = table[s * c + a];
+            if (t >= 0) {
+                int64_t id = lab[a]++;
+                T[id] = (int32_t)s;
+                H[id] = t;
+            }
+        }
+    /* lab[a] is now the end of label a's range */
+    /* initial state partition: accepting vs not */
+    for (int64_t s = 0; s < n; s++)
+        if (accepting[s]) part_mark(&B, &k, (int32_t)s);
+    part_split(&B, &k);
+    /* cords: one per label that occurs */
+    if (m) {
+        C.z = 0;
+        int64_t begin = 0;
+        for (int64_t a = 0; a < c; a++) {
+            int64_t end = lab[a];
+            if (end > begin) {
+                C.F[C.z] = (int32_t)begin;
+                C.P[C.z] = (int32_t)end;
+                for (int64_t i = begin; i < end; i++) C.S[i] = (int32_t)C.z;
+                C.z++;
+            }
+            begin = end;
+        }
+    }
+    /* incoming transitions per state */
+    for (int64_t t = 0; t < m; t++) adj[H[t] + 1]++;
+    for (int64_t s = 0; s < n; s++) adj[s + 1] += adj[s];
+    {
+        int64_t *fill = malloc(((size_t)n + 1) * sizeof *fill);
+        if (!fill) goto done;
+        memcpy(fill, adj, ((size_t)n + 1) * sizeof *fill);
+        for (int64_t t = 0; t < m; t++) A[fill[H[t]]++] = (int32_t)t;
+        free(fill);
+    }
+    {
+        int64_t b = 1, cc = 0;
+        while (cc < C.z) {
+            for (int32_t i = C.F[cc]; i < C.P[cc]; i++) part_mark(&B, &k, T[C.E[i]]);
+            part_split(&B, &k);
+            cc++;
+            while (b < B.z) {
+                for (int32_t i = B.F[b]; i < B.P[b]; i++) {
+                    int32_t s = B.E[i];
+                    for (int64_t j = adj[s]; j < adj[s + 1]; j++) part_mark(&C, &k, A[j]);
+                }
+                part_split(&C, &k);
+                b++;
+            }
+        }
+    }
+    for (int64_t s = 0; s < n; s++) block[s] = B.S[s];
+    result = B.z;
+done:
+    free(T);
+    free(H);
+    free(A);
+    free(adj);
+    free(lab);
+    free(k.M);
+    free(k.W);
+    part_free(&B);
+    part_free(&C);
+    return result;
+}
+
+/* ---- subset construction ---------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t n_nfa, n_classes, final;
+    int64_t *eps_start, *edge_start;
+    int32_t *eps_to, *edge_lo, *edge_hi, *edge_to; /* grouped by source state */
+    uint8_t *important;
+    int64_t *clo_off;
+    int32_t *clo_len;
+    Vec clo_pool;
+    int32_t *seen, *mark, *stack;
+    int32_t seen_stamp, mark_stamp;
+} Nfa;
+
+static int
+closure(Nfa *a, int32_t q)
+{
+    if (a->clo_len[q] >= 0) return 0;
+    int64_t off = a->clo_pool.n, sp = 0;
+    a->seen_stamp++;
+    a->seen[q] = a->seen_stamp;
+    a->stack[sp++] = q;
+    while (sp) {
+        int32_t s = a->stack[--sp];
+        if (a->important[s] && vec_push(&a->clo_pool, s)) return -1;
+        for (int64_t j = a->eps_start[s]; j < a->eps_start[s + 1]; j++) {
+            int32_t r = a->eps_to[j];
+            if (a->seen[r] != a->seen_stamp) {
+                a->seen[r] = a->seen_stamp;
+                a->stack[sp++] = r;
+            }
+        }
+    }
+    sort_i32(a->clo_pool.a + off, a->clo_pool.n - off);
+    a->clo_off[q] = off;
+    a->clo_len[q] = (int32_t)(a->clo_pool.n - off);
+    return 0;
+}
+
+typedef struct {
+    Vec pool;           /* members of every DFA state's NFA set, concatenated */
+    int64_t *off;       /* offset of set i in pool */
+    int32_t *len;
+    uint64_t *hash;
+    int64_t n, cap;
+    int32_t *slots;     /* open addressing: set id or -1 */
+    int64_t n_slots;
+} SetTable;
+
+static int
+sets_grow_slots(SetTable *t)
+{
+    int64_t n_slots = t->n_slots ? t->n_slots * 2 : 1024;
+    int32_t *slots = malloc((size_t)n_slots * sizeof *slots);
+    if (!slots) return -1;
+    for (int64_t i = 0; i < n_slots; i++) slots[i] = -1;
+    for (int64_t id = 0; id < t->n; id++) {
+        uint64_t i = t->hash[id] & (uint64_t)(n_slots - 1);
+        while (slots[i] >= 0) i = (i + 1) & (uint64_t)(n_slots - 1);
+        slots[i] = (int32_t)id;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->n_slots = n_slots;
+    return 0;
+}
+
+/* The id of set x (sorted), or -1 with *slot_out the empty slot where it would go. */
+static int32_t
+sets_find(SetTable *t, const int32_t *x, int64_t n, uint64_t h, int64_t *slot_out)
+{
+    uint64_t i = h & (uint64_t)(t->n_slots - 1);
+    for (;;) {
+        int32_t id = t->slots[i];
+        if (id < 0) {
+            *slot_out = (int64_t)i;
+            return -1;
+        }
+        if (t->hash[id] == h && t->len[id] == n &&
+            memcmp(t->pool.a + t->off[id], x, (size_t)n * sizeof *x) == 0)
+            return id;
+        i = (i + 1) & (uint64_t)(t->n_slots - 1);
+    }
+}
+
+static int32_t
+sets_add(SetTable *t, const int32_t *x, int64_t n, uint64_t h)
+{
+    if (t->n == t->cap) {
+        int64_t cap = t->cap ? t->cap * 2 : 1024;
+        int64_t *off = realloc(t->off, (size_t)cap * sizeof *off);
+        if (off) t->off = off;
+        int32_t *len = realloc(t->len, (size_t)cap * sizeof *len);
+        if (len) t->len = len;
+        uint64_t *hash = realloc(t->hash, (size_t)cap * sizeof *hash);
+        if (hash) t->hash = hash;
+        if (!off || !len || !hash) return -1;
+        t->cap = cap;
+    }
+    if (vec_reserve(&t->pool, t->pool.n + n)) return -1;
+    int32_t id = (int32_t)t->n++;
+    t->off[id] = t->pool.n;
+    t->len[id] = (int32_t)n;
+    t->hash[id] = h;
+    memcpy(t->pool.a + t->pool.n, x, (size_t)n * sizeof *x);
+    t->pool.n += n;
+    if (2 * t->n > t->n_slots) return sets_grow_slots(t);
+    int64_t slot = 0;
+    int32_t found = sets_find(t, x, n, h, &slot);
+    (void)found;
+    t->slots[slot] = id;
+    return 0;
+}
+
+typedef struct {
+    int32_t *table;   /* [n, n_classes] */
+    uint8_t *accepting;
+    int64_t n;
+} ClassDfa;
+
+/* Powerset construction over the class alphabet with fsm._subset_construction's order and accounting. */
+static int
+subset_construction(Nfa *a, int64_t max_states, int64_t max_work, ClassDfa *out)
+{
+    int rc = RC_NOMEM;
+    int64_t nc = a->n_classes;
+    SetTable sets = {0};
+    Vec rows = {0}, acc = {0}, cur = {0}, uni = {0}, bounds = {0};
+    uint64_t *keys = NULL;
+    int64_t keys_cap = 0;
+    int32_t *rlo = NULL, *rhi = NULL;
+    int64_t *rbeg = NULL, *rend = NULL, r_cap = 0;
+    int64_t work;
+
+    if (sets_grow_slots(&sets)) goto done;
+    if (closure(a, 0)) goto done;
+    {
+        const int32_t *init = a->clo_pool.a + a->clo_off[0];
+        int64_t n0 = a->clo_len[0];
+        if (vec_reserve(&cur, n0 + 1)) goto done;
+        memcpy(cur.a, init, (size_t)n0 * sizeof *init);
+        if (sets_add(&sets, cur.a, n0, hash_set(cur.a, n0))) goto done;
+        int has_final = bsearch(&(int32_t){(int32_t)a->final}, cur.a, (size_t)n0, sizeof(int32_t), cmp_i32) != NULL;
+        if (vec_push(&acc, has_final)) goto done;
+        work = n0;
+    }
+    for (int64_t i = 0; i < sets.n; i++) {
+        /* the current set, copied: the pool may move while new sets are added */
+        int64_t n_cur = sets.len[i];
+        if (vec_reserve(&cur, n_cur + 1)) goto done;
+        memcpy(cur.a, sets.pool.a + sets.off[i], (size_t)n_cur * sizeof(int32_t));
+        if (vec_reserve(&rows, (i + 1) * nc)) goto done;
+        int32_t *row = rows.a + i * nc;
+        for (int64_t k = 0; k < nc; k++) row[k] = DEAD;
+        rows.n = (i + 1) * nc;
+        /* edges of the members, as sorted distinct (lo, hi, target) keys */
+        int64_t n_keys = 0;
+        for (int64_t x = 0; x < n_cur; x++) {
+            int32_t q = cur.a[x];
+            int64_t need = n_keys + (a->edge_start[q + 1] - a->edge_start[q]);
+            if (need > keys_cap) {
+                int64_t cap = keys_cap ? keys_cap : 256;
+                while (cap < need) cap *= 2;
+                uint64_t *p = realloc(keys, (size_t)cap * sizeof *p);
+                if (!p) goto done;
+                keys = p;
+                keys_cap = cap;
+            }
+            for (int64_t j = a->edge_start[q]; j < a->edge_start[q + 1]; j++)
+                keys[n_keys++] = ((uint64_t)a->edge_lo[j] << 44) | ((uint64_t)a->edge_hi[j] << 24) |
+                                 (uint64_t)a->edge_to[j];
+        }
+        if (!n_keys) continue;
+        qsort(keys, (size_t)n_keys, sizeof *keys, cmp_u64);
+        /* distinct ranges, each with its distinct targets keys[rbeg[r]..rend[r]) */
+        int64_t n_ranges = 0, w = 0;
+        for (int64_t x = 0; x < n_keys; x++) {
+            if (w && keys[x] == keys[w - 1]) continue;
+            keys[w++] = keys[x];
+        }
+        n_keys = w;
+        for (int64_t x = 0; x < n_keys; x++) {
+            if (x && (keys[x] >> 24) == (keys[x - 1] >> 24)) {
+                rend[n_ranges - 1] = x + 1;
+                continue;
+            }
+            if (n_ranges == r_cap) {
+                int64_t cap = r_cap ? r_cap * 2 : 64;
+                int32_t *p1 = realloc(rlo, (size_t)cap * sizeof *p1);
+                if (p1) rlo = p1;
+                int32_t *p2 = realloc(rhi, (size_t)cap * sizeof *p2);
+                if (p2) rhi = p2;
+                int64_t *p3 = realloc(rbeg, (size_t)cap * sizeof *p3);
+                if (p3) rbeg = p3;
+                int64_t *p4 = realloc(rend, (size_t)cap * sizeof *p4);
+                if (p4) rend = p4;
+                if (!p1 || !p2 || !p3 || !p4) goto done;
+                r_cap = cap;
+            }
+            rlo[n_ranges] = (int32_t)(keys[x] >> 44);
+            rhi[n_ranges] = (int32_t)((keys[x] >> 24) & 0xFFFFF);
+            rbeg[n_ranges] = x;
+            rend[n_ranges] = x + 1;
+            n_ranges++;
+        }
+        for (int64_t r = 0; r < n_ranges; r++) {
+            work += 8 * n_cur;
+            for (int64_t x = rbeg[r]; x < rend[r]; x++) {
+                int32_t t = (int32_t)(keys[x] & 0xFFFFFF);
+                if (closure(a, t)) goto done;
+                work += a->clo_len[t];
+            }
+        }
+        if (work > max_work) {
+            rc = RC_WORK;
+            goto done;
+        }
+        /* elementary segments of the class axis: the active ranges are constant inside each */
+        bounds.n = 0;
+        for (int64_t r = 0; r < n_ranges; r++)
+            if (vec_push(&bounds, rlo[r]) || vec_push(&bounds, rhi[r] + 1)) goto done;
+        sort_i32(bounds.a, bounds.n);
+        for (int64_t x = 0; x + 1 < bounds.n; x++) {
+            int32_t lo = bounds.a[x], hi = bounds.a[x + 1];
+            if (lo == hi) continue;
+            a->mark_stamp++;
+            uni.n = 0;
+            int64_t n_targets = 0;
+            for (int64_t r = 0; r < n_ranges && rlo[r] <= lo; r++) {
+                if (rhi[r] + 1 < hi) continue;
+                for (int64_t y = rbeg[r]; y < rend[r]; y++) {
+                    int32_t t = (int32_t)(keys[y] & 0xFFFFFF);
+                    n_targets++;
+                    const int32_t *cl = a->clo_pool.a + a->clo_off[t];
+                    int32_t cn = a->clo_len[t];
+                    if (vec_reserve(&uni, uni.n + cn)) goto done;
+                    for (int32_t z = 0; z < cn; z++) {
+                        int32_t s = cl[z];
+                        if (a->mark[s] != a->mark_stamp) {
+                            a->mark[s] = a->mark_stamp;
+                            uni.a[uni.n++] = s;
+                        }
+                    }
+                }
+            }
+            if (!n_targets) continue;
+            if (n_targets > 1) sort_i32(uni.a, uni.n); /* a single closure is already sorted */
+            uint64_t h = hash_set(uni.a, uni.n);
+            int64_t slot = 0;
+            int32_t id = sets_find(&sets, uni.a, uni.n, h, &slot);
+            if (id < 0) {
+                if (sets.n >= max_states) {
+                    rc = RC_STATES;
+                    goto done;
+                }
+                work += uni.n;
+                id = (int32_t)sets.n;
+                if (sets_add(&sets, uni.a, uni.n, h)) goto done;
+                int has_final = a->mark[a->final] == a->mark_stamp;
+                if (vec_push(&acc, has_final)) goto done;
+                row = rows.a + i * nc;
+            }
+            for (int32_t k = lo; k < hi; k++) row[k] = id;
+        }
+    }
+    out->n = sets.n;
+    out->table = rows.a;
+    rows.a = NULL;
+    out->accepting = malloc((size_t)sets.n + 1);
+    if (!out->accepting) goto done;
+    for (int64_t s = 0; s < sets.n; s++) out->accepting[s] = (uint8_t)acc.a[s];
+    rc = RC_OK;
+done:
+    free(sets.pool.a);
+    free(sets.off);
+    free(sets.len);
+    free(sets.hash);
+    free(sets.slots);
+    free(rows.a);
+    free(acc.a);
+    free(cur.a);
+    free(uni.a);
+    free(bounds.a);
+    free(keys);
+    free(rlo);
+    free(rhi);
+    free(rbeg);
+    free(rend);
+    return rc;
+}
+
+/* ---- the whole pipeline ------------------------------------------------------------------------ */
+
+typedef struct {
+    int32_t *table;   /* [n, n_classes], canonical */
+    uint8_t *accepting;
+    int32_t *distance;
+    uint8_t byte_class[256];
+    int64_t n, n_classes, n_byte_classes;
+} Result;
+
+static int
+run(Builder *b, int64_t n_special, int64_t max_states, int64_t max_work, Result *res)
+{
+    int rc = RC_NOMEM;
+    Nfa a = {0};
+    ClassDfa d = {0};
+    int32_t *eps_order = NULL, *edge_order = NULL, *dist = NULL, *new_id = NULL, *block = NULL;
+    int32_t *q_table = NULL, *rep = NULL, *order = NULL;
+    uint8_t *q_acc = NULL;
+
+    b->n_states = 1;
+    int64_t pos = 0;
+    a.final = attach(b, &pos, 0, 0);
+    if (!b->err && pos != b->code_len) b->err = RC_BAD;
+    if (b->err) return b->err;
+    a.n_nfa = b->n_states;
+
+    /* byte classes: intervals cut at every edge bound, numbered in byte order; specials after */
+    uint8_t cut[257] = {0};
+    cut[0] = cut[256] = 1;
+    for (int64_t e = 0; e < b->ed_lo.n; e++)
+        if (b->ed_lo.a[e] < 256) {
+            cut[b->ed_lo.a[e]] = 1;
+            cut[b->ed_hi.a[e] + 1] = 1;
+        }
+    int32_t n_byte = 0;
+    for (int k = 0; k < 256; k++) {
+        n_byte += cut[k];
+        res->byte_class[k] = (uint8_t)(n_byte - 1);
+    }
+    a.n_classes = n_byte + n_special;
+    if (a.n_classes >= MAX_CLASSES) return RC_BAD;
+
+    if (csr(&b->ep_from, a.n_nfa, &a.eps_start, &eps_order) ||
+        csr(&b->ed_from, a.n_nfa, &a.edge_start, &edge_order))
+        goto done;
+    a.eps_to = malloc(((size_t)b->ep_to.n + 1) * sizeof(int32_t));
+    a.edge_lo = malloc(((size_t)b->ed_lo.n + 1) * sizeof(int32_t));
+    a.edge_hi = malloc(((size_t)b->ed_lo.n + 1) * sizeof(int32_t));
+    a.edge_to = malloc(((size_t)b->ed_lo.n + 1) * sizeof(int32_t));
+    a.important = calloc((size_t)a.n_nfa, 1);
+    a.clo_off = malloc((size_t)a.n_nfa * sizeof(int64_t));
+    a.clo_len = malloc((size_t)a.n_nfa * sizeof(int32_t));
+    a.seen = calloc((size_t)a.n_nfa, sizeof(int32_t));
+    a.mark = calloc((size_t)a.n_nfa, sizeof(int32_t));
+    a.stack = malloc((size_t)a.n_nfa * sizeof(int32_t));
+    if (!a.eps_to || !a.edge_lo || !a.edge_hi || !a.edge_to || !a.important || !a.clo_off || !a.clo_len ||
+        !a.seen || !a.mark || !a.stack)
+        goto done;
+    for (int64_t j = 0; j < b->ep_to.n; j++) a.eps_to[j] = b->ep_to.a[eps_order[j]];
+    for (int64_t j = 0; j < b->ed_lo.n; j++) {
+        int32_t e = edge_order[j], lo = b->ed_lo.a[e], hi = b->ed_hi.a[e];
+        a.edge_lo[j] = lo < 256 ? res->byte_class[lo] : n_byte + (lo - 256);
+        a.edge_hi[j] = hi < 256 ? res->byte_class[hi] : n_byte + (hi - 256);
+        a.edge_to[j] = b->ed_to.a[e];
+    }
+    for (int64_t s = 0; s < a.n_nfa; s++) {
+        a.important[s] = a.edge_start[s + 1] > a.edge_start[s] || s == a.final;
+        a.clo_len[s] = -1;
+    }
+
+    rc = subset_construction(&a, max_states, max_work, &d);
+    if (rc != RC_OK) goto done;
+    rc = RC_NOMEM;
+    int64_t nc = a.n_classes, n = d.n;
+
+    /* trim: keep the states that can reach acceptance (all are reachable) */
+    dist = malloc(((size_t)n + 1) * sizeof *dist);
+    new_id = malloc(((size_t)n + 1) * sizeof *new_id);
+    if (!dist || !new_id || reverse_bfs(d.table, n, nc, d.accepting, dist)) goto done;
+    if (dist[0] < 0) {
+        rc = RC_EMPTY;
+        goto done;
+    }
+    int64_t live = 0;
+    for (int64_t s = 0; s < n; s++) new_id[s] = dist[s] >= 0 ? (int32_t)live++ : DEAD;
+    if (live < n) {
+        for (int64_t s = 0; s < n; s++) {
+            if (new_id[s] < 0) continue;
+            int32_t *dst = d.table + new_id[s] * nc;
+            const int32_t *src = d.table + s * nc;
+            for (int64_t k = 0; k < nc; k++) dst[k] = src[k] >= 0 ? new_id[src[k]] : DEAD;
+            d.accepting[new_id[s]] = d.accepting[s];
+        }
+        n = live;
+    }
+
+    /* partition refinement, then the quotient automaton */
+    block = malloc(((size_t)n + 1) * sizeof *block);
+    if (!block) goto done;
+    int64_t nb = minimize(d.table, n, nc, d.accepting, block);
+    if (nb < 0) goto done;
+    rep = malloc(((size_t)nb + 1) * sizeof *rep);
+    q_table = malloc(((size_t)nb * nc + 1) * sizeof *q_table);
+    q_acc = malloc((size_t)nb + 1);
+    order = malloc(((size_t)nb + 1) * sizeof *order);
+    if (!rep || !q_table || !q_acc || !order) goto done;
+    for (int64_t x = 0; x < nb; x++) rep[x] = -1;
+    for (int64_t s = 0; s < n; s++)
+        if (rep[block[s]] < 0) rep[block[s]] = (int32_t)s;
+    for (int64_t x = 0; x < nb; x++) {
+        const int32_t *src = d.table + (int64_t)rep[x] * nc;
+        for (int64_t k = 0; k < nc; k++) q_table[x * nc + k] = src[k] >= 0 ? block[src[k]] : DEAD;
+        q_acc[x] = d.accepting[rep[x]];
+    }
+
+    /* canonical numbering: BFS from the initial block, classes (hence symbols) in increasing order */
+    for (int64_t x = 0; x < nb; x++) new_id[x] = DEAD;
+    int64_t n_order = 0;
+    order[n_order++] = block[0];
+    new_id[block[0]] = 0;
+    for (int64_t h = 0; h < n_order; h++)
+        for (int64_t k = 0; k < nc; k++) {
+            int32_t t = q_table[(int64_t)order[h] * nc + k];
+            if (t >= 0 && new_id[t] < 0) {
+                new_id[t] = (int32_t)n_order;
+                order[n_order++] = t;
+            }
+        }
+    /* the canonical class table reuses the subset table's storage (at least as large) */
+    res->n = n_order;
+    res->n_classes = nc;
+    res->n_byte_classes = n_byte;
+    res->table = d.table;
+    d.table = NULL;
+    res->accepting = malloc((size_t)n_order + 1);
+    res->distance = malloc(((size_t)n_order + 1) * sizeof(int32_t));
+    if (!res->accepting || !res->distance) goto done;
+    for (int64_t x = 0; x < n_order; x++) {
+        const int32_t *src = q_table + (int64_t)order[x] * nc;
+        for (int64_t k = 0; k < nc; k++) res->table[x * nc + k] = src[k] >= 0 ? new_id[src[k]] : DEAD;
+        res->accepting[x] = q_acc[order[x]];
+    }
+    if (reverse_bfs(res->table, n_order, nc, res->accepting, res->distance)) goto done;
+    rc = RC_OK;
+done:
+    free(eps_order);
+    free(edge_order);
+    free(a.eps_start);
+    free(a.edge_start);
+    free(a.eps_to);
+    free(a.edge_lo);
+    free(a.edge_hi);
+    free(a.edge_to);
+    free(a.important);
+    free(a.clo_off);
+    free(a.clo_len);
+    free(a.clo_pool.a);
+    free(a.seen);
+    free(a.mark);
+    free(a.stack);
+    free(d.table);
+    free(d.accepting);
+    free(dist);
+    free(new_id);
+    free(block);
+    free(rep);
+    free(q_table);
+    free(q_acc);
+    free(order);
+    return rc;
+}
+
+static void
+builder_free(Builder *b)
+{
+    free(b->ep_from.a);
+    free(b->ep_to.a);
+    free(b->ed_from.a);
+    free(b->ed_lo.a);
+    free(b->ed_hi.a);
+    free(b->ed_to.a);
+}
+
+static int
+get_i32(PyObject *obj, Py_buffer *view, const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (view->itemsize != 4 || !view->format || (strcmp(view->format, "i") && strcmp(view->format, "<i") &&
+                                                 strcmp(view->format, "=i"))) {
+        PyErr_Format(PyExc_ValueError, "%s: expected an int32 buffer", name);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(compile_doc,
+"compile(program, templates, template_offsets, n_special, max_states, max_work)\n"
+"    -> (transitions: bytes, n_states, accepting: bytes, distance: bytes) | int\n\n"
+"Build the NFA the program describes and return its minimal trimmed canonical DFA: transitions is int32\n"
+"[n_states, 256 + n_special] (DEAD = -1), accepting one byte per state, distance int32 per state. On a\n"
+"budget outcome, returns an int instead: 1 = subset work over max_work, 2 = more than max_states DFA\n"
+"states, 3 = the language is empty.");
+
+static PyObject *
+compile_(PyObject *self, PyObject *args)
+{
+    PyObject *o_code, *o_tpl, *o_off;
+    long long n_special, max_states, max_work;
+    if (!PyArg_ParseTuple(args, "OOOLLL", &o_code, &o_tpl, &o_off, &n_special, &max_states, &max_work))
+        return NULL;
+    if (n_special < 0 || n_special > 1000000) {
+        PyErr_SetString(PyExc_ValueError, "compile: bad n_special");
+        return NULL;
+    }
+    Py_buffer bc, bt, bo;
+    if (get_i32(o_code, &bc, "program") < 0) return NULL;
+    if (get_i32(o_tpl, &bt, "templates") < 0) {
+        PyBuffer_Release(&bc);
+        return NULL;
+    }
+    if (get_i32(o_off, &bo, "template_offsets") < 0) {
+        PyBuffer_Release(&bc);
+        PyBuffer_Release(&bt);
+        return NULL;
+    }
+    Builder b = {0};
+    b.code = bc.buf;
+    b.code_len = bc.len / 4;
+    b.tpl = bt.buf;
+    b.tpl_len = bt.len / 4;
+    b.tpl_off = bo.buf;
+    b.n_tpl = bo.len / 4;
+    b.n_symbols = (int32_t)(256 + n_special);
+    Result res = {0};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run(&b, n_special, max_states, max_work, &res);
+    Py_END_ALLOW_THREADS
+    builder_free(&b);
+    PyBuffer_Release(&bc);
+    PyBuffer_Release(&bt);
+    PyBuffer_Release(&bo);
+    PyObject *out = NULL;
+    if (rc == RC_OK) { /* expand classes to symbols straight into the bytes object */
+        int64_t width = 256 + n_special, nc = res.n_classes;
+        PyObject *table = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(res.n * width * 4));
+        if (table) {
+            int32_t *dst = (int32_t *)PyBytes_AS_STRING(table);
+            for (int64_t x = 0; x < res.n; x++, dst += width) {
+                const int32_t *row = res.table + x * nc;
+                for (int k = 0; k < 256; k++) dst[k] = row[res.byte_class[k]];
+                for (int64_t k = 0; k < n_special; k++) dst[256 + k] = row[res.n_byte_classes + k];
+            }
+            out = Py_BuildValue("(NLy#y#)", table, (long long)res.n, (const char *)res.accepting,
+                                (Py_ssize_t)res.n, (const char *)res.distance, (Py_ssize_t)(res.n * 4));
+        }
+    } else if (rc == RC_NOMEM) {
+        PyErr_NoMemory();
+    } else if (rc == RC_BAD) {
+        PyErr_SetString(PyExc_ValueError, "compile: malformed program or templates");
+    } else {
+        out = PyLong_FromLong(rc);
+    }
+    free(res.table);
+    free(res.accepting);
+    free(res.distance);
+    return out;
+}
+
+static PyMethodDef fsm_methods[] = {
+    {"compile", compile_, METH_VARARGS, compile_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef fsm_module = {
+    PyModuleDef_HEAD_INIT, "constrained._fsm",
+    "Native NFA → minimal DFA compilation behind constrained.fsm.compile_dfa (see _fsm.c).", -1, fsm_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fsm(void)
+{
+    return PyModule_Create(&fsm_module);
+}

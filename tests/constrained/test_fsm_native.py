@@ -1,0 +1,141 @@
+"""The native compile path (constrained._fsm behind fsm.compile_dfa) gives exactly the reference's DFA: identical
+tables, acceptance, distances, special names and fingerprints, and identical budget / empty-language errors at the
+same limits; malformed native input fails loud."""
+
+from __future__ import annotations
+
+import array
+import threading
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from constrained import _fsm, fsm
+from constrained.errors import EmptyLanguageError, GrammarTooLargeError
+from constrained.schema import schema_to_pattern
+from tests.constrained.test_fsm import HAND_WRITTEN, OBJECT, STRING, regex_trees
+
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def outcome(compile_, pattern: str, **kwargs: object) -> tuple[object, ...]:
+    """Everything observable about one compilation: the DFA's arrays and names, or the error's typed fields."""
+    try:
+        dfa = compile_(pattern, **kwargs)
+    except GrammarTooLargeError as exc:
+        return ("too_large", exc.what, exc.limit, str(exc))
+    except EmptyLanguageError as exc:
+        return ("empty", exc.pattern)
+    assert dfa.transitions.dtype == np.int32 and dfa.transitions.flags.c_contiguous
+    assert dfa.accepting.dtype == bool and dfa.distance.dtype == np.int32
+    assert not dfa.transitions.flags.writeable and not dfa.accepting.flags.writeable
+    return ("dfa", dfa.transitions.tobytes(), dfa.transitions.shape, dfa.accepting.tobytes(), dfa.distance.tobytes(),
+            dfa.special_names, dfa.initial, dfa.fingerprint)
+
+
+def assert_same(pattern: str, **kwargs: object) -> None:
+    native = outcome(fsm.compile_dfa, pattern, **kwargs)
+    reference = outcome(fsm.compile_dfa_reference, pattern, **kwargs)
+    assert native == reference, pattern
+
+
+SPECIAL_PATTERNS = [
+    "(?&<tool_call>)x(?&<|eot_id|>)|(?&<tool_call>)y",
+    "a(?&<s>)*b",
+    "(?:(?&<a>)|(?&<b>)[0-9]+){2,5}(?&<a>)?",
+    '(?&<tool_call>)\\{"name":' + STRING + "\\}(?&</tool_call>)|[^<]*",
+]
+
+SCHEMAS = [
+    {"type": "object", "properties": {"a": {"type": "integer", "minimum": -5, "maximum": 1234},
+                                      "b": {"type": "string", "maxLength": 3}}, "required": ["a"]},
+    {"type": "array", "items": {"enum": ["x", "y", 3, None]}, "minItems": 1, "maxItems": 4},
+    {"type": "object", "properties": {"n": {"type": "number"}, "t": {"type": "boolean"},
+                                      "s": {"type": "string", "pattern": "^[a-z]+@[a-z]+\\.com$"}}},
+    {"anyOf": [{"type": "string", "format": "date"}, {"type": "array", "items": {"type": "integer"}}]},
+    {"type": "object", "properties": {"deep": {"type": "object", "properties": {"x": {"type": "array"}}}},
+     "additionalProperties": False},
+]
+
+
+@pytest.mark.parametrize("pattern", HAND_WRITTEN + [OBJECT, "(a|b)*a(a|b){5}", "(a?){300}b", r"[^\x00-\x7f]{2,3}"])
+def test_native_matches_reference_on_hand_written_patterns(pattern: str) -> None:
+    assert_same(pattern)
+
+
+@pytest.mark.parametrize("pattern", SPECIAL_PATTERNS)
+def test_native_matches_reference_with_special_terminals(pattern: str) -> None:
+    assert_same(pattern, allow_special=True)
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+@pytest.mark.parametrize("whitespace", ["compact", "flexible"])
+def test_native_matches_reference_on_schema_patterns(schema: dict, whitespace: str) -> None:
+    assert_same(schema_to_pattern(schema, whitespace=whitespace))
+
+
+@given(pattern=regex_trees())
+@SETTINGS
+def test_native_matches_reference_on_random_regexes(pattern: str) -> None:
+    assert_same(pattern)
+
+
+@given(pattern=regex_trees(), max_states=st.integers(1, 40), max_work=st.integers(1, 400))
+@SETTINGS
+def test_budgets_trip_at_the_same_point_as_the_reference(pattern: str, max_states: int, max_work: int) -> None:
+    with mock.patch.object(fsm, "MAX_SUBSET_WORK", max_work):
+        assert_same(pattern, max_states=max_states)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "max_states", "what"),
+    [("(a|b)*a(a|b){20}", 2000, "dfa_states"), ("(a|aa){1000}", 50_000, None), ("((a{100}){100}){100}", 50_000,
+                                                                                   "nfa_states")],
+)
+def test_budget_errors_are_the_reference_errors(pattern: str, max_states: int, what: str | None) -> None:
+    native = outcome(fsm.compile_dfa, pattern, max_states=max_states)
+    assert native == outcome(fsm.compile_dfa_reference, pattern, max_states=max_states)
+    if what is not None:
+        assert native[:2] == ("too_large", what)
+
+
+@pytest.mark.parametrize("pattern", [r"[^\x00-\U0010ffff]", r"a[^\x00-\U0010ffff]b", r"(?:[^\x00-\U0010ffff])+"])
+def test_empty_languages_are_refused_like_the_reference(pattern: str) -> None:
+    native = outcome(fsm.compile_dfa, pattern)
+    assert native == ("empty", pattern) == outcome(fsm.compile_dfa_reference, pattern)
+
+
+def test_concurrent_native_compiles_agree() -> None:
+    pattern = schema_to_pattern(SCHEMAS[0], whitespace="flexible")
+    expected = fsm.compile_dfa(pattern).fingerprint
+    results: list[str] = []
+
+    def work() -> None:
+        for _ in range(5):
+            results.append(fsm.compile_dfa(pattern).fingerprint)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [expected] * 20
+
+
+@pytest.mark.parametrize(
+    "code",
+    [[99], [fsm._OP_CONCAT, 2, fsm._OP_BYTE, 97], [fsm._OP_CHARSET, 5], [fsm._OP_SPECIAL, 256],
+     [fsm._OP_BYTE, 97, fsm._OP_BYTE], [fsm._OP_REPEAT, 3, 1, fsm._OP_EMPTY], [fsm._OP_BYTE, 300]],
+)
+def test_malformed_programs_raise_value_error(code: list[int]) -> None:
+    empty = array.array("i")
+    with pytest.raises(ValueError, match="malformed"):
+        _fsm.compile(array.array("i", code), empty, empty, 0, 100, 1000)
+
+
+def test_non_int32_buffers_are_refused() -> None:
+    with pytest.raises(ValueError, match="int32"):
+        _fsm.compile(array.array("q", [fsm._OP_EMPTY]), array.array("i"), array.array("i"), 0, 100, 1000)
