@@ -536,7 +536,7 @@ def target_checks(reports: Sequence[ModelReport]) -> list[tuple[str, str, bool]]
             if theirs == theirs:
                 checks.append((f"{report.short}: ours faster per token than {rival}",
                                f"{_fmt(report.median_tps('cc/ours'))} (cc) / {_fmt(report.median_tps('own/ours'))} "
-                               f"(own) vs {_fmt(theirs)} tok/s", report.median_tps("cc/ours") > theirs))  # fmt: skip
+                               f"(own) vs {_fmt(theirs)} tok/s", ours > theirs))  # fmt: skip
     return checks
 
 

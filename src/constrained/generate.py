@@ -13,7 +13,6 @@ dict schema). Refuses to return anything unvalidated: a document that fails to p
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .decode import DecodeResult, FinishReason, decode

@@ -14,7 +14,6 @@ def make_dfa(transitions: np.ndarray, accepting: np.ndarray, special_names: tupl
     """A DFA from a raw table; states that cannot reach acceptance are made accepting (so it is trimmed)."""
     table = np.ascontiguousarray(transitions, dtype=np.int32)
     accepting = np.asarray(accepting, dtype=bool).copy()
-    n_states = table.shape[0]
     distance = _distances(table, accepting)
     accepting |= distance < 0
     distance = _distances(table, accepting)

@@ -33,7 +33,7 @@ from agent.testkit import ScriptedEngine
 from agent.tool import Tool, ToolContext, ToolRegistry, execute_tool
 from agent.trace import TraceRecorder, TraceWriteError, read_trace, verify_trace
 from .hostile_kit import HERE, SRC, budget
-from .make_corpus import busy_turns, call, final, scripted_run
+from .make_corpus import call, final, scripted_run
 
 CODEC = QwenCodec()
 

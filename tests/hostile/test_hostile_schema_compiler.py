@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from .hostile_kit import Guarded, budget

@@ -228,13 +228,20 @@ class Codec(ABC):
     def parse(self, text: str) -> Action:
         """Total: every input yields exactly one Action; never raises."""
 
-    @abstractmethod
     def assistant_message(self, action: Action) -> dict[str, Any]:
-        """The OpenAI-format assistant message to commit for a parsed turn."""
+        """The OpenAI-format assistant message to commit for a parsed turn: prose as content, calls as
+        ``tool_calls`` with dict arguments. How it renders (tags, roles, dropped prose) is the template's business,
+        so every family shares this; a malformed turn commits its text as prose."""
+        if isinstance(action, ToolCalls):
+            return {"role": "assistant", "content": action.text,
+                    "tool_calls": [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                                   for c in action.calls]}
+        return {"role": "assistant", "content": action.text}
 
-    @abstractmethod
     def tool_result_message(self, call: ToolCall, content: str) -> dict[str, Any]:
-        """The OpenAI-format tool message carrying ``content`` (a JSON string) back to the model."""
+        """The OpenAI-format tool message carrying ``content`` (a JSON string) back to the model; the family's
+        template decides the role it renders under (Qwen: ``<tool_response>`` in a user turn; Llama: ``ipython``)."""
+        return {"role": "tool", "content": content, "name": call.name}
 
     @abstractmethod
     def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,

@@ -200,20 +200,6 @@ class Llama3Codec(Codec):
             return _parse_calls(turn, start, prose="", text=text)
         return FinalText(text=turn)
 
-    # -- messages ------------------------------------------------------------------------------------------------
-
-    def assistant_message(self, action: Action) -> dict[str, Any]:
-        """What to commit. (The template drops an assistant's prose when the turn carries calls.)"""
-        if isinstance(action, ToolCalls):
-            return {"role": "assistant", "content": action.text,
-                    "tool_calls": [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                                   for c in action.calls]}
-        return {"role": "assistant", "content": action.text}
-
-    def tool_result_message(self, call: ToolCall, content: str) -> dict[str, Any]:
-        """A ``tool`` message; rendered under the ``ipython`` role, JSON-quoted as the official template does."""
-        return {"role": "tool", "content": content, "name": call.name}
-
     # -- grammar -------------------------------------------------------------------------------------------------
 
     def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,

@@ -177,20 +177,6 @@ class QwenCodec(Codec):
                                  f"text after the call ending at char {end}: {rest[:40]!r}", turn[end:], text)
             pos = len(turn) - len(rest)
 
-    # -- messages ------------------------------------------------------------------------------------------------
-
-    def assistant_message(self, action: Action) -> dict[str, Any]:
-        """What to commit: prose as content; calls as OpenAI ``tool_calls`` with dict arguments."""
-        if isinstance(action, ToolCalls):
-            return {"role": "assistant", "content": action.text,
-                    "tool_calls": [{"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                                   for c in action.calls]}
-        return {"role": "assistant", "content": action.text}
-
-    def tool_result_message(self, call: ToolCall, content: str) -> dict[str, Any]:
-        """A ``tool`` message; the template wraps it in ``<tool_response>`` inside a user turn."""
-        return {"role": "tool", "content": content, "name": call.name}
-
     # -- grammar -------------------------------------------------------------------------------------------------
 
     def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,

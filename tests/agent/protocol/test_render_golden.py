@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.protocol import Llama3Codec, MessageFormatError, QwenCodec, ToolSpec, codec_for
+from agent.protocol import Llama3Codec, MessageFormatError, ToolSpec, codec_for
 
 jinja2 = pytest.importorskip("jinja2")
 
