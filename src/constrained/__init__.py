@@ -19,7 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from constrained.decode import DecodeResult, DecodeTimings, FinishReason, decode
 from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLanguageError, GrammarTooLargeError,
                                 IncompatibleVocabularyError, InvalidSchemaError, MaskError, RegexSyntaxError,
-                                UnsupportedSchemaError)
+                                UnknownKeywordWarning, UnsupportedSchemaError)
 from constrained.generate import GenerationError, generate
 from constrained.grammar import Grammar, compile_json_schema, compile_regex
 from constrained.llama import LlamaModel
@@ -52,6 +52,7 @@ __all__ = [
     "RegexSyntaxError",
     "Sampler",
     "SamplingParams",
+    "UnknownKeywordWarning",
     "UnsupportedSchemaError",
     "Vocabulary",
     "__version__",

@@ -17,6 +17,7 @@ __all__ = [
     "IncompatibleVocabularyError",
     "BudgetTooSmallError",
     "MaskError",
+    "UnknownKeywordWarning",
 ]
 
 
@@ -98,6 +99,12 @@ class BudgetTooSmallError(ConstrainedError, ValueError):
         self.budget = budget
         self.needed = needed
         super().__init__(f"max_tokens={budget} cannot fit the shortest accepted document ({needed} tokens)")
+
+
+class UnknownKeywordWarning(UserWarning):
+    """A schema key that is no JSON Schema keyword (``_format``, ``javaType``...): the spec treats it as an
+    annotation, so it constrains nothing. Warned about, never silently dropped; ``unknown_keywords="error"``
+    refuses it instead."""
 
 
 class MaskError(ConstrainedError, RuntimeError):

@@ -152,8 +152,13 @@ def compile_json_schema(
     schema: dict[str, Any] | str,
     vocab: Vocabulary,
     whitespace: Literal["compact", "flexible"] = "compact",
+    *,
+    unknown_keywords: Literal["warn", "error"] = "warn",
 ) -> Grammar:
     """Compile a JSON Schema (dict or JSON text) to a grammar over ``vocab``.
+
+    ``unknown_keywords``: keys that are no JSON Schema keyword are warned about and ignored ("warn") or refused
+    ("error"); see `constrained.schema.schema_to_pattern`.
 
     Raises:
         UnsupportedSchemaError, InvalidSchemaError: from the schema compiler.
@@ -162,10 +167,10 @@ def compile_json_schema(
     from constrained.schema import schema_to_pattern
 
     canonical = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False, separators=(",", ":"))
-    schema_key = (canonical, whitespace)
+    schema_key = (canonical, whitespace, unknown_keywords)
     pattern = _schema_patterns.get(schema_key)
     if pattern is None:
-        pattern = schema_to_pattern(schema, whitespace=whitespace)
+        pattern = schema_to_pattern(schema, whitespace=whitespace, unknown_keywords=unknown_keywords)
         if len(_schema_patterns) >= _MEMORY_LIMIT:
             _schema_patterns.pop(next(iter(_schema_patterns)))
         _schema_patterns[schema_key] = pattern

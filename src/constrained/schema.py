@@ -35,10 +35,11 @@ import math
 import pathlib
 import re
 import urllib.parse
+import warnings
 from fractions import Fraction
 from typing import Any, Literal
 
-from .errors import GrammarTooLargeError, InvalidSchemaError, UnsupportedSchemaError
+from .errors import GrammarTooLargeError, InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
 
 __all__ = [
     "schema_to_pattern",
@@ -378,8 +379,10 @@ def _string_body_excluding(names: list[str]) -> str:
 class _Compiler:
     """One compilation: the root (for $ref), the whitespace policy, the depth limits."""
 
-    def __init__(self, root: Any, whitespace: Whitespace, max_depth: int, any_value_depth: int) -> None:
+    def __init__(self, root: Any, whitespace: Whitespace, max_depth: int, any_value_depth: int,
+                 unknown_keywords: str = "warn") -> None:
         self.root = root
+        self.unknown_keywords = unknown_keywords
         self.ws = "" if whitespace == "compact" else FLEXIBLE_WS
         self.sep = f"{self.ws},{self.ws}"
         self.colon = f"{self.ws}:{self.ws}"
@@ -442,8 +445,12 @@ class _Compiler:
                 base[key] = value
             elif key in UNSUPPORTED_KEYWORDS:
                 raise UnsupportedSchemaError(path, key, "a regular pattern cannot enforce it")
+            elif self.unknown_keywords == "error":
+                raise UnsupportedSchemaError(path, key, "unknown keyword (refused: unknown_keywords='error')")
             else:
-                raise UnsupportedSchemaError(path, key, "unknown keyword (refused rather than ignored)")
+                warnings.warn(f"ignoring {key!r} at {path}: not a JSON Schema keyword, so an annotation that "
+                              f"constrains nothing (pass unknown_keywords='error' to refuse it)",
+                              UnknownKeywordWarning, stacklevel=2)
         conjuncts: list[list[tuple[dict, str, tuple[str, ...]]]] = [[(self.normalize(base, path), path, trail)]]
         if "$ref" in node:
             conjuncts.append(self.follow(node["$ref"], path, trail))
@@ -988,6 +995,7 @@ def schema_to_pattern(
     whitespace: Whitespace = "compact",
     max_depth: int = 12,
     any_value_depth: int = 2,
+    unknown_keywords: Literal["warn", "error"] = "warn",
 ) -> str:
     """Compile a JSON Schema into a full-match pattern for its (bounded) valid JSON texts.
 
@@ -1001,6 +1009,8 @@ def schema_to_pattern(
         any_value_depth: most containers an open-ended value (``true``, ``{}``, untyped items, an
             explicit ``additionalProperties: true``) may nest. Extra properties allowed only because
             ``additionalProperties`` is absent nest at most min(IMPLICIT_EXTRA_DEPTH, any_value_depth).
+        unknown_keywords: a key that is no JSON Schema keyword is an annotation per the spec: "warn" ignores
+            it with an `UnknownKeywordWarning` naming key and path; "error" raises UnsupportedSchemaError.
 
     Returns:
         The pattern (constrained.regex dialect, also valid Python ``re``).
@@ -1021,7 +1031,9 @@ def schema_to_pattern(
             raise InvalidSchemaError("#", f"not JSON text: {err}") from None
     if not isinstance(schema, (dict, bool)):
         raise InvalidSchemaError("#", f"a schema must be an object or a boolean, not {type(schema).__name__}")
-    compiler = _Compiler(schema, whitespace, max_depth, any_value_depth)
+    if unknown_keywords not in ("warn", "error"):
+        raise ValueError(f"unknown_keywords must be 'warn' or 'error', not {unknown_keywords!r}")
+    compiler = _Compiler(schema, whitespace, max_depth, any_value_depth, unknown_keywords)
     pattern = compiler.compile(schema, "#", 0, ())
     if pattern is None:
         raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")

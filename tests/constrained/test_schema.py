@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from constrained.errors import GrammarTooLargeError, InvalidSchemaError, UnsupportedSchemaError
+from constrained.errors import GrammarTooLargeError, InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
 from constrained import schema as schema_module
 from constrained.schema import schema_to_pattern
 
@@ -339,7 +339,6 @@ def test_nullable_adds_null():
         ("unevaluatedProperties", {"unevaluatedProperties": False}),
         ("multipleOf", {"type": "integer", "multipleOf": 3}),
         ("multipleOf", {"type": "number", "multipleOf": 0.5}),
-        ("frobnicate", {"type": "string", "frobnicate": 1}),
         ("format", {"type": "string", "format": "hostname"}),
     ],
 )
@@ -526,3 +525,13 @@ def test_corpus_subset_samples_validate():
 @pytest.mark.slow
 def test_full_corpus_samples_validate():
     _corpus_soundness([p for p in CORPUS if corpus_entry(p)[1] is not None and len(corpus_entry(p)[2]) <= 20_000], examples=3)
+
+
+def test_an_unknown_keyword_is_ignored_loudly_or_refused_on_request():
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "_format": "int"}}, "required": ["a"]}
+    with pytest.warns(UnknownKeywordWarning, match=r"'_format' at #/properties/a"):
+        pattern = schema_to_pattern(schema)
+    assert re.fullmatch(pattern, '{"a":1}') and not re.fullmatch(pattern, '{"a":"x"}')
+    with pytest.raises(UnsupportedSchemaError) as info:
+        schema_to_pattern(schema, unknown_keywords="error")
+    assert (info.value.path, info.value.keyword) == ("#/properties/a", "_format")
