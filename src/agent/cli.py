@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agent.models import DEFAULT_MODEL
+
 __all__ = ["main", "build_parser"]
 
-DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
 
 def _print_json(value: Any) -> None:
