@@ -92,6 +92,12 @@ class TurnEngine(Protocol):
         ``final_pattern``, when given, is the pattern any final-answer text of the turn must match."""
         ...
 
+    def prepare(self, tools: Sequence[ToolSpec], tool_choices: Sequence[ToolChoice],
+                final_pattern: str | None = None) -> None:
+        """Compile whatever the given tool choices will need (tool-call grammars), so registration fails early on
+        an unsupported schema and the first turn pays no compile."""
+        ...
+
     def commit(self) -> None:
         """Make the speculative turn, if any, part of the committed state (no-op when none is pending)."""
         ...
@@ -214,6 +220,12 @@ class ChatModelEngine:
             else:
                 ids.extend(self.model.tokenize_untrusted(segment.text))
         return ids
+
+    def prepare(self, tools: Sequence[ToolSpec], tool_choices: Sequence[ToolChoice],
+                final_pattern: str | None = None) -> None:
+        """Compile (or load from the disk cache) the tool-call grammar of every choice. See `TurnEngine.prepare`."""
+        for choice in dict.fromkeys(tool_choices):
+            self._grammar(tools, choice, final_pattern)
 
     def _grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice,
                  final_pattern: str | None = None) -> Grammar | None:

@@ -192,6 +192,10 @@ class Session:
             if choice not in ("auto", "required", "none") and choice not in tools:
                 raise SessionError(f"tool_choice {choice!r} names no registered tool; "
                                    f"use 'auto', 'required', 'none' or one of {list(tools.names)}")
+        # Registering tools compiles their grammars now: an unsupported schema fails here, not mid-run, and the
+        # first turn pays no compile. A single choice relaxes to "auto" after a call (see `_commit_turn`).
+        relaxed = ("auto",) if isinstance(self.tool_choice, str) and self.tool_choice != "none" else ()
+        engine.prepare(self._specs, (*plan, *relaxed), final_pattern)
 
     # -- the loop ------------------------------------------------------------------------------------------------
 

@@ -99,8 +99,15 @@ class ScriptedEngine:
         """(KV length before, KV length after) for each `rollback`."""
         self.kv: list[str] = []
         """The fake KV: one character per token."""
+        self.prepared: list[tuple[tuple[str, ...], tuple[ToolChoice, ...], str | None]] = []
+        """(tool names, tool choices, final pattern) of each `prepare` call."""
         self._committed = 0
         self._pending = False
+
+    def prepare(self, tools: Sequence[ToolSpec], tool_choices: Sequence[ToolChoice],
+                final_pattern: str | None = None) -> None:
+        """Record what the session asked to precompile (a scripted engine has no grammars)."""
+        self.prepared.append((tuple(t.name for t in tools), tuple(tool_choices), final_pattern))
 
     def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
                  tool_choice: ToolChoice = "auto", max_tokens: int, cancel: Any = None,

@@ -632,7 +632,11 @@ class _Compiler:
                 verdict_key = (id(original), _value_key(value))
                 if verdict_key not in self._verdicts:
                     validator = validator or self.validator().evolve(schema=original)
-                    self._verdicts[verdict_key] = validator.is_valid(value)
+                    try:
+                        self._verdicts[verdict_key] = validator.is_valid(value)
+                    except Exception as exc:  # a malformed sibling keyword (e.g. "not": null) breaks jsonschema
+                        raise InvalidSchemaError(path, f"cannot evaluate the enum/const candidates against this "
+                                                       f"schema: {type(exc).__name__}: {exc}") from None
                 if not self._verdicts[verdict_key]:
                     continue
             if "format" in flat and isinstance(value, str) and not re.fullmatch(_format_body(fmt), value):

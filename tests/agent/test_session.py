@@ -800,3 +800,10 @@ def test_rejection_trace_keeps_the_validation_error_kinds(kit: Kit) -> None:
     (rejected,) = kit.of(EventType.TOOL_CALL_REJECTED)
     by_path = {e["path"]: e["kind"] for e in rejected["errors"]}
     assert by_path == {"a": "wrong_type", "b": "missing_required"}
+
+
+def test_registering_tools_prepares_every_grammar_the_choices_will_need(kit: Kit) -> None:
+    _, engine = kit.session([final("x")], tool_choice="required", final_pattern="[0-9]+")
+    assert engine.prepared == [(tuple(t.name for t in kit.tools()), ("required", "auto"), "[0-9]+")]
+    _, planned = kit.session([final("x")], tool_choice=("add", "none"))
+    assert planned.prepared[0][1] == ("add", "none")

@@ -535,3 +535,9 @@ def test_an_unknown_keyword_is_ignored_loudly_or_refused_on_request():
     with pytest.raises(UnsupportedSchemaError) as info:
         schema_to_pattern(schema, unknown_keywords="error")
     assert (info.value.path, info.value.keyword) == ("#/properties/a", "_format")
+
+
+def test_a_malformed_keyword_beside_an_enum_is_an_invalid_schema_error():
+    # found by the hostile suite's fuzzer: jsonschema raised TypeError while filtering the const candidate
+    with pytest.raises(InvalidSchemaError):
+        schema_to_pattern({"not": None, "type": "null", "required": "a", "const": None})
