@@ -83,17 +83,17 @@ BEHAVIOURS: dict[str, tuple[Any, ResultErrorKind | None]] = {
 }
 
 
-def _tool(name: str, behaviour: Any) -> Tool:
-    return Tool(name=name, description="hostile", function=lambda args, ctx: behaviour(), timeout_s=0.5)
+def _tool(name: str, behaviour: Any, timeout_s: float | None = 0.5) -> Tool:
+    return Tool(name=name, description="hostile", function=lambda args, ctx: behaviour(), timeout_s=timeout_s)
 
 
 def _run_one(name: str) -> Any:
     behaviour, expected = BEHAVIOURS[name]
-    tool = _tool("t", behaviour)
-    args = validate_arguments("t", tool.parameters, {})
-    ctx = ToolContext(run_id="r", call_id="c", artifacts=None, cancel=CancelToken(), linked_runs=[])
     # Only a tool that is meant to hang gets the short watchdog; the others must finish on their own, however
     # loaded the machine (building a 100k-deep list can take seconds on a busy CI runner).
+    tool = _tool("t", behaviour, timeout_s=0.5 if expected is ResultErrorKind.TIMEOUT else None)
+    args = validate_arguments("t", tool.parameters, {})
+    ctx = ToolContext(run_id="r", call_id="c", artifacts=None, cancel=CancelToken(), linked_runs=[])
     return execute_tool(tool, args, ctx, timeout_s=5 if expected is ResultErrorKind.TIMEOUT else 300)
 
 
