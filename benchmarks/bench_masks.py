@@ -14,7 +14,8 @@ engine runs in its own worker process, killed and restarted when a schema exceed
                                                                         └──────── outcome dict ◄──────┘
     outcomes ──► EngineSummary per engine ──► table (stdout) + RESULTS.md section + masks.png
 
-Per-step mask calls: ours ``Matcher.allowed_token_ids()`` (sorted ids, computed lazily per state and cached);
+Per-step mask calls: ours ``Matcher.fill_bitmask`` (the allowed set as a token bitmask in llguidance's layout,
+computed lazily per state and cached);
 outlines-core ``Guide.write_mask_into`` (bitmask from its precomputed index); llguidance
 ``llguidance.numpy.fill_next_token_bitmask`` (bitmask, lazy Earley + token trie). Whitespace: ours "flexible"
 (nothing, a space, or a newline + ≤ 20 spaces per slot), llguidance ``whitespace_flexible``, outlines-core its
@@ -338,11 +339,12 @@ class _Ours(_Engine):
 
     def walk(self, compiled: Any, token_ids: Sequence[int]) -> tuple[bool, list[int]]:
         matcher = compiled.matcher()
+        bitmask = np.empty(-(-len(self.vocab) // 32), dtype=np.uint32)
         times = []
         clock = _clock
         for token in token_ids:
             start = clock()
-            matcher.allowed_token_ids()
+            matcher.fill_bitmask(bitmask)
             times.append(clock() - start)
             if not matcher.advance(token):
                 return False, times
@@ -869,7 +871,7 @@ def render_report(report: MaskBenchReport, *, corpus: Path | None = None, plot: 
         f"{report.jobs} worker process(es) at once, one engine each; run took {report.wall_s:.0f} s; "
         f"timings are {_CLOCK_WORDS[report.clock]}. "
         "Compile = cold (ours: empty memory + disk cache). Mask = one per-token mask call "
-        "(ours `allowed_token_ids`, outlines-core `Guide.write_mask_into`, llguidance `fill_next_token_bitmask`), "
+        "(ours `Matcher.fill_bitmask`, outlines-core `Guide.write_mask_into`, llguidance `fill_next_token_bitmask`: each fills a token bitmask), "
         "p50/p99 over every token of every instance of compiled schemas. Valid/invalid counts are over compiled "
         "schemas only.",
         markdown_table(headers, rows),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,7 @@ import numpy as np
 from constrained import _kernel
 from constrained.errors import IncompatibleVocabularyError
 from constrained.fsm import DEAD, DFA
+from constrained.shortcut import string_body_shortcut
 from constrained.vocabulary import Vocabulary
 
 __all__ = ["TERMINAL", "UNREACHABLE", "TokenTrie", "StateMask", "TokenIndex", "token_trie"]
@@ -141,26 +143,82 @@ def token_trie(vocab: Vocabulary) -> TokenTrie:
         return trie
 
 
+def _bits_to_ids(bits: np.ndarray, vocab_size: int, value: int, expected: int) -> np.ndarray:
+    """Ids whose bit equals ``value`` (ascending, read-only); ``expected`` is how many there are."""
+    out = np.empty(expected, dtype=np.int32)
+    if _kernel.bits_to_ids(bits, vocab_size, value, out) != expected:
+        raise AssertionError("bitmask population disagrees with its recorded count")
+    out.flags.writeable = False
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class BitsLookup:
+    """Next states for a bitmask-built `StateMask`: the listed (non-pure) ids carry their own next state; every
+    other allowed id is a pure token of the string-body shortcut, whose next state is the embedding of the body
+    state it ends in."""
+
+    listed_ids: np.ndarray
+    """int32 ascending: allowed ids that are not pure (found below exits or overridden bytes, specials, EOS)."""
+    listed_next: np.ndarray
+    """int32 aligned with ``listed_ids``."""
+    embedding: np.ndarray
+    """int32 [body states]: body state → DFA state."""
+    pure_body_state: np.ndarray
+    """uint8 [V]: `StringBodyShortcut.pure_body_state`."""
+
+    def next_state(self, token_id: int) -> int:
+        position = int(np.searchsorted(self.listed_ids, token_id))
+        if position < self.listed_ids.shape[0] and int(self.listed_ids[position]) == token_id:
+            return int(self.listed_next[position])
+        return int(self.embedding[self.pure_body_state[token_id]])
+
+    def next_states(self, allowed: np.ndarray) -> np.ndarray:
+        body = self.pure_body_state[allowed]
+        out = self.embedding[np.where(body < self.embedding.shape[0], body, 0)].astype(np.int32)
+        out[np.searchsorted(allowed, self.listed_ids)] = self.listed_next
+        return out
+
+
 class StateMask:
     """What one DFA state allows: sorted token ids, where each leads, and the cheapest way to mask logits.
 
-    Immutable once built (arrays are read-only); the complement list is derived on first use.
+    Immutable once built (arrays are read-only). Built either from the id arrays (the plain walk) or from a bitmask
+    plus a next-state lookup (the string-body shortcut, `from_bits`): then the ~123k-entry id arrays are only
+    built if something asks for them, and the complement list, keep-vector and bitmask come from the bits.
     """
 
-    __slots__ = ("allowed", "next_states", "vocab_size", "form", "_disallowed", "_keep", "_ub_next", "_ub_next_max")
+    __slots__ = ("_allowed", "_next_states", "_count", "vocab_size", "form", "_disallowed", "_keep", "_bits",
+                 "_lookup", "_ub_next", "_ub_next_max")  # fmt: skip
 
-    def __init__(self, allowed: np.ndarray, next_states: np.ndarray, vocab_size: int) -> None:
+    def __init__(
+        self, allowed: np.ndarray, next_states: np.ndarray, vocab_size: int, *, disallowed: np.ndarray | None = None
+    ) -> None:
         allowed.flags.writeable = False
         next_states.flags.writeable = False
-        self.allowed = allowed
-        """int32 ascending: every allowed id (normal tokens, named specials, EOS when accepting)."""
-        self.next_states = next_states
-        """int32 aligned with ``allowed``: the DFA state after the token (`TERMINAL` for EOS)."""
+        self._allowed: np.ndarray | None = allowed
+        self._next_states: np.ndarray | None = next_states
+        self._bits: np.ndarray | None = None
+        self._lookup: BitsLookup | None = None
+        self._setup(int(allowed.shape[0]), vocab_size)
+
+    @classmethod
+    def from_bits(cls, bits: np.ndarray, count: int, vocab_size: int, lookup: BitsLookup) -> StateMask:
+        """A mask known by its bitmask (``count`` bits set) and a next-state ``lookup``."""
+        mask = cls.__new__(cls)
+        bits.flags.writeable = False
+        mask._allowed = mask._next_states = None
+        mask._bits = bits
+        mask._lookup = lookup
+        mask._setup(count, vocab_size)
+        return mask
+
+    def _setup(self, count: int, vocab_size: int) -> None:
+        self._count = count
         self.vocab_size = vocab_size
-        n_allowed = int(allowed.shape[0])
-        if n_allowed <= min(_ALLOWED_FORM_MAX, vocab_size // 8):
+        if count <= min(_ALLOWED_FORM_MAX, vocab_size // 8):
             form = "allowed"
-        elif vocab_size - n_allowed <= min(_DISALLOWED_FORM_MAX, vocab_size // 16):
+        elif vocab_size - count <= min(_DISALLOWED_FORM_MAX, vocab_size // 16):
             form = "disallowed"
         else:
             form = "bytemask"
@@ -173,23 +231,67 @@ class StateMask:
         self._ub_next_max = -1
 
     def __len__(self) -> int:
-        return int(self.allowed.shape[0])
+        return self._count
+
+    @property
+    def allowed(self) -> np.ndarray:
+        """int32 ascending: every allowed id (normal tokens, named specials, EOS when accepting)."""
+        if self._allowed is None:
+            self._materialize()
+        assert self._allowed is not None
+        return self._allowed
+
+    @property
+    def next_states(self) -> np.ndarray:
+        """int32 aligned with ``allowed``: the DFA state after the token (`TERMINAL` for EOS)."""
+        if self._next_states is None:
+            self._materialize()
+        assert self._next_states is not None
+        return self._next_states
+
+    def _materialize(self) -> None:
+        assert self._bits is not None and self._lookup is not None
+        allowed = _bits_to_ids(self.bits, self.vocab_size, 1, self._count)
+        next_states = self._lookup.next_states(allowed)
+        next_states.flags.writeable = False
+        self._next_states = next_states
+        self._allowed = allowed
+
+    def next_state(self, token_id: int) -> int | None:
+        """Where ``token_id`` leads, or None when it is not allowed."""
+        if self._allowed is None and self._lookup is not None:
+            assert self._bits is not None
+            if not 0 <= token_id < self.vocab_size or not (int(self._bits[token_id >> 5]) >> (token_id & 31)) & 1:
+                return None
+            return self._lookup.next_state(token_id)
+        allowed = self.allowed
+        position = int(np.searchsorted(allowed, token_id))
+        if position >= allowed.shape[0] or int(allowed[position]) != token_id:
+            return None
+        return int(self.next_states[position])
+
+    @property
+    def bits(self) -> np.ndarray:
+        """uint32 [ceil(vocab_size / 32)]: bit ``i % 32`` of word ``i // 32`` set for every allowed id ``i``."""
+        if self._bits is None:
+            bits = np.empty(-(-self.vocab_size // 32), dtype=np.uint32)
+            _kernel.ids_to_bits(self.allowed, self.vocab_size, bits)
+            bits.flags.writeable = False
+            self._bits = bits
+        return self._bits
 
     @property
     def disallowed(self) -> np.ndarray:
         """int32 ascending: every id of the vocabulary not in ``allowed``."""
         if self._disallowed is None:
-            disallowed = np.flatnonzero(self.keep == 0).astype(np.int32)
-            disallowed.flags.writeable = False
-            self._disallowed = disallowed
+            self._disallowed = _bits_to_ids(self.bits, self.vocab_size, 0, self.vocab_size - self._count)
         return self._disallowed
 
     @property
     def keep(self) -> np.ndarray:
         """uint8 [vocab_size]: 1 at allowed ids."""
         if self._keep is None:
-            keep = np.zeros(self.vocab_size, dtype=np.uint8)
-            keep[self.allowed] = 1
+            keep = np.unpackbits(self.bits.view(np.uint8), count=self.vocab_size, bitorder="little")
             keep.flags.writeable = False
             self._keep = keep
         return self._keep
@@ -219,7 +321,8 @@ class TokenIndex:
     Args:
         dfa: the grammar's automaton.
         vocab: the vocabulary tokens come from.
-        masks: previously computed states (from `export_masks` / the disk cache) to start from.
+        masks: previously computed states (from `export_masks` / the disk cache), consulted lazily: a state's
+            entry is read (and turned into a `StateMask`) on its first request only.
 
     Raises:
         IncompatibleVocabularyError: the DFA names a special token the vocabulary lacks, or some state
@@ -227,7 +330,7 @@ class TokenIndex:
     """
 
     def __init__(
-        self, dfa: DFA, vocab: Vocabulary, *, masks: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
+        self, dfa: DFA, vocab: Vocabulary, *, masks: Mapping[int, tuple[np.ndarray, np.ndarray]] | None = None
     ) -> None:
         self.dfa = dfa
         self.vocab = vocab
@@ -248,10 +351,8 @@ class TokenIndex:
         self._next_hop: np.ndarray | None = None
         self._budget_masks: dict[tuple[int, int], StateMask] = {}
         self._forced: dict[int, bytes] = {}
-        for state, (allowed, next_states) in (masks or {}).items():
-            self._masks[int(state)] = StateMask(
-                np.asarray(allowed, dtype=np.int32), np.asarray(next_states, dtype=np.int32), self.trie.vocab_size
-            )
+        self._stored: Mapping[int, tuple[np.ndarray, np.ndarray]] = masks if masks is not None else {}
+        self._shortcut = string_body_shortcut(self.trie)
         self._check_every_state_can_move()
 
     # -- construction checks ---------------------------------------------------------------------------------------
@@ -281,19 +382,62 @@ class TokenIndex:
         """Everything state ``state`` allows (ignoring any budget), computed on first request."""
         mask = self._masks.get(state)
         if mask is None:
-            mask = self._compute(state)
-            self._masks.setdefault(state, mask)
+            stored = self._stored.get(state)
+            if stored is not None:
+                allowed, next_states = stored
+                mask = StateMask(np.asarray(allowed, dtype=np.int32), np.asarray(next_states, dtype=np.int32),
+                                 self.trie.vocab_size)  # fmt: skip
+            else:
+                mask = self._compute(state)
+            mask = self._masks.setdefault(state, mask)
         return mask
 
     def _compute(self, state: int) -> StateMask:
         trie = self.trie
+        plan = self._shortcut.plan(self._transitions, state, trie.n_nodes) if self._shortcut is not None else None
         with self._lock:
-            count = _kernel.walk(
-                self._transitions, self._width, state, trie.node_byte, trie.node_depth, trie.node_end,
-                trie.tok_start, trie.tok_ids, trie.max_depth, self._out_ids, self._out_next, self._scratch,
-            )  # fmt: skip
+            if plan is not None:
+                assert self._shortcut is not None
+                bits, count, n_normal = self._shortcut.walk(
+                    self._transitions, state, plan, trie, self._out_ids, self._out_next, self._scratch
+                )
+            else:
+                count = n_normal = _kernel.walk(
+                    self._transitions, self._width, state, trie.node_byte, trie.node_depth, trie.node_end,
+                    trie.tok_start, trie.tok_ids, trie.max_depth, self._out_ids, self._out_next, self._scratch,
+                )  # fmt: skip
             ids = self._out_ids[:count].copy()
             next_states = self._out_next[:count].copy()
+        extra_ids, extra_next = self._extras(state)
+        if extra_ids.shape[0]:
+            where = np.searchsorted(ids, extra_ids)
+            ids = np.insert(ids, where, extra_ids)
+            next_states = np.insert(next_states, where, extra_next)
+        if n_normal + extra_ids.shape[0] == 0 and not self.dfa.accepting[state]:
+            live = np.flatnonzero(self._transitions[state, :256] != DEAD)
+            raise IncompatibleVocabularyError(
+                f"DFA state {state} needs one of the bytes {[bytes([b]) for b in live.tolist()][:16]} and no token of "
+                f"vocabulary {self.vocab.name or '?'} can produce them",
+                state=state,
+                missing=tuple(bytes([b]) for b in live.tolist()),
+            )
+        if plan is None:
+            mask = StateMask(ids, next_states, trie.vocab_size)
+        else:  # ids / next_states hold the non-pure allowed tokens only; the bits hold them all
+            assert self._shortcut is not None
+            for token_id in extra_ids.tolist():
+                bits[token_id >> 5] |= np.uint32(1 << (token_id & 31))
+            lookup = BitsLookup(listed_ids=ids, listed_next=next_states, embedding=plan,
+                                pure_body_state=self._shortcut.pure_body_state)  # fmt: skip
+            mask = StateMask.from_bits(bits, n_normal + int(extra_ids.shape[0]), trie.vocab_size, lookup)
+        if mask.form == "disallowed":  # build the mask forms now (once per state), not on the first apply
+            mask.disallowed  # noqa: B018
+        mask.bits  # noqa: B018 - the keep-vector of a "bytemask" mask unpacks from these bits on first apply
+        return mask
+
+    def _extras(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """The non-trie tokens ``state`` allows: named specials with a live symbol, EOS when accepting (ids ascending,
+        next states aligned)."""
         extra_ids: list[int] = []
         extra_next: list[int] = []
         row = self._transitions[state]
@@ -307,27 +451,9 @@ class TokenIndex:
                 if token_id not in extra_ids:
                     extra_ids.append(token_id)
                     extra_next.append(TERMINAL)
-        if extra_ids:
-            order = np.argsort(extra_ids, kind="stable")
-            add_ids = np.asarray(extra_ids, dtype=np.int32)[order]
-            add_next = np.asarray(extra_next, dtype=np.int32)[order]
-            where = np.searchsorted(ids, add_ids)
-            ids = np.insert(ids, where, add_ids)
-            next_states = np.insert(next_states, where, add_next)
-        if ids.shape[0] == 0 and not self.dfa.accepting[state]:
-            live = np.flatnonzero(row[:256] != DEAD)
-            raise IncompatibleVocabularyError(
-                f"DFA state {state} needs one of the bytes {[bytes([b]) for b in live.tolist()][:16]} and no token of "
-                f"vocabulary {self.vocab.name or '?'} can produce them",
-                state=state,
-                missing=tuple(bytes([b]) for b in live.tolist()),
-            )
-        mask = StateMask(ids, next_states, trie.vocab_size)
-        if mask.form == "disallowed":  # build the mask form now (once per state), not on the first apply
-            mask.disallowed  # noqa: B018
-        elif mask.form == "bytemask":
-            mask.keep  # noqa: B018
-        return mask
+        ids = np.asarray(extra_ids, dtype=np.int32)
+        order = np.argsort(ids, kind="stable")
+        return ids[order], np.asarray(extra_next, dtype=np.int32)[order]
 
     def precompute(self) -> None:
         """Compute every state's mask (for the disk cache; a served grammar computes lazily)."""
@@ -336,12 +462,14 @@ class TokenIndex:
 
     @property
     def computed_states(self) -> tuple[int, ...]:
-        """States whose masks exist so far, ascending."""
-        return tuple(sorted(self._masks))
+        """States whose masks exist so far (computed here or stored), ascending."""
+        return tuple(sorted(set(self._masks) | set(self._stored)))
 
     def export_masks(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Every computed state → (allowed ids, next states), for persisting."""
-        return {state: (mask.allowed, mask.next_states) for state, mask in list(self._masks.items())}
+        """Every known state (computed here or stored) → (allowed ids, next states), for persisting."""
+        out = {int(state): self._stored[state] for state in list(self._stored)}
+        out.update((state, (mask.allowed, mask.next_states)) for state, mask in list(self._masks.items()))
+        return out
 
     # -- budget ----------------------------------------------------------------------------------------------------
 

@@ -93,9 +93,7 @@ class Matcher:
 
     def is_allowed(self, token_id: int) -> bool:
         """Whether `advance(token_id)` would succeed."""
-        allowed = self._mask().allowed
-        position = int(np.searchsorted(allowed, token_id))
-        return position < allowed.shape[0] and int(allowed[position]) == token_id
+        return self._mask().next_state(int(token_id)) is not None
 
     def is_accepting(self) -> bool:
         """Whether the bytes so far form a complete document (also true after EOS)."""
@@ -109,8 +107,8 @@ class Matcher:
             return True
         if not self.grammar.dfa.accepting[state]:
             return False
-        next_states = self._mask().next_states
-        return next_states.shape[0] <= self._n_eos and bool(np.all(next_states == TERMINAL))
+        mask = self._mask()
+        return len(mask) <= self._n_eos and bool(np.all(mask.next_states == TERMINAL))
 
     def forced_bytes(self) -> bytes:
         """The maximal byte string the grammar forces from here (b"" at a choice, acceptance or special)."""
@@ -119,19 +117,17 @@ class Matcher:
 
     def forced_token(self) -> int | None:
         """The only allowed token when the mask has exactly one entry, else ``None``."""
-        allowed = self._mask().allowed
-        return int(allowed[0]) if allowed.shape[0] == 1 else None
+        mask = self._mask()
+        return int(mask.allowed[0]) if len(mask) == 1 else None
 
     # -- moves -----------------------------------------------------------------------------------------------------
 
     def advance(self, token_id: int) -> bool:
         """Consume one token; ``False`` (and no change) when it is not allowed here."""
-        mask = self._mask()
-        allowed = mask.allowed
-        position = int(np.searchsorted(allowed, token_id))
-        if position >= allowed.shape[0] or int(allowed[position]) != token_id:
+        next_state = self._mask().next_state(int(token_id))
+        if next_state is None:
             return False
-        self._states.append(int(mask.next_states[position]))
+        self._states.append(next_state)
         self._tokens.append(int(token_id))
         return True
 
@@ -149,6 +145,15 @@ class Matcher:
         self._tokens.clear()
 
     # -- masking ---------------------------------------------------------------------------------------------------
+
+    def fill_bitmask(self, out: np.ndarray) -> None:
+        """Write the allowed set into ``out`` (uint32 [ceil(vocab_size / 32)]): bit ``i % 32`` of word ``i // 32``
+        set iff id ``i`` is allowed next — llguidance's token-bitmask layout. All zero once terminated by EOS."""
+        mask = self._mask()
+        if mask is _NOTHING:
+            out[...] = 0
+            return
+        np.copyto(out, mask.bits, casting="no")
 
     def apply_mask(self, logits: np.ndarray) -> None:
         """Write -inf in place at every disallowed id (all of them once terminated by EOS)."""

@@ -1,0 +1,144 @@
+"""String-body shortcut: exactly the full trie walk's result (ids, next states, complement) wherever it applies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from constrained import _kernel
+from constrained.fsm import compile_dfa
+from constrained.index import TokenIndex, token_trie
+from constrained.schema import UNIT, schema_to_pattern
+from constrained.shortcut import string_body_shortcut
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module", params=["llama3_vocab", "qwen2_vocab"])
+def real_vocab(request):
+    return request.getfixturevalue(request.param)
+
+
+def full_walk(index: TokenIndex, state: int) -> tuple[np.ndarray, np.ndarray]:
+    trie = index.trie
+    ids = np.empty(trie.n_tokens, dtype=np.int32)
+    nxt = np.empty(trie.n_tokens, dtype=np.int32)
+    scratch = np.full(trie.vocab_size, -1, dtype=np.int32)
+    count = _kernel.walk(index._transitions, index._width, state, trie.node_byte, trie.node_depth, trie.node_end,
+                         trie.tok_start, trie.tok_ids, trie.max_depth, ids, nxt, scratch)  # fmt: skip
+    return ids[:count], nxt[:count]
+
+
+def planned_states_agree(index: TokenIndex) -> int:
+    """Check every state the shortcut plans for against the full walk; return how many there were."""
+    shortcut = string_body_shortcut(index.trie)
+    assert shortcut is not None
+    n_planned = 0
+    for state in range(index.dfa.n_states):
+        if shortcut.plan(index._transitions, state, index.trie.n_nodes) is None:
+            continue
+        n_planned += 1
+        ids, nxt = full_walk(index, state)
+        mask = index.state_mask(state)
+        # every view of the bitmask-built mask agrees with the walk: single lookups first (nothing built yet) ...
+        probe = np.random.default_rng(state).integers(0, mask.vocab_size, 64)
+        walked = dict(zip(ids.tolist(), nxt.tolist()))
+        for token_id in [*probe.tolist(), *ids[:: max(1, len(ids) // 64)].tolist()]:
+            if token_id in walked or mask.next_state(token_id) is None:  # specials / EOS are not in the walk
+                assert mask.next_state(token_id) == walked.get(token_id)
+        assert np.array_equal(np.unpackbits(mask.bits.view(np.uint8), bitorder="little", count=mask.vocab_size),
+                              np.isin(np.arange(mask.vocab_size), mask.allowed).astype(np.uint8))  # fmt: skip
+        # ... then the materialized arrays and the complement
+        normal = np.isin(mask.allowed, ids)
+        assert np.array_equal(mask.allowed[normal], ids)
+        assert np.array_equal(mask.next_states[normal], nxt)
+        assert len(mask) == mask.allowed.shape[0]
+        everything = np.zeros(mask.vocab_size, dtype=bool)
+        everything[mask.allowed] = True
+        assert np.array_equal(mask.disallowed, np.flatnonzero(~everything))
+    return n_planned
+
+
+SCHEMAS = [
+    {"type": "string"},
+    {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}, "required": ["name"]},
+    {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+    {"type": "object", "additionalProperties": {"type": "string"}},
+    {},  # any JSON value: strings as values and as keys
+    {"anyOf": [{"type": "string"}, {"type": "null"}, {"enum": ["a\"b", "東京"]}]},
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=[str(i) for i in range(len(SCHEMAS))])
+def test_shortcut_equals_full_walk_on_schema_grammars(real_vocab, schema):
+    dfa = compile_dfa(schema_to_pattern(schema, whitespace="flexible"))
+    assert planned_states_agree(TokenIndex(dfa, real_vocab)) >= 1
+
+
+def test_key_strings_that_exclude_known_names_are_planned_with_overrides(llama3_vocab):
+    # additionalProperties allowed: after '{"' a key is either "name"/"age" or any other string, so the state
+    # moves to the free string body on every byte but the known names' first letters, which are overridden.
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
+    dfa = compile_dfa(schema_to_pattern(schema, whitespace="compact"))
+    index = TokenIndex(dfa, llama3_vocab)
+    key_state = dfa.walk(b'{"')
+    shortcut = string_body_shortcut(index.trie)
+    assert shortcut.embedding(index._transitions, key_state) is None  # 'n' and 'a' lead elsewhere than the body
+    assert shortcut.plan(index._transitions, key_state, index.trie.n_nodes) is not None
+    assert planned_states_agree(index) >= 2
+
+
+_SUFFIX_TEXT = st.text(alphabet=st.sampled_from(list('"\\,:}] \nab\x01é東')), min_size=0, max_size=4)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(suffixes=st.lists(_SUFFIX_TEXT, min_size=1, max_size=4), prefix_bytes=st.booleans())
+def test_shortcut_equals_full_walk_whatever_follows_the_string(llama3_vocab, suffixes, prefix_bytes):
+    # What follows the closing quote decides which tokens across the exits survive: vary it freely (including
+    # more quotes, escapes and control bytes, which the body itself refuses).
+    escaped = "|".join("".join(f"\\x{ord(c):02x}" if ord(c) < 0x80 else c for c in s) for s in suffixes)
+    start = "(?:ab)?" if prefix_bytes else ""
+    dfa = compile_dfa(f'{start}"{UNIT}*"(?:{escaped})')
+    assert planned_states_agree(TokenIndex(dfa, llama3_vocab)) >= 1
+
+
+def test_body_does_not_embed_where_the_string_is_bounded_or_patterned(llama3_vocab):
+    shortcut = string_body_shortcut(token_trie(llama3_vocab))
+    for schema in ({"type": "string", "maxLength": 5}, {"type": "string", "pattern": "^[a-z]+$"}):
+        dfa = compile_dfa(schema_to_pattern(schema, whitespace="compact"))
+        table = np.ascontiguousarray(dfa.transitions, dtype=np.int32)
+        assert all(shortcut.embedding(table, s) is None for s in range(dfa.n_states))
+
+
+def test_walk_template_refuses_maps_states_and_buffers_out_of_range(llama3_vocab):
+    trie = token_trie(llama3_vocab)
+    shortcut = string_body_shortcut(trie)
+    dfa = compile_dfa(f'"{UNIT}*"')
+    table = np.ascontiguousarray(dfa.transitions, dtype=np.int32)
+    embedding = shortcut.plan(table, 1, trie.n_nodes)
+    assert embedding is not None
+    out = (np.empty(trie.n_tokens, dtype=np.int32), np.empty(trie.n_tokens, dtype=np.int32),
+           np.full(trie.vocab_size, -1, dtype=np.int32))  # fmt: skip
+    bad = embedding.copy()
+    bad[0] = dfa.n_states  # a target past the last state
+    with pytest.raises(ValueError, match="out of range"):
+        shortcut.walk(table, 1, bad, trie, *out)
+    with pytest.raises(ValueError, match="sizes"):
+        shortcut.walk(table, dfa.n_states, embedding, trie, *out)  # a state past the last one
+    with pytest.raises(ValueError, match="sizes"):
+        shortcut.walk(table, 1, embedding, trie, out[0], out[1], out[2][:-1])
+
+
+def test_bits_to_ids_reads_either_value_and_ignores_padding():
+    bits = np.asarray([0b1011, 0xFFFFFFFF], dtype=np.uint32)
+    out = np.empty(64, dtype=np.int32)
+    assert _kernel.bits_to_ids(bits, 40, 1, out) == 3 + 8
+    assert out[:11].tolist() == [0, 1, 3, *range(32, 40)]
+    assert _kernel.bits_to_ids(bits, 40, 0, out) == 40 - 11
+    assert out[:3].tolist() == [2, 4, 5]
+    with pytest.raises(ValueError, match="too small"):
+        _kernel.bits_to_ids(bits, 40, 1, np.empty(2, dtype=np.int32))
+    with pytest.raises(ValueError, match="one bit per id"):
+        _kernel.bits_to_ids(bits, 80, 1, out)
