@@ -108,6 +108,8 @@ class TokenTrie:
         single_byte[node_byte[depth_one]] = tok_start[depth_one + 1] > tok_start[depth_one]
         for array in (node_byte, node_depth, node_end, tok_start, tok_ids, root_child, single_byte):
             array.flags.writeable = False
+        no_transitions = np.full((1, 256), DEAD, dtype=np.int32)  # validate the trie once: the kernels trust it
+        _kernel.check(no_transitions, 256, node_depth, node_end, tok_start, tok_ids, int(max_depth), len(tokens))
         return cls(
             node_byte=node_byte, node_depth=node_depth, node_end=node_end, tok_start=tok_start, tok_ids=tok_ids,
             root_child=root_child, single_byte=single_byte, max_depth=int(max_depth), vocab_size=len(tokens),
@@ -322,7 +324,9 @@ class TokenIndex:
         dfa: the grammar's automaton.
         vocab: the vocabulary tokens come from.
         masks: previously computed states (from `export_masks` / the disk cache), consulted lazily: a state's
-            entry is read (and turned into a `StateMask`) on its first request only.
+            entry is read (and turned into a `StateMask`) on its first request only; None for an unusable entry.
+        preflight: check up front that every state can be left by some token (skipped for a grammar loaded from
+            the disk cache, which passed it when compiled; a failing state still raises when its mask is computed).
 
     Raises:
         IncompatibleVocabularyError: the DFA names a special token the vocabulary lacks, or some state
@@ -330,7 +334,12 @@ class TokenIndex:
     """
 
     def __init__(
-        self, dfa: DFA, vocab: Vocabulary, *, masks: Mapping[int, tuple[np.ndarray, np.ndarray]] | None = None
+        self,
+        dfa: DFA,
+        vocab: Vocabulary,
+        *,
+        masks: Mapping[int, tuple[np.ndarray, np.ndarray]] | None = None,
+        preflight: bool = True,
     ) -> None:
         self.dfa = dfa
         self.vocab = vocab
@@ -344,16 +353,17 @@ class TokenIndex:
         self._out_ids = np.empty(self.trie.n_tokens, dtype=np.int32)
         self._out_next = np.empty(self.trie.n_tokens, dtype=np.int32)
         self._scratch = np.full(self.trie.vocab_size, -1, dtype=np.int32)
-        trie = self.trie
-        _kernel.check(self._transitions, self._width, trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids,
-                      trie.max_depth, trie.vocab_size)  # fmt: skip
+        table = self._transitions  # the kernels trust it (the trie was checked once, when it was built)
+        if table.ndim != 2 or self._width < 256 or (table.size and (table.min() < DEAD or table.max() >= dfa.n_states)):
+            raise ValueError(f"transition table {table.shape} is not [n_states, >=256] with targets in [-1, n_states)")
         self._ub = np.full(dfa.n_states, -1, dtype=np.int32)
         self._next_hop: np.ndarray | None = None
         self._budget_masks: dict[tuple[int, int], StateMask] = {}
         self._forced: dict[int, bytes] = {}
         self._stored: Mapping[int, tuple[np.ndarray, np.ndarray]] = masks if masks is not None else {}
         self._shortcut = string_body_shortcut(self.trie)
-        self._check_every_state_can_move()
+        if preflight:
+            self._check_every_state_can_move()
 
     # -- construction checks ---------------------------------------------------------------------------------------
 
@@ -467,7 +477,7 @@ class TokenIndex:
 
     def export_masks(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Every known state (computed here or stored) → (allowed ids, next states), for persisting."""
-        out = {int(state): self._stored[state] for state in list(self._stored)}
+        out = {int(state): stored for state in list(self._stored) if (stored := self._stored.get(state)) is not None}
         out.update((state, (mask.allowed, mask.next_states)) for state, mask in list(self._masks.items()))
         return out
 

@@ -1,17 +1,32 @@
-"""Grammar: compile once, cache in memory and on disk; a warm cache pays no DFA compile and no index walk."""
+"""Grammar: compile once, cache in memory and on disk; a warm cache pays no schema translation, no DFA compile and
+no index walk, re-emits the same warnings, and never trusts a damaged or stale entry."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import warnings
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from constrained import fsm, grammar as grammar_module
 from constrained import index as index_module
-from constrained.errors import IncompatibleVocabularyError
+from constrained import schema as schema_module
+from constrained.errors import IncompatibleVocabularyError, UnknownKeywordWarning, UnsupportedSchemaError
 from constrained.grammar import cache_directory, clear_memory_cache, compile_json_schema, compile_regex
 from constrained.vocabulary import Vocabulary
 
 PATTERN = r'\{"id":(0|[1-9][0-9]{0,5}),"tags":\[("[a-z]{1,8}"(,"[a-z]{1,8}"){0,3})?\]\}'
+STRING_PATTERN = r'\{"name":"[ !#-\[\]-~]{0,12}","n":(0|[1-9][0-9]{0,3})\}'
+"""Its string states allow most of the small vocabulary, mostly to one next state: stored as complement + runs."""
+SCHEMA = {
+    "type": "object", "required": ["ok"], "additionalProperties": False, "javaType": "Ok",
+    "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "maximum": 9, "_format": "x"}},
+}  # fmt: skip
+"""Two unknown keywords: two UnknownKeywordWarnings on every compile."""
 
 
 @pytest.fixture
@@ -39,6 +54,38 @@ def all_masks(grammar) -> list[tuple[list[int], list[int]]]:
     return out
 
 
+def snapshot(grammar) -> tuple:
+    """Everything a grammar is: its identity, its DFA (every array) and every state's mask."""
+    dfa = grammar.dfa
+    return (
+        grammar.pattern, grammar.allow_special, grammar.fingerprint, dfa.fingerprint, dfa.initial, dfa.special_names,
+        dfa.transitions.tolist(), dfa.accepting.tolist(), dfa.distance.tolist(), all_masks(grammar),
+    )  # fmt: skip
+
+
+def refuse_compiling(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("a warm cache must not translate, compile or walk")
+
+    monkeypatch.setattr(schema_module, "schema_to_pattern", refuse)
+    monkeypatch.setattr(fsm, "compile_dfa", refuse)
+    monkeypatch.setattr(index_module._kernel, "walk", refuse)
+    monkeypatch.setattr(index_module.TokenIndex, "_compute", refuse)
+
+
+def compile_recording_warnings(schema, vocab, **kwargs):
+    """(grammar, [(category, message, filename, lineno)]) for one call, every warning recorded."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        grammar = compile_json_schema(schema, vocab, **kwargs)
+    return grammar, [(w.category, str(w.message), w.filename, w.lineno) for w in caught]
+
+
+def only_entry(cache_dir):
+    (entry,) = cache_dir.glob("*.grammar")
+    return entry
+
+
 def test_same_pattern_and_vocabulary_give_the_same_grammar_object(small_vocab, cache_dir):
     first = compile_regex(PATTERN, small_vocab)
     assert compile_regex(PATTERN, small_vocab) is first
@@ -51,7 +98,7 @@ def test_disk_cache_round_trip_gives_identical_masks_without_compiling(small_voc
     compiled = compile_regex(PATTERN, small_vocab)
     compiled.precompute()
     expected = all_masks(compiled)
-    assert any(cache_dir.glob("*.npz"))
+    assert any(cache_dir.glob("*.grammar"))
     clear_memory_cache()
 
     def refuse(*args, **kwargs):
@@ -59,6 +106,7 @@ def test_disk_cache_round_trip_gives_identical_masks_without_compiling(small_voc
 
     monkeypatch.setattr(fsm, "compile_dfa", refuse)
     monkeypatch.setattr(index_module._kernel, "walk", refuse)
+    monkeypatch.setattr(index_module.TokenIndex, "_compute", refuse)
     loaded = compile_regex(PATTERN, small_vocab)
     assert loaded is not compiled
     assert loaded.fingerprint == compiled.fingerprint
@@ -84,7 +132,7 @@ def test_masks_computed_after_compile_are_saved_and_reloaded(small_vocab, cache_
 def test_corrupt_cache_entry_is_ignored_and_recompiled(small_vocab, cache_dir):
     compiled = compile_regex(PATTERN, small_vocab)
     expected = all_masks(compiled)
-    for entry in cache_dir.glob("*.npz"):
+    for entry in cache_dir.glob("*.grammar"):
         entry.write_bytes(b"not a zip file")
     clear_memory_cache()
     again = compile_regex(PATTERN, small_vocab)
@@ -141,3 +189,327 @@ def test_warm_cache_on_a_real_vocabulary_skips_compile_and_walk(llama3_vocab, ca
         assert replay.allowed_token_ids().tolist() == allowed
         normal = [t for t in allowed if t not in llama3_vocab.eos_token_ids]
         assert replay.advance(normal[0] if normal else allowed[0])
+
+
+@pytest.mark.parametrize(
+    ("pattern", "allow_special"), [(PATTERN, False), (STRING_PATTERN, False), (r"(?&<x>)a+", True)]
+)
+def test_warm_load_gives_the_identical_dfa_and_every_mask(small_vocab, cache_dir, monkeypatch, pattern, allow_special):
+    compiled = compile_regex(pattern, small_vocab, allow_special=allow_special)
+    compiled.precompute()
+    expected = snapshot(compiled)
+    clear_memory_cache()
+    refuse_compiling(monkeypatch)
+    loaded = compile_regex(pattern, small_vocab, allow_special=allow_special)
+    assert loaded is not compiled
+    assert snapshot(loaded) == expected
+
+
+def test_large_masks_are_stored_as_complement_and_runs(small_vocab, cache_dir):
+    compile_regex(STRING_PATTERN, small_vocab).precompute()
+    entry = only_entry(cache_dir)
+    stored = grammar_module._open_entry(entry, small_vocab).masks
+    kinds = set(stored._directory[:, 2].tolist())
+    assert kinds >= {0, grammar_module._IDS_COMPLEMENT | grammar_module._NEXT_RUNS}, kinds
+
+
+def test_saving_again_without_new_masks_does_not_rewrite(small_vocab, cache_dir):
+    compiled = compile_regex(PATTERN, small_vocab)
+    path = compiled.save()
+    assert path == only_entry(cache_dir)
+    before = path.stat().st_ino
+    assert compiled.save() == path
+    assert path.stat().st_ino == before
+    compiled.index.state_mask(compiled.dfa.n_states - 1)
+    compiled.save()
+    assert path.stat().st_ino != before
+
+
+def test_damaged_entries_are_recompiled_never_trusted(small_vocab, cache_dir):
+    compiled = compile_regex(STRING_PATTERN, small_vocab)
+    compiled.precompute()
+    expected = snapshot(compiled)
+    entry = only_entry(cache_dir)
+    good = entry.read_bytes()
+
+    @settings(max_examples=120, deadline=None)
+    @given(
+        st.one_of(
+            st.integers(0, len(good) - 1).map(lambda n: ("truncate", n, 0)),
+            st.tuples(st.just("flip"), st.integers(0, len(good) - 1), st.integers(1, 255)),
+            st.tuples(st.just("append"), st.integers(1, 64), st.just(0)),
+        )
+    )
+    def check(damage):
+        kind, where, value = damage
+        if kind == "truncate":
+            damaged = good[:where]
+        elif kind == "flip":
+            damaged = good[:where] + bytes([good[where] ^ value]) + good[where + 1 :]
+        else:
+            damaged = good + bytes(where)
+        entry.write_bytes(damaged)
+        clear_memory_cache()
+        assert snapshot(compile_regex(STRING_PATTERN, small_vocab)) == expected
+
+    check()
+
+
+def test_a_flip_that_every_range_check_accepts_is_caught_by_the_checksums(small_vocab, cache_dir):
+    """Bit 0 of each little-endian word: run values, lengths, distances and mask ids stay plausible, so only the
+    body crc32 (DFA) or the state's crc32 (masks) can tell the entry is wrong."""
+    compiled = compile_regex(STRING_PATTERN, small_vocab)
+    compiled.precompute()
+    expected = snapshot(compiled)
+    entry = only_entry(cache_dir)
+    good = entry.read_bytes()
+    header_end = grammar_module._PREAMBLE.size + grammar_module._PREAMBLE.unpack_from(good)[2]
+    for position in range(header_end + (-header_end) % 4, len(good), 4)[::5]:  # a fifth of the words: ~1 s
+        entry.write_bytes(good[:position] + bytes([good[position] ^ 1]) + good[position + 1 :])
+        clear_memory_cache()
+        assert snapshot(compile_regex(STRING_PATTERN, small_vocab)) == expected, position
+
+
+def _reversed_pair(ids):
+    ids = ids.copy()
+    ids[[0, 1]] = ids[[1, 0]]
+    return ids
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda ids, nxt, n_states, vocab_size: (_reversed_pair(ids), nxt),
+        lambda ids, nxt, n_states, vocab_size: (np.append(ids[:-1], vocab_size), nxt),
+        lambda ids, nxt, n_states, vocab_size: (ids, np.append(nxt[:-1], n_states)),
+        lambda ids, nxt, n_states, vocab_size: (ids, np.append(nxt[:-1], -1)),
+        lambda ids, nxt, n_states, vocab_size: (ids[:-1], nxt),
+    ],
+    ids=["ids-not-ascending", "id-past-vocabulary", "next-past-dfa", "next-dead", "lengths-differ"],
+)
+def test_a_well_formed_mask_that_breaks_an_invariant_is_not_trusted(small_vocab, cache_dir, tamper):
+    """Checksums pass here (the entry is written by the encoder): only the per-state checks stand in the way."""
+    compiled = compile_regex(PATTERN, small_vocab)
+    compiled.precompute()
+    expected = all_masks(compiled)
+    masks = compiled.index.export_masks()
+    state = compiled.dfa.initial
+    assert len(masks[state][0]) >= 2
+    masks[state] = tamper(*masks[state], compiled.dfa.n_states, len(small_vocab))
+    grammar_module._atomic_write(only_entry(cache_dir), grammar_module._encode_entry(compiled, masks))
+    clear_memory_cache()
+    loaded = compile_regex(PATTERN, small_vocab)
+    assert all_masks(loaded) == expected
+
+
+@pytest.mark.parametrize("tamper", ["transition-past-dfa", "distance-not-zero-when-accepting", "distance-negative"])
+def test_a_well_formed_dfa_that_breaks_an_invariant_is_not_trusted(small_vocab, cache_dir, tamper):
+    compiled = compile_regex(PATTERN, small_vocab)
+    expected = snapshot(compiled)
+    transitions, distance = compiled.dfa.transitions.copy(), compiled.dfa.distance.copy()
+    if tamper == "transition-past-dfa":
+        transitions[0, ord("{")] = compiled.dfa.n_states
+    elif tamper == "distance-not-zero-when-accepting":
+        distance[np.flatnonzero(compiled.dfa.accepting)[0]] = 1
+    else:
+        distance[0] = -1
+    bad = dataclasses.replace(
+        compiled, dfa=dataclasses.replace(compiled.dfa, transitions=transitions, distance=distance)
+    )
+    grammar_module._atomic_write(only_entry(cache_dir), grammar_module._encode_entry(bad, {}))
+    clear_memory_cache()
+    assert snapshot(compile_regex(PATTERN, small_vocab)) == expected
+
+
+def test_masks_are_read_only_from_the_very_file_loaded(small_vocab, cache_dir):
+    """A loaded grammar reads a state's mask on first access; if the file was replaced meanwhile (here by a
+    well-formed entry whose masks belong to other states), it recomputes instead of reading the newcomer."""
+    compiled = compile_regex(STRING_PATTERN, small_vocab)
+    compiled.precompute()
+    expected = all_masks(compiled)
+    clear_memory_cache()
+    loaded = compile_regex(STRING_PATTERN, small_vocab)
+    masks = compiled.index.export_masks()
+    states = sorted(masks)
+    shuffled = {state: masks[states[(i + 1) % len(states)]] for i, state in enumerate(states)}
+    grammar_module._atomic_write(only_entry(cache_dir), grammar_module._encode_entry(compiled, shuffled))
+    assert all_masks(loaded) == expected
+    loaded.save()  # its masks replace the newcomer's
+    clear_memory_cache()
+    assert all_masks(compile_regex(STRING_PATTERN, small_vocab)) == expected
+
+
+def test_a_deleted_cache_costs_recomputation_only(small_vocab, cache_dir):
+    compiled = compile_regex(STRING_PATTERN, small_vocab)
+    compiled.precompute()
+    expected = all_masks(compiled)
+    clear_memory_cache()
+    loaded = compile_regex(STRING_PATTERN, small_vocab)
+    for path in sorted(cache_dir.rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+    assert all_masks(loaded) == expected
+    assert loaded.save() == only_entry(cache_dir)
+
+
+def test_a_damaged_mask_is_dropped_recomputed_and_rewritten(small_vocab, cache_dir):
+    compiled = compile_regex(STRING_PATTERN, small_vocab)
+    compiled.precompute()
+    expected = all_masks(compiled)
+    entry = only_entry(cache_dir)
+    good = entry.read_bytes()
+    stored = grammar_module._open_entry(entry, small_vocab).masks
+    body_end = grammar_module._PREAMBLE.unpack_from(good)[4]
+    row = len(stored) // 2
+    state, _, _, offset, _, _, _ = stored._directory[row].tolist()
+    position = body_end + 4 * offset
+    entry.write_bytes(good[:position] + bytes([good[position] ^ 0x40]) + good[position + 1 :])
+    clear_memory_cache()
+    loaded = compile_regex(STRING_PATTERN, small_vocab)
+    assert all_masks(loaded) == expected
+    loaded.save()  # the dropped state was recomputed: the entry is rewritten whole
+    assert entry.read_bytes() != good[:position] + bytes([good[position] ^ 0x40]) + good[position + 1 :]
+    again = grammar_module._open_entry(entry, small_vocab).masks
+    assert len(again) == compiled.dfa.n_states and all(again[s][0].tolist() == expected[s][0] for s in again)
+    assert state in again
+
+
+def test_an_entry_of_another_grammar_is_not_used(small_vocab, cache_dir):
+    first = compile_regex(PATTERN, small_vocab)
+    expected = snapshot(first)
+    other = compile_regex(STRING_PATTERN, small_vocab)
+    first_path = grammar_module._entry_path(cache_dir, first.fingerprint)
+    first_path.write_bytes(grammar_module._entry_path(cache_dir, other.fingerprint).read_bytes())
+    clear_memory_cache()
+    assert snapshot(compile_regex(PATTERN, small_vocab)) == expected
+
+
+@pytest.mark.parametrize("alias", [b"", b"zz", b"../../../../etc/passwd", b"0" * 64, b"\xff" * 64])
+def test_a_damaged_pattern_alias_is_ignored(small_vocab, cache_dir, alias):
+    expected = snapshot(compile_regex(PATTERN, small_vocab))
+    (alias_path,) = (cache_dir / "alias").glob("*.txt")
+    alias_path.write_bytes(alias)
+    clear_memory_cache()
+    assert snapshot(compile_regex(PATTERN, small_vocab)) == expected
+
+
+def test_json_schema_warm_load_skips_translation_and_gives_the_same_grammar(small_vocab, cache_dir, monkeypatch):
+    with pytest.warns(UnknownKeywordWarning):
+        compiled = compile_json_schema(SCHEMA, small_vocab, unknown_keywords="warn")
+    compiled.precompute()
+    expected = snapshot(compiled)
+    clear_memory_cache()
+    refuse_compiling(monkeypatch)
+    with pytest.warns(UnknownKeywordWarning):
+        loaded = compile_json_schema(SCHEMA, small_vocab)
+    assert snapshot(loaded) == expected
+    assert compile_regex(loaded.pattern, small_vocab) is loaded  # remembered under its pattern too
+
+
+def test_unknown_keyword_warnings_are_the_same_cold_from_memory_and_from_disk(small_vocab, cache_dir, monkeypatch):
+    def compile_once():
+        return compile_recording_warnings(SCHEMA, small_vocab)  # one call site: equal locations
+
+    cold, cold_warnings = compile_once()
+    assert sorted((c.__name__, m.split(" at ")[0]) for c, m, _, _ in cold_warnings) == [
+        ("UnknownKeywordWarning", "ignoring '_format'"), ("UnknownKeywordWarning", "ignoring 'javaType'")
+    ]  # fmt: skip
+    assert all(filename == __file__ for _, _, filename, _ in cold_warnings)  # the caller's line, not schema.py
+    memory, memory_warnings = compile_once()
+    assert memory is cold and memory_warnings == cold_warnings
+    clear_memory_cache()
+    monkeypatch.setattr(schema_module, "schema_to_pattern", lambda *a, **k: pytest.fail("translated again"))
+    disk, disk_warnings = compile_once()
+    assert disk is not cold and disk.fingerprint == cold.fingerprint
+    assert disk_warnings == cold_warnings
+    clear_memory_cache()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownKeywordWarning)
+        with pytest.raises(UnknownKeywordWarning):
+            compile_json_schema(SCHEMA, small_vocab)
+
+
+def test_errors_are_raised_cold_and_never_cached(small_vocab, cache_dir):
+    compile_recording_warnings(SCHEMA, small_vocab)
+    aliases = sorted((cache_dir / "alias").iterdir())
+    for _ in range(2):
+        clear_memory_cache()
+        with pytest.raises(UnsupportedSchemaError):
+            compile_json_schema(SCHEMA, small_vocab, unknown_keywords="error")
+    assert sorted((cache_dir / "alias").iterdir()) == aliases
+    broken = {"type": "object", "properties": {"a": {"_format": "x", "type": "string", "not": {}}}}
+    with pytest.warns(UnknownKeywordWarning, match="_format"), pytest.raises(UnsupportedSchemaError):
+        compile_json_schema(broken, small_vocab)  # what was warned before the error is still warned
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda alias: b"",
+        lambda alias: b"{",
+        lambda alias: json.dumps({**alias, "warnings": "x"}).encode(),
+        lambda alias: json.dumps({**alias, "warnings": []}).encode(),  # not trustworthy, but still parses...
+        lambda alias: json.dumps({**alias, "pattern_sha256": "0" * 64}).encode(),
+        lambda alias: json.dumps({**alias, "grammar": "../" + alias["grammar"]}).encode(),
+        lambda alias: json.dumps({**alias, "format": "ember.grammar.v2"}).encode(),
+    ],
+)
+def test_a_damaged_schema_alias_falls_back_to_translation(small_vocab, cache_dir, damage):
+    with pytest.warns(UnknownKeywordWarning):
+        expected = snapshot(compile_json_schema(SCHEMA, small_vocab))
+    (alias_path,) = (cache_dir / "alias").glob("*.json")
+    alias = json.loads(alias_path.read_text())
+    damaged = damage(alias)
+    alias_path.write_bytes(damaged)
+    clear_memory_cache()
+    grammar, caught = compile_recording_warnings(SCHEMA, small_vocab)
+    assert snapshot(grammar) == expected
+    if damaged != json.dumps({**alias, "warnings": []}).encode():
+        assert len(caught) == 2  # every fallback translates again, so it warns as a cold compile does
+
+
+def test_a_changed_compiler_invalidates_both_aliases(small_vocab, cache_dir, monkeypatch, tmp_path):
+    source = tmp_path / "compiler_part.py"
+    source.write_text("version = 1\n")
+    sources = grammar_module._compiler_sources
+    monkeypatch.setattr(grammar_module, "_compiler_sources", lambda: [*sources(), str(source)])
+    grammar_module._compiler_identity.cache_clear()
+    try:
+        with pytest.warns(UnknownKeywordWarning):
+            compiled = compile_json_schema(SCHEMA, small_vocab)
+        clear_memory_cache()
+        with pytest.MonkeyPatch.context() as patch, pytest.warns(UnknownKeywordWarning):
+            refuse_compiling(patch)
+            assert compile_json_schema(SCHEMA, small_vocab).fingerprint == compiled.fingerprint  # same compiler
+        source.write_text("version = 2\n")
+        grammar_module._compiler_identity.cache_clear()  # a new process would hash the changed source
+        clear_memory_cache()
+        calls = []
+        translate, compile_dfa = schema_module.schema_to_pattern, fsm.compile_dfa
+        with pytest.MonkeyPatch.context() as patch, pytest.warns(UnknownKeywordWarning):
+            patch.setattr(
+                schema_module, "schema_to_pattern", lambda *a, **k: calls.append("schema") or translate(*a, **k)
+            )
+            patch.setattr(fsm, "compile_dfa", lambda *a, **k: calls.append("dfa") or compile_dfa(*a, **k))
+            assert compile_json_schema(SCHEMA, small_vocab).fingerprint == compiled.fingerprint
+        assert calls == ["schema", "dfa"]  # neither the schema alias nor the pattern alias was trusted
+    finally:
+        grammar_module._compiler_identity.cache_clear()
+
+
+def test_a_changed_index_invalidates_stored_masks(small_vocab, cache_dir, monkeypatch, tmp_path):
+    compiled = compile_regex(PATTERN, small_vocab)
+    compiled.precompute()
+    source = tmp_path / "index_part.py"
+    source.write_text("changed = True\n")
+    sources = grammar_module._index_sources
+    monkeypatch.setattr(grammar_module, "_index_sources", lambda: [*sources(), str(source)])
+    grammar_module._index_identity.cache_clear()
+    try:
+        clear_memory_cache()
+        calls = []
+        compile_dfa = fsm.compile_dfa
+        monkeypatch.setattr(fsm, "compile_dfa", lambda *a, **k: calls.append("dfa") or compile_dfa(*a, **k))
+        assert all_masks(compile_regex(PATTERN, small_vocab)) == all_masks(compiled)
+        assert calls == ["dfa"]
+    finally:
+        grammar_module._index_identity.cache_clear()
