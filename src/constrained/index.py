@@ -299,22 +299,31 @@ class StateMask:
         return self._keep
 
     def apply(self, logits: np.ndarray) -> None:
-        """Write -inf into ``logits`` (in place) at every id this mask does not allow."""
+        """Write -inf into ``logits`` (in place) at every id this mask does not allow.
+
+        Contiguous float32 vectors go through the C writers; other layouts (llama-cpp-python hands processors a
+        strided view) through numpy, in the same form — a big mask never builds its ~123k-id allowed list here.
+        """
+        same_size = logits.shape[-1] == self.vocab_size
         fast = (
             logits.dtype == np.float32 and logits.ndim == 1 and logits.flags.c_contiguous and logits.flags.writeable
         )
-        if fast:
-            same_size = logits.shape[0] == self.vocab_size
-            if self.form == "disallowed" and same_size:
+        if self.form == "disallowed" and same_size:
+            if fast:
                 _kernel.apply_disallowed(logits, self.disallowed)
-            elif self.form == "bytemask" and same_size:
+            else:
+                logits[..., self.disallowed] = -np.inf
+        elif self.form == "bytemask" and same_size:
+            if fast:
                 _kernel.apply_bytemask(logits, self.keep)
             else:
-                _kernel.apply_allowed(logits, self.allowed)
-            return
-        keep = logits[..., self.allowed].copy()
-        logits[...] = -np.inf
-        logits[..., self.allowed] = keep
+                np.copyto(logits, -np.inf, where=self.keep == 0)
+        elif fast:
+            _kernel.apply_allowed(logits, self.allowed)
+        else:
+            keep = logits[..., self.allowed].copy()
+            logits[...] = -np.inf
+            logits[..., self.allowed] = keep
 
 
 class TokenIndex:

@@ -58,6 +58,14 @@ def planned_states_agree(index: TokenIndex) -> int:
         everything = np.zeros(mask.vocab_size, dtype=bool)
         everything[mask.allowed] = True
         assert np.array_equal(mask.disallowed, np.flatnonzero(~everything))
+        # and it masks logits alike, contiguous or strided (the view llama-cpp-python hands processors)
+        logits = np.random.default_rng(state).standard_normal(mask.vocab_size).astype(np.float32)
+        expected = np.where(everything, logits, -np.inf).astype(np.float32)
+        backing = np.zeros((mask.vocab_size, 2), dtype=np.float32)
+        backing[:, 0] = logits
+        for target in (logits.copy(), backing[:, 0]):
+            mask.apply(target)
+            np.testing.assert_array_equal(target, expected)
     return n_planned
 
 
