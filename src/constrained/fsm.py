@@ -344,11 +344,15 @@ class _Program:
 
     @classmethod
     def build(cls, ast: Node) -> _Program:
-        code: list[int] = []
+        code = array.array("i")
         templates: list[int] = []
         offsets: list[int] = []
         template_of: dict[tuple[tuple[int, int], ...], tuple[int, int]] = {}
         symbol_of: dict[str, int] = {}
+        emitted: dict[int, tuple[int, int, int]] = {}
+        """id of each composite node emitted so far → (start, end) of its code and its size. A node object met
+        again (the parser shares the nodes of identical groups) is copied verbatim: its templates and special
+        symbols already have their numbers, so emitting it again would append exactly the same code."""
 
         def emit(node: Node) -> int:  # returns the node's _estimated_size
             kind = type(node)
@@ -369,19 +373,36 @@ class _Program:
                 code.append(_OP_CHARSET)
                 code.append(found[0])
                 return found[1]
-            if kind is Concat or kind is Alternation:
-                code.append(_OP_CONCAT if kind is Concat else _OP_ALT)
-                code.append(len(node.items))
-                total = 2
-                for item in node.items:
-                    total += emit(item)
-                return total
-            if kind is Repeat:
-                code.append(_OP_REPEAT)
-                code.append(node.min)
-                code.append(-1 if node.max is None else node.max)
-                copies = node.max if node.max is not None else node.min
-                return 3 + emit(node.item) * max(copies, 1)
+            if kind is Concat or kind is Alternation or kind is Repeat:
+                seen = emitted.get(id(node))
+                if seen is not None:
+                    code.extend(code[seen[0] : seen[1]])
+                    return seen[2]
+                start = len(code)
+                if kind is Repeat:
+                    code.append(_OP_REPEAT)
+                    # a count beyond int32 implies a size far over the budget, which build refuses below
+                    code.append(min(node.min, _INT32_MAX))
+                    code.append(-1 if node.max is None else min(node.max, _INT32_MAX))
+                    copies = node.max if node.max is not None else node.min
+                    size = 3 + emit(node.item) * max(copies, 1)
+                else:
+                    code.append(_OP_CONCAT if kind is Concat else _OP_ALT)
+                    code.append(len(node.items))
+                    size = 2
+                    for item in node.items:
+                        if type(item) is CharSet:  # inline the common leaf, an ASCII literal
+                            ranges = item.ranges
+                            if len(ranges) == 1:
+                                lo, hi = ranges[0]
+                                if lo == hi and lo < 0x80:
+                                    code.append(_OP_BYTE)
+                                    code.append(lo)
+                                    size += 3
+                                    continue
+                        size += emit(item)
+                emitted[id(node)] = (start, len(code), size)
+                return size
             if kind is Special:
                 symbol = symbol_of.get(node.name)
                 if symbol is None:
@@ -394,10 +415,13 @@ class _Program:
             return 2
 
         size = emit(ast)
-        if size > MAX_NFA_STATES:  # before packing: a huge repeat count would not even fit the int32 program
+        if size > MAX_NFA_STATES:
             raise GrammarTooLargeError("nfa_states", MAX_NFA_STATES, f"the pattern expands to ~{size} NFA states")
-        return cls(code=array.array("i", code), templates=array.array("i", templates),
-                   offsets=array.array("i", offsets), names=tuple(symbol_of), size=size)
+        return cls(code=code, templates=array.array("i", templates), offsets=array.array("i", offsets),
+                   names=tuple(symbol_of), size=size)
+
+
+_INT32_MAX = 2**31 - 1
 
 
 @functools.lru_cache(maxsize=4096)
@@ -709,7 +733,7 @@ def _canonical_order(table: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarr
 def _fingerprint(transitions: np.ndarray, accepting: np.ndarray, names: tuple[str, ...]) -> str:
     digest = hashlib.sha256(b"ember.dfa.v1\0")
     digest.update(np.array(transitions.shape, dtype="<i8").tobytes())
-    digest.update(transitions.astype("<i4", copy=False).tobytes())
+    digest.update(np.ascontiguousarray(transitions.astype("<i4", copy=False)))  # the buffer itself: no copy
     digest.update(accepting.astype(np.uint8).tobytes())
     digest.update(json.dumps(list(names)).encode("utf-8"))
     return digest.hexdigest()

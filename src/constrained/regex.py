@@ -18,6 +18,10 @@ trailing ``$``, unknown letter escapes, and code points that are not Unicode sca
                                │
     CharSet ──utf8_sequences──► byte-range sequences (valid UTF-8 only; fsm.py turns them into NFA edges)
 
+Parsed groups and classes are cached by exact text (module-wide, bounded, see `_cached_group`): schema patterns
+repeat the same sub-patterns dozens of times, and identical groups then share one node (ASTs are immutable). The
+cache changes no AST and no error; `clear_caches` empties it.
+
 It also owns `json_string_body_pattern`: an ECMA-262 ``pattern`` (JSON Schema search semantics) rewritten as a
 dialect pattern over the *JSON-encoded* body of a string, so that a schema's string constraint can be enforced
 on the bytes the model writes between the quotes.
@@ -26,6 +30,8 @@ on the bytes the model writes between the quotes.
 from __future__ import annotations
 
 import functools
+import re
+import threading
 from dataclasses import dataclass
 
 from constrained.errors import RegexSyntaxError, UnsupportedSchemaError
@@ -41,6 +47,7 @@ __all__ = [
     "Node",
     "parse",
     "special_names",
+    "clear_caches",
     "utf8_sequences",
     "json_string_body_pattern",
 ]
@@ -224,6 +231,8 @@ class _Parser:
         self.allow_special = allow_special
         self.ecma = ecma
         self.depth = 0
+        self.deepest = 0
+        """Deepest group nesting reached so far inside the group being parsed (cached with it: `_cached_group`)."""
 
     # -- helpers
 
@@ -260,7 +269,7 @@ class _Parser:
 
     def parse_alternation(self) -> Node:
         items = [self.parse_sequence(top=False)[0]]
-        while self.peek() == "|":
+        while self.pattern.startswith("|", self.pos):
             self.pos += 1
             items.append(self.parse_sequence(top=False)[0])
         return _alternation(items)
@@ -268,8 +277,10 @@ class _Parser:
     def parse_sequence(self, *, top: bool) -> tuple[Node, bool]:
         """Items up to ``|``, ``)`` or the end; returns the node and whether a trailing ``$`` closed it."""
         items: list[Node] = []
-        while not self.at_end():
-            c = self.peek()
+        pattern = self.pattern
+        n = len(pattern)
+        while self.pos < n:
+            c = pattern[self.pos]
             if c in "|)":
                 break
             if c == "$":
@@ -280,17 +291,23 @@ class _Parser:
                 raise self.error("anchor '$' is only supported at the very end of the pattern")
             if c == "^":
                 raise self.error("anchor '^' is only supported at the very start of the pattern")
-            nxt = self.peek(1)
-            if c not in _SPECIAL_CHARS and nxt not in _QUANTIFIER_STARTS and not 0xD800 <= ord(c) <= 0xDFFF:
-                items.append(_literal_node(ord(c)))  # the common case: a plain literal, no quantifier
-                self.pos += 1
-                continue
+            run = _PLAIN_RUN.match(pattern, self.pos)
+            if run is not None:  # the common case: plain literals; a quantifier binds to the last one alone
+                end = run.end()
+                if end < n and pattern[end] in _QUANTIFIER_STARTS:
+                    end -= 1
+                if end > self.pos:
+                    items.extend(map(_literal_node, map(ord, pattern[self.pos : end])))
+                    self.pos = end
+                    continue
             atom_pos = self.pos
             atom = self.parse_atom()
             if atom is None:  # a '{' that is not a quantifier is a literal
                 atom = _literal(ord("{"))
                 self.pos += 1
-            items.append(self.parse_quantifiers(atom, atom_pos))
+            if self.pos < n and pattern[self.pos] in _QUANTIFIER_STARTS:
+                atom = self.parse_quantifiers(atom, atom_pos)
+            items.append(atom)
         return _concat(items), False
 
     def parse_quantifiers(self, atom: Node, atom_pos: int) -> Node:
@@ -355,11 +372,12 @@ class _Parser:
         return k + 1, int(lo_text or "0"), (int(hi_text) if hi_text else None)
 
     def parse_atom(self) -> Node | None:
-        c = self.peek()
+        c = self.pattern[self.pos]  # parse_sequence calls it inside the pattern only
         if c == "(":
             return self.parse_group()
         if c == "[":
-            end = _class_end(self.pattern, self.pos)
+            span = _CLASS_SPAN.match(self.pattern, self.pos)
+            end = -1 if span is None else span.end()
             key = (self.pattern[self.pos : end], self.ecma)
             ranges = _CLASS_CACHE.get(key) if end > 0 else None
             if ranges is None:
@@ -385,6 +403,13 @@ class _Parser:
 
     def parse_group(self) -> Node:
         open_pos = self.pos
+        limit = _MAX_NESTING - 4 if self.ecma else _MAX_NESTING  # the JSON-body translation adds a few levels
+        short_end, cached = _cached_group(self.pattern, open_pos, self.ecma, self.allow_special)
+        if cached is not None and self.depth + cached[1] <= limit:
+            node, levels, text_length = cached
+            self.pos = open_pos + text_length
+            self.deepest = max(self.deepest, self.depth + levels)
+            return node
         self.pos += 1
         if self.peek() == "?":
             kind = self.peek(1)
@@ -401,14 +426,18 @@ class _Parser:
             else:
                 raise self.error(_unsupported_group(self.pattern, open_pos), open_pos)
         self.depth += 1
-        limit = _MAX_NESTING - 4 if self.ecma else _MAX_NESTING  # the JSON-body translation adds a few levels
         if self.depth > limit:
             raise self.error(f"groups nested deeper than {limit}", open_pos)
+        outer_deepest = self.deepest
+        self.deepest = self.depth
         node = self.parse_alternation()
+        levels = self.deepest - self.depth + 1  # this group and the deepest chain of groups inside it
         self.depth -= 1
+        self.deepest = max(outer_deepest, self.deepest)
         if self.peek() != ")":
             raise self.error("missing ')': unterminated group", open_pos)
         self.pos += 1
+        _remember_group(self.pattern, open_pos, self.pos, short_end, self.ecma, self.allow_special, node, levels)
         return node
 
     def parse_group_name(self, open_pos: int) -> None:
@@ -545,31 +574,99 @@ class _Parser:
 
 _SPECIAL_CHARS = frozenset("\\[](){}|*+?.^$")
 _QUANTIFIER_STARTS = frozenset("*+?{")
+_PLAIN_RUN = re.compile(r"[^\\\[\](){}|*+?.^$\ud800-\udfff]+")
+"""A run of characters that are literals by themselves (not `_SPECIAL_CHARS`, not surrogates)."""
+_CLASS_TEXT = r"\[\^?+\]?+(?:[^\]\\]++|\\[\s\S])*+\]"
+"""A class as written: ``[``, an optional ``^``, a leading ``]`` taken literally, up to the first unescaped ``]``."""
+_CLASS_SPAN = re.compile(_CLASS_TEXT)
 _CLASS_CACHE: dict[tuple[str, bool], tuple[Range, ...]] = {}
 """Parsed classes by source text (and dialect): schema patterns repeat the same few classes many times."""
+
+_GroupEntry = tuple[Node, int, int]
+"""A parsed group: (node, nesting levels it spans, length of its text)."""
+_SHORT_GROUPS: dict[tuple[str, bool, bool], _GroupEntry] = {}
+"""Parsed groups of at most `_GROUP_WINDOW` characters by exact text (and ``ecma``, ``allow_special``)."""
+_LONG_GROUPS: dict[tuple[str, bool, bool], list[tuple[str, _GroupEntry]]] = {}
+"""Longer parsed groups (text, entry) by the `_GROUP_WINDOW` characters they start with (and the flags)."""
+_GROUP_WINDOW = 64
+_LONG_CANDIDATES = 16
+"""Most groups kept per `_LONG_GROUPS` key (the oldest goes first)."""
+_GROUP_CACHE_CHARS = 2_000_000
+"""Budget on the summed text of the cached groups (both tables start over when it is reached)."""
+_GROUP_CACHE_MAX_TEXT = 100_000
+"""Groups with longer text are not stored (one such group would crowd out the rest)."""
+_group_cache_chars = 0
+_group_cache_lock = threading.Lock()
+
+_GROUP_ATOM = r"[^\\\[()]++|\\[\s\S]|" + _CLASS_TEXT + r"|\(\?&[^)]*+\)"  # text, escape, class, (?&NAME)
+_SHORT_GROUP = re.compile(
+    functools.reduce(lambda inner, _: rf"\((?:{_GROUP_ATOM}|{inner})*+\)", range(3), rf"\((?:{_GROUP_ATOM})*+\)")
+)
+"""A group with at most four levels of nesting (matched inside a window: linear, possessive)."""
+
+
+def _cached_group(pattern: str, open_pos: int, ecma: bool, allow_special: bool) -> tuple[int, _GroupEntry | None]:
+    """Where the group opened at ``pattern[open_pos]`` probably ends if it is short (else -1), and its cache entry.
+
+    Parsed groups are cached by exact text: schema patterns repeat the same groups (whitespace, string bodies,
+    any-value, formats) dozens of times per pattern and across schemas. Sound because a successful group parse
+    reads no character outside its own text (``(`` to the matching ``)``) and its node depends on nothing else
+    (positions only appear in errors): an entry whose text starts at ``open_pos`` is exactly what parsing there
+    would give. The nesting levels keep the depth limit exact (the caller parses again a hit that would exceed
+    it, and fails as it always did); only successes are stored, so every error comes from the ordinary parse.
+    The probable end only picks the key; it needs no scan of the pattern beyond the window. Readers take no lock:
+    entries are immutable and any entry found is sound.
+    """
+    match = _SHORT_GROUP.match(pattern, open_pos, open_pos + _GROUP_WINDOW)
+    if match is not None:
+        end = match.end()
+        return end, _SHORT_GROUPS.get((pattern[open_pos:end], ecma, allow_special))
+    candidates = _LONG_GROUPS.get((pattern[open_pos : open_pos + _GROUP_WINDOW], ecma, allow_special))
+    if candidates:
+        for text, entry in candidates:
+            if pattern.startswith(text, open_pos):
+                return -1, entry
+    return -1, None
+
+
+def _remember_group(
+    pattern: str, open_pos: int, end: int, short_end: int, ecma: bool, allow_special: bool, node: Node, levels: int
+) -> None:
+    """Cache a successfully parsed group under the key `_cached_group` looks it up by."""
+    global _group_cache_chars
+    size = end - open_pos
+    if size > _GROUP_CACHE_MAX_TEXT or (short_end >= 0 and short_end != end):
+        return
+    entry = (node, levels, size)
+    with _group_cache_lock:
+        if _group_cache_chars + size > _GROUP_CACHE_CHARS:
+            _SHORT_GROUPS.clear()
+            _LONG_GROUPS.clear()
+            _group_cache_chars = 0
+        if short_end >= 0:
+            _SHORT_GROUPS[(pattern[open_pos:end], ecma, allow_special)] = entry
+        else:
+            prefix = pattern[open_pos : open_pos + _GROUP_WINDOW]
+            candidates = _LONG_GROUPS.setdefault((prefix, ecma, allow_special), [])
+            if len(candidates) >= _LONG_CANDIDATES:
+                _group_cache_chars -= len(candidates.pop(0)[0])
+            candidates.append((pattern[open_pos:end], entry))
+        _group_cache_chars += size
+
+
+def clear_caches() -> None:
+    """Forget every parsed class and group (benchmarks of cold compilation; tests of the caches)."""
+    global _group_cache_chars
+    with _group_cache_lock:
+        _SHORT_GROUPS.clear()
+        _LONG_GROUPS.clear()
+        _group_cache_chars = 0
+    _CLASS_CACHE.clear()
 
 
 @functools.lru_cache(maxsize=1024)
 def _literal_node(cp: int) -> CharSet:
     return CharSet(ranges=((cp, cp),))
-
-
-def _class_end(pattern: str, pos: int) -> int:
-    """One past the ``]`` closing the class opened at ``pattern[pos]``, or -1 (unterminated)."""
-    i = pos + 1
-    if i < len(pattern) and pattern[i] == "^":
-        i += 1
-    if i < len(pattern) and pattern[i] == "]":  # a leading ']' is a literal (ECMA refuses it in parse_class)
-        i += 1
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-        elif c == "]":
-            return i + 1
-        else:
-            i += 1
-    return -1
 
 
 def _unsupported_group(pattern: str, pos: int) -> str:

@@ -1,6 +1,7 @@
 """The native compile path (constrained._fsm behind fsm.compile_dfa) gives exactly the reference's DFA: identical
 tables, acceptance, distances, special names and fingerprints, and identical budget / empty-language errors at the
-same limits; malformed native input fails loud."""
+same limits; the program handed to it is the same whether or not the AST shares nodes; malformed native input fails
+loud."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrained import _fsm, fsm
+from constrained import _fsm, fsm, regex
 from constrained.errors import EmptyLanguageError, GrammarTooLargeError
+from constrained.regex import Alternation, CharSet, Concat, Empty, Node, Repeat, Special
 from constrained.schema import schema_to_pattern
 from tests.constrained.test_fsm import HAND_WRITTEN, OBJECT, STRING, regex_trees
 
@@ -106,6 +108,63 @@ def test_budget_errors_are_the_reference_errors(pattern: str, max_states: int, w
 def test_empty_languages_are_refused_like_the_reference(pattern: str) -> None:
     native = outcome(fsm.compile_dfa, pattern)
     assert native == ("empty", pattern) == outcome(fsm.compile_dfa_reference, pattern)
+
+
+def unshared(node: Node) -> Node:
+    """An equal AST in which no node object occurs twice (what the parser built before it cached groups)."""
+    if isinstance(node, (Concat, Alternation)):
+        return type(node)(items=tuple(unshared(item) for item in node.items))
+    if isinstance(node, Repeat):
+        return Repeat(item=unshared(node.item), min=node.min, max=node.max)
+    if isinstance(node, CharSet):
+        return CharSet(ranges=node.ranges)
+    if isinstance(node, Special):
+        return Special(name=node.name)
+    return Empty()
+
+
+def program_bytes(ast: Node) -> tuple[object, ...]:
+    program = fsm._Program.build(ast)
+    return (program.code.tobytes(), program.templates.tobytes(), program.offsets.tobytes(), program.names,
+            program.size)
+
+
+def shared_group_patterns() -> st.SearchStrategy[str]:
+    """Patterns whose groups recur (so the parser shares their nodes), with charsets needing templates and
+    special terminals, whose numbers depend on the order they first appear in."""
+    atoms = st.sampled_from(["a", "é", "[é-😀]", "[^b-é]", r"\d", ".", "(?&<a>)", "(?&<b>)", "(?:)", "[ab]"])
+
+    def extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        return st.one_of(
+            st.tuples(inner, inner).map("".join),
+            st.tuples(inner, inner).map(lambda p: f"(?:{p[0]}){p[1]}(?:{p[0]})"),
+            st.tuples(inner, inner).map(lambda p: f"(?:{p[0]}|{p[1]})"),
+            st.tuples(inner, st.sampled_from(["*", "?", "{2}", "{1,3}", "{2,}"])).map(lambda p: f"(?:{p[0]}){p[1]}"),
+        )
+
+    return st.recursive(atoms, extend, max_leaves=10)
+
+
+@given(pattern=shared_group_patterns())
+@SETTINGS
+def test_programs_of_shared_nodes_are_the_programs_of_unshared_ones(pattern: str) -> None:
+    regex.clear_caches()
+    ast = regex.parse(pattern, allow_special=True)
+    assert program_bytes(ast) == program_bytes(unshared(ast))
+
+
+def test_shared_nodes_are_copied_with_their_first_numbering() -> None:
+    ast = regex.parse("(?:(?&<b>)[é-😀]|x)(?&<a>)[^b-é](?:(?&<b>)[é-😀]|x)", allow_special=True)
+    assert isinstance(ast, Concat) and ast.items[0] is ast.items[3]  # one node, emitted twice
+    assert program_bytes(ast) == program_bytes(unshared(ast))
+    assert fsm._Program.build(ast).names == ("<b>", "<a>")
+    assert_same("(?:(?&<b>)[é-😀]|x)(?&<a>)[^b-é](?:(?&<b>)[é-😀]|x)", allow_special=True)
+
+
+def test_repeat_counts_beyond_int32_are_refused_by_size() -> None:
+    assert outcome(fsm.compile_dfa, "a{3000000000}") == outcome(fsm.compile_dfa_reference, "a{3000000000}")
+    with pytest.raises(GrammarTooLargeError, match="~9000000003 NFA states"):
+        fsm.compile_dfa("a{3000000000}")
 
 
 def test_concurrent_native_compiles_agree() -> None:

@@ -1,16 +1,19 @@
-"""regex.py: the dialect parser (AST, refusals with positions), the UTF-8 range split, and the translation of an
-ECMA ``pattern`` into a pattern over JSON-encoded string bodies."""
+"""regex.py: the dialect parser (AST, refusals with positions), its cache of parsed groups (invisible: the same
+ASTs and the same errors as without it), the UTF-8 range split, and the translation of an ECMA ``pattern`` into a
+pattern over JSON-encoded string bodies."""
 
 from __future__ import annotations
 
 import json
 import re
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from constrained.errors import RegexSyntaxError, UnsupportedSchemaError
+from constrained import regex
+from constrained.errors import EmptyLanguageError, GrammarTooLargeError, RegexSyntaxError, UnsupportedSchemaError
 from constrained.fsm import compile_dfa
 from constrained.regex import (
     MAX_SCALAR,
@@ -146,6 +149,114 @@ def test_deep_nesting_is_refused_not_a_recursion_error() -> None:
     with pytest.raises(RegexSyntaxError, match="nested deeper"):
         parse("(" * 1000 + "a" + ")" * 1000)
     assert parse("(" * 100 + "a" + ")" * 100) == lit("a")
+
+
+# ------------------------------------------------------------------------------------------------ group cache
+
+
+def parse_outcome(pattern: str, **kwargs: object) -> tuple[object, ...]:
+    """The AST, or the error's pattern, position and detail."""
+    try:
+        return ("ast", parse(pattern, **kwargs))
+    except RegexSyntaxError as exc:
+        return ("error", exc.pattern, exc.position, exc.detail)
+
+
+def uncached_parse_outcome(pattern: str, **kwargs: object) -> tuple[object, ...]:
+    """`parse_outcome` with the group cache out of the way: every group parsed from its text."""
+    with mock.patch.object(regex, "_cached_group", return_value=(-1, None)):
+        return parse_outcome(pattern, **kwargs)
+
+
+GROUP_FRAGMENTS = [
+    "a", "é", r"\(", r"\)", "[()]", r"[\]()]", "[^)]", "[]()]", r"\\", r"\d", ".", "x{2,3}", "{", "(?:[ ]|\n[ ]{0,20})?",
+    r'"(?:[^"\\]|\\.)*"', "(?P<n>q)", "(?&<s(>)", "(?&)", "(?=a)", "*", ")", "(", "[b", "$", "^", "a{3,1}",
+    "(?P<1>a)", "\\", "(?#c)", "a**",
+]
+"""Pieces of patterns, valid and not: escaped and bracketed parentheses, specials with a '(' in their name and a
+trailing backslash (escaping whatever follows) all mislead a naive search for a group's end."""
+
+
+def group_patterns() -> st.SearchStrategy[str]:
+    """Patterns full of repeated groups, short and long (past the cache's 64-character window), nested."""
+
+    def extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        return st.one_of(
+            st.tuples(inner, inner).map("".join),
+            inner.map(lambda p: p + p),
+            st.tuples(st.sampled_from(["(?:", "(", "(?P<g>"]), inner).map(lambda p: f"{p[0]}{p[1]})"),
+            st.tuples(inner, inner).map(lambda p: f"(?:{p[0]}|{p[1]})"),
+            inner.map(lambda p: f"(?:{p * 4})"),
+            st.tuples(inner, st.sampled_from(["*", "?", "{2}", "{0,3}"])).map(lambda p: f"(?:{p[0]}){p[1]}"),
+        )
+
+    # cut long ones (the cut may unbalance them: errors are compared too)
+    return st.recursive(st.sampled_from(GROUP_FRAGMENTS), extend, max_leaves=12).map(lambda p: p[:3000])
+
+
+@given(warmup=st.lists(group_patterns(), max_size=3), pattern=group_patterns(), allow_special=st.booleans())
+@SETTINGS
+def test_cached_groups_parse_exactly_as_without_the_cache(warmup: list[str], pattern: str, allow_special: bool) -> None:
+    regex.clear_caches()
+    for other in warmup:  # fill the cache with groups that may reappear in `pattern`, under either flag
+        parse_outcome(other, allow_special=not allow_special)
+        parse_outcome(other, allow_special=allow_special)
+    expected = uncached_parse_outcome(pattern, allow_special=allow_special)
+    assert parse_outcome(pattern, allow_special=allow_special) == expected
+    assert parse_outcome(pattern, allow_special=allow_special) == expected  # every group of it cached now
+
+
+@given(pattern=group_patterns())
+@PER_PATTERN
+def test_cached_groups_compile_to_the_uncached_dfa(pattern: str) -> None:
+    assume(uncached_parse_outcome(pattern)[0] == "ast")
+
+    def outcome() -> tuple[object, ...]:
+        try:
+            dfa = compile_dfa(pattern, max_states=2000)
+        except (GrammarTooLargeError, EmptyLanguageError) as exc:
+            return ("error", type(exc), str(exc))
+        return ("dfa", dfa.fingerprint, dfa.distance.tobytes(), dfa.special_names)
+
+    with mock.patch.object(regex, "_cached_group", return_value=(-1, None)):
+        expected = outcome()
+    parse(pattern)  # the compile below runs on cached groups
+    assert outcome() == expected
+
+
+def test_identical_groups_share_one_node() -> None:
+    regex.clear_caches()
+    ast = parse("(?:ab|c)x(?:ab|c)")
+    assert isinstance(ast, Concat) and ast.items[0] is ast.items[2]
+    long_group = "(?:" + "abc|" * 30 + "d)"  # past the 64-character window: found by its first characters
+    ast = parse(long_group + "-" + long_group)
+    assert isinstance(ast, Concat) and ast.items[0] is ast.items[2]
+
+
+@pytest.mark.parametrize("ecma", [False, True])
+def test_a_cached_group_still_counts_its_nesting_depth(ecma: bool) -> None:
+    inner = "(" * 10 + "a" + ")" * 10
+    limit = 96 if ecma else 100
+    regex.clear_caches()
+    for extra in (0, 1):  # at the limit, then one past it
+        outer = limit - 10 + extra
+        pattern = "(" * outer + inner + ")" * outer
+
+        def outcome(text: str = pattern) -> tuple[object, ...]:
+            if not ecma:
+                return parse_outcome(text)
+            try:
+                return ("ok", json_string_body_pattern(text))
+            except UnsupportedSchemaError as exc:
+                return ("error", exc.detail)
+
+        with mock.patch.object(regex, "_cached_group", return_value=(-1, None)):
+            expected = outcome()
+        outcome(inner)  # cached at depth 0
+        assert outcome() == expected
+        assert (expected[0] == "error") == bool(extra)
+        if extra:
+            assert "nested deeper" in str(expected[-1])
 
 
 # ------------------------------------------------------------------------------------------------------- UTF-8
