@@ -14,8 +14,12 @@ a Jinja render of the prompt plus replaying the text — a real engine's work, n
 The remaining time is split into steps at the engine calls: step i = end of model turn i → start of model turn
 i+1 (the first step also carries the run's start: run_started + provenance events; the last its end).
 Phase timings wrap the session's own methods on the instance (``_parse``, ``_commit_turn``, ``_validate``,
-``_approve``, ``_execute``, ``_reinject``) and ``TraceRecorder.emit`` (tracing happens inside the other phases:
-its column is a part of theirs, not an addition). Wrapping costs ~1 µs per call and is included.
+``_approve``, ``_execute``, ``_reinject``; for attribution also ``_begin`` (run_started, provenance, the first
+commits), ``_model_turn`` minus the engine call inside it (ledger copy, model_call_* events) and ``_end`` (the
+terminal event and its fsync)) and ``TraceRecorder.emit`` (tracing happens inside the other phases: its column is
+a part of theirs, not an addition). Step p50s are also reported per position in the run (step 1 carries the
+run's start, step 4 its end). Wrapping costs ~1 µs per call and is included. None of this changes what the
+per-step number measures.
 
 Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_orchestration.py [--runs 200] [--no-write]`` or
 ``ember bench orchestration``. Target: ≤ 1 ms p50 per step.
@@ -57,6 +61,8 @@ HEADING = "## Orchestration: session overhead per step (scripted engine)"
 """The RESULTS.md section this benchmark owns."""
 PHASES = ("_parse", "_commit_turn", "_validate", "_approve", "_execute", "_reinject")
 """Session methods timed as phases."""
+EXTRA_PHASES = ("_begin", "_model_turn", "_end")
+"""Session methods timed for attribution only (``_model_turn`` minus the engine call inside it)."""
 TARGET_P50_S = 1e-3
 
 
@@ -111,6 +117,8 @@ class OrchestrationReport:
     """Orchestration time per step (runs × steps)."""
     phase_s: dict[str, list[float]]
     """Per call, for each wrapped phase (and ``emit``)."""
+    step_index_s: dict[int, list[float]]
+    """Orchestration time per step, by position in the run (1-based)."""
     trace_events_per_run: float
     outcomes: dict[str, int]
 
@@ -141,6 +149,7 @@ def run_benchmark(*, runs: int = 200, warmup: int = 5) -> OrchestrationReport:
     engine_s: list[float] = []
     step_s: list[float] = []
     phase_s: dict[str, list[float]] = defaultdict(list)
+    step_index_s: dict[int, list[float]] = defaultdict(list)
     n_events = 0
     outcomes: dict[str, int] = defaultdict(int)
     with tempfile.TemporaryDirectory(prefix="ember-bench-orch-") as tmp:
@@ -160,9 +169,21 @@ def run_benchmark(*, runs: int = 200, warmup: int = 5) -> OrchestrationReport:
                     _marks.append((start, time.perf_counter()))
 
             engine.run_turn = timed_turn  # type: ignore[method-assign]
-            sinks: dict[str, list[float]] = {name: [] for name in (*PHASES, "emit")}
-            for name in PHASES:
+            sinks: dict[str, list[float]] = {name: [] for name in (*PHASES, *EXTRA_PHASES, "emit")}
+            for name in (*PHASES, "_begin", "_end"):
                 setattr(session, name, _timed(getattr(session, name), sinks[name]))
+
+            def model_turn(*args: Any, _fn: Any = session._model_turn, _marks: Any = marks,
+                           _sink: Any = sinks["_model_turn"]) -> Any:
+                start = time.perf_counter()
+                n_marks = len(_marks)
+                try:
+                    return _fn(*args)
+                finally:
+                    inner = sum(b - a for a, b in _marks[n_marks:])
+                    _sink.append(time.perf_counter() - start - inner)
+
+            session._model_turn = model_turn  # type: ignore[method-assign]
             recorder.emit = _timed(recorder.emit, sinks["emit"])  # type: ignore[method-assign]
             start = time.perf_counter()
             result = session.run("Book me a flight to Paris on 2025-03-14 for 2 in business; check the weather.")
@@ -178,12 +199,13 @@ def run_benchmark(*, runs: int = 200, warmup: int = 5) -> OrchestrationReport:
             for i in range(len(marks)):
                 gap = next_starts[i] - marks[i][1]
                 step_s.append(gap + (first_gap if i == 0 else 0.0))
+                step_index_s[i + 1].append(step_s[-1])
             for name, values in sinks.items():
                 phase_s[name].extend(values)
             n_events += len(sinks["emit"])
     return OrchestrationReport(
         runs=runs, steps_per_run=len(script), run_s=run_s, engine_s=engine_s, step_s=step_s,
-        phase_s=dict(phase_s), trace_events_per_run=n_events / max(runs, 1), outcomes=dict(outcomes),
+        phase_s=dict(phase_s), step_index_s=dict(step_index_s), trace_events_per_run=n_events / max(runs, 1), outcomes=dict(outcomes),
     )  # fmt: skip
 
 
@@ -206,9 +228,14 @@ def render_report(report: OrchestrationReport) -> str:
          *map(format_seconds, percentiles(report.engine_s)), len(report.engine_s)],
         ["Session.run per run (total)", *map(format_seconds, percentiles(report.run_s)), len(report.run_s)],
     ]  # fmt: skip
-    for name in (*PHASES, "emit"):
+    for index, values in sorted(report.step_index_s.items()):
+        rows.append([f"step {index} of {report.steps_per_run}", *map(format_seconds, percentiles(values)),
+                     len(values)])
+    labels = {"emit": "of which tracing: emit (per event)", "_model_turn": "model turn excl. engine (per call)",
+              "_begin": "run begin (per run)", "_end": "run end, incl. terminal fsync (per run)"}
+    for name in (*PHASES, *EXTRA_PHASES, "emit"):
         values = report.phase_s.get(name, [])
-        label = f"phase {name.lstrip('_')} (per call)" if name != "emit" else "of which tracing: emit (per event)"
+        label = labels.get(name, f"phase {name.lstrip('_')} (per call)")
         rows.append([label, *map(format_seconds, percentiles(values)), len(values)])
     out.append("")
     out.append(markdown_table(["measure", "p50", "p99", "n"], rows))

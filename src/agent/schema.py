@@ -26,6 +26,12 @@ Owns:
   *before* the schema is evaluated; when any is exceeded the schema is not evaluated at all. Non-JSON values
   (NaN, Infinity, sets, non-string keys, unpaired surrogates) are refused by the same walk. Booleans are not
   integers or numbers (JSON Schema agrees).
+- **Compiled once.** `compile_parameters` (which `Tool` calls at definition) checks, closes and compiles a schema
+  into `CompiledParameters`; `validate_arguments` takes it in place of the schema, so a call never recompiles or
+  rehashes. Compiling also builds a fast validity check for the common keywords (`_fast_check`): plain closures
+  that decide exactly what the strict validator decides (property-tested against it). A value it accepts is
+  valid; anything else, and every schema it cannot decide exactly, goes through jsonschema, which alone collects
+  and describes errors.
 - **Every error, with its path and kind, sorted**: by path (array indices numerically), then kind, then reason.
   Paths are dotted and indexed, ``items[0].qty``; keys that are not identifiers are quoted, ``meta["a.b"]``;
   the arguments object itself is the empty path ``""``.
@@ -45,9 +51,10 @@ import hashlib
 import ipaddress
 import json
 import math
+import numbers
 import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from types import MappingProxyType
@@ -55,7 +62,9 @@ from typing import Any, Final
 
 import jsonschema
 from jsonschema import Draft202012Validator, FormatChecker, ValidationError, validators
-from jsonschema._utils import find_evaluated_property_keys_by_schema  # pinned jsonschema==4.26.0
+from jsonschema._utils import equal as _equal  # pinned jsonschema==4.26.0
+from jsonschema._utils import find_evaluated_property_keys_by_schema
+from jsonschema._utils import uniq as _uniq
 
 from agent.errors import ToolDefinitionError
 from agent.results import ResultErrorKind, error_result
@@ -70,9 +79,11 @@ __all__ = [
     "MAX_TEXT_BYTES",
     "ValidatedArguments",
     "ValidationErrorKind",
+    "CompiledParameters",
     "canonical_json",
     "check_parameters_schema",
     "close_schema",
+    "compile_parameters",
     "render_path",
     "validate_arguments",
 ]
@@ -148,9 +159,26 @@ class ArgumentErrors:
 _CONSTRUCTOR_TOKEN: Final = object()
 
 
+_CANONICAL_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"),
+                                             allow_nan=False)
+"""Built once (``json.dumps`` with these options builds one per call); encoders keep no state between calls."""
+
+
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_CANONICAL_TREE: Final = (_c_make_encoder(None, _CANONICAL_ENCODER.default, json.encoder.encode_basestring, None,
+                                          ":", ",", True, False, False) if _c_make_encoder is not None else None)
+"""The C encoder behind `_CANONICAL_ENCODER`, called directly for the plain trees `_Walk` builds (acyclic by
+construction, so its circular-reference markers are not needed)."""
+
+
 def canonical_json(value: Any) -> str:
     """Compact, key-sorted, UTF-8 JSON text: the form hashes are taken over."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return _CANONICAL_ENCODER.encode(value)
+
+
+def _canonical_tree(plain: dict[str, Any]) -> str:
+    """`canonical_json` of a walked arguments object."""
+    return "".join(_CANONICAL_TREE(plain, 0)) if _CANONICAL_TREE is not None else canonical_json(plain)
 
 
 def _sha256_text(text: str) -> str:
@@ -159,9 +187,9 @@ def _sha256_text(text: str) -> str:
 
 def _freeze(value: Any) -> Any:
     if isinstance(value, dict):
-        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+        return MappingProxyType({k: _freeze(v) if isinstance(v, (dict, list)) else v for k, v in value.items()})
     if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
+        return tuple(_freeze(v) if isinstance(v, (dict, list)) else v for v in value)
     return value
 
 
@@ -186,7 +214,7 @@ class ValidatedArguments:
     def __init__(self, token: object, *, tool_name: str, plain: dict[str, Any], schema_sha256: str) -> None:
         if token is not _CONSTRUCTOR_TOKEN:
             raise TypeError("ValidatedArguments can only be built by agent.schema.validate_arguments()")
-        text = canonical_json(plain)
+        text = _canonical_tree(plain)
         object.__setattr__(self, "_tool_name", tool_name)
         object.__setattr__(self, "_plain", plain)
         object.__setattr__(self, "_values", _freeze(plain))
@@ -545,10 +573,233 @@ _StrictValidator = validators.extend(
 )
 
 
-@dataclass(frozen=True)
-class _Compiled:
+# ---------------------------------------------------------------------------------------------------------
+# the fast validity check: common keywords as plain Python closures, deciding exactly what the strict validator
+# decides. Only a "valid" answer is used (then jsonschema is not run); "invalid" or anything it cannot decide
+# goes through the full, error-collecting jsonschema path, so the fast check can cost time but never an error.
+# ---------------------------------------------------------------------------------------------------------
+
+_Check = Callable[[Any], bool]
+
+
+class _Unsupported(Exception):
+    """A keyword, or a combination of keywords, the fast check does not decide exactly: no fast check then."""
+
+
+_VALIDATOR_KEYWORDS: Final = frozenset(Draft202012Validator.VALIDATORS)
+"""Keywords jsonschema evaluates; any other key (``title``, ``description``, ``default``, ``then`` without ``if``…)
+is ignored by it, and so by the fast check."""
+_FAST_UNSUPPORTED: Final = frozenset({"$dynamicRef", "contains", "dependentSchemas", "multipleOf", "patternProperties",
+                                      "prefixItems", "unevaluatedItems"})
+_ANNOTATING: Final = frozenset({"$ref", "$dynamicRef", "additionalProperties", "patternProperties", "dependentSchemas",
+                                "allOf", "oneOf", "anyOf", "if"})
+"""In-place keywords whose annotations ``unevaluatedProperties`` would collect; with none of them beside it, the
+evaluated keys are exactly the declared ``properties`` (`find_evaluated_property_keys_by_schema`)."""
+_POINTER_SEGMENT_RE = re.compile(r"[A-Za-z0-9_.$-]+\Z")
+
+
+def _is_number(x: Any) -> bool:
+    return not isinstance(x, bool) and (isinstance(x, (int, float)) or isinstance(x, numbers.Number))
+
+
+_TYPE_TESTS: Final[dict[str, _Check]] = {  # Draft 2020-12's type checker, keyword for keyword
+    "array": lambda x: isinstance(x, list),
+    "boolean": lambda x: isinstance(x, bool),
+    "integer": lambda x: (isinstance(x, int) and not isinstance(x, bool)) or (isinstance(x, float) and x.is_integer()),
+    "null": lambda x: x is None,
+    "number": _is_number,
+    "object": lambda x: isinstance(x, dict),
+    "string": lambda x: isinstance(x, str),
+}
+
+
+def _always(x: Any) -> bool:
+    return True
+
+
+def _never(x: Any) -> bool:
+    return False
+
+
+def _conjunction(checks: list[_Check]) -> _Check:
+    if not checks:
+        return _always
+    if len(checks) == 1:
+        return checks[0]
+    frozen = tuple(checks)
+
+    def all_hold(x: Any) -> bool:
+        for check in frozen:
+            if not check(x):
+                return False
+        return True
+
+    return all_hold
+
+
+def _fast_check(root: Any) -> _Check | None:
+    """A closure deciding validity under the (closed) ``root`` exactly as `_StrictValidator` does, or None when
+    the schema uses something it does not decide (see `_FAST_UNSUPPORTED`; also ``$``-keywords other than
+    ``$ref`` to a local ``#/...`` pointer, ``$defs`` and ``$comment``)."""
+    refs: dict[str, list[_Check]] = {}
+
+    def resolve(ref: Any) -> Any:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise _Unsupported("$ref")
+        target = root
+        for segment in ref[1:].split("/")[1:] if ref != "#" else ():
+            if not _POINTER_SEGMENT_RE.match(segment) or not isinstance(target, dict) or segment not in target:
+                raise _Unsupported("$ref")
+            target = target[segment]
+        return target
+
+    def reference(ref: Any) -> _Check:
+        cell = refs.get(ref)
+        if cell is None:
+            cell = refs[ref] = [_never]
+            cell[0] = node(resolve(ref))
+        return lambda x: cell[0](x)
+
+    def node(schema: Any) -> _Check:
+        if schema is True:
+            return _always
+        if schema is False:
+            return _never
+        if not isinstance(schema, dict):
+            raise _Unsupported(type(schema).__name__)
+        checks = [keyword(schema, key, value) for key, value in schema.items()]
+        return _conjunction([c for c in checks if c is not _always])
+
+    def keyword(schema: dict[str, Any], key: str, value: Any) -> _Check:  # noqa: C901 - one branch per keyword
+        if key.startswith("$"):
+            if key in ("$comment", "$defs"):
+                return _always
+            if key == "$ref":
+                return reference(value)
+            raise _Unsupported(key)
+        if key not in _VALIDATOR_KEYWORDS:
+            return _always
+        if key in _FAST_UNSUPPORTED:
+            raise _Unsupported(key)
+        if key == "type":
+            tests = [_TYPE_TESTS[t] for t in ([value] if isinstance(value, str) else value)]
+            return tests[0] if len(tests) == 1 else (lambda x: any(t(x) for t in tests))
+        if key == "enum":
+            members = list(value)
+            if all(isinstance(m, str) for m in members):
+                strings = frozenset(members)
+                return lambda x: isinstance(x, str) and x in strings
+            return lambda x: any(_equal(m, x) for m in members)
+        if key == "const":
+            return lambda x: _equal(x, value)
+        if key == "properties":
+            subs = tuple((name, node(sub)) for name, sub in value.items())
+
+            def properties_hold(x: Any) -> bool:
+                if isinstance(x, dict):
+                    for name, sub in subs:
+                        if name in x and not sub(x[name]):
+                            return False
+                return True
+
+            return properties_hold
+        if key == "required":
+            names = tuple(value)
+            return lambda x: not isinstance(x, dict) or all(name in x for name in names)
+        if key in ("additionalProperties", "unevaluatedProperties"):
+            if key == "unevaluatedProperties" and any(k in schema for k in _ANNOTATING):
+                raise _Unsupported(key)
+            declared = schema.get("properties", {})
+            if not isinstance(declared, dict):
+                raise _Unsupported(key)
+            known = frozenset(declared)
+            if value is True:
+                return _always
+            if value is False:
+                return lambda x: not isinstance(x, dict) or all(k in known for k in x)
+            extra = node(value)
+            return lambda x: not isinstance(x, dict) or all(extra(v) for k, v in x.items() if k not in known)
+        if key == "minimum":
+            return lambda x: not _is_number(x) or not x < value
+        if key == "maximum":
+            return lambda x: not _is_number(x) or not x > value
+        if key == "exclusiveMinimum":
+            return lambda x: not _is_number(x) or not x <= value
+        if key == "exclusiveMaximum":
+            return lambda x: not _is_number(x) or not x >= value
+        if key == "minLength":
+            return lambda x: not isinstance(x, str) or not len(x) < value
+        if key == "maxLength":
+            return lambda x: not isinstance(x, str) or not len(x) > value
+        if key == "minItems":
+            return lambda x: not isinstance(x, list) or not len(x) < value
+        if key == "maxItems":
+            return lambda x: not isinstance(x, list) or not len(x) > value
+        if key == "minProperties":
+            return lambda x: not isinstance(x, dict) or not len(x) < value
+        if key == "maxProperties":
+            return lambda x: not isinstance(x, dict) or not len(x) > value
+        if key == "pattern":
+            search = re.compile(value).search
+            return lambda x: not isinstance(x, str) or search(x) is not None
+        if key == "format":
+            if value not in FORMAT_CHECKER.checkers:
+                return _always
+            conforms = FORMAT_CHECKER.conforms
+            return lambda x: conforms(x, value)
+        if key == "items":
+            if value is True:
+                return _always
+            if value is False:
+                return lambda x: not isinstance(x, list) or not x
+            item = node(value)
+            return lambda x: not isinstance(x, list) or all(item(v) for v in x)
+        if key == "uniqueItems":
+            return (lambda x: not isinstance(x, list) or _uniq(x)) if value else _always
+        if key == "dependentRequired":
+            deps = tuple((name, tuple(needed)) for name, needed in value.items())
+            return lambda x: not isinstance(x, dict) or all(n in x for name, needed in deps if name in x
+                                                             for n in needed)
+        if key == "propertyNames":
+            name_check = node(value)
+            return lambda x: not isinstance(x, dict) or all(name_check(k) for k in x)
+        if key in ("allOf", "anyOf", "oneOf"):
+            members = tuple(node(m) for m in value)
+            if key == "allOf":
+                return _conjunction(list(members))
+            if key == "anyOf":
+                return lambda x: any(m(x) for m in members)
+            return lambda x: sum(1 for m in members if m(x)) == 1
+        if key == "not":
+            negated = node(value)
+            return lambda x: not negated(x)
+        if key == "if":
+            condition = node(value)
+            then = node(schema["then"]) if "then" in schema else _always
+            otherwise = node(schema["else"]) if "else" in schema else _always
+            return lambda x: then(x) if condition(x) else otherwise(x)
+        raise _Unsupported(key)  # a keyword added to jsonschema that this function does not know
+
+    try:
+        return node(root)
+    except Exception:  # _Unsupported, re.error, RecursionError on absurd nesting: the full path decides alone
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledParameters:
+    """A tool's parameters schema, checked, closed and compiled once (`compile_parameters`); pass it to
+    `validate_arguments` instead of the schema so no call pays for compiling or hashing the schema again."""
+
     validator: Any
+    """The strict jsonschema validator over the closed schema: the authority, and the error collector."""
     schema_sha256: str
+    """Hex sha256 of the canonical JSON of the schema as declared."""
+    fast: _Check | None
+    """Exact validity check for the common keywords (`_fast_check`), or None."""
+
+
+_Compiled = CompiledParameters
 
 
 def check_parameters_schema(tool_name: str, schema: object) -> None:
@@ -558,6 +809,15 @@ def check_parameters_schema(tool_name: str, schema: object) -> None:
         ToolDefinitionError: not a dict, not a valid schema, or a root ``type`` other than ``object``.
     """
     _compile(tool_name, schema)
+
+
+def compile_parameters(tool_name: str, schema: object) -> CompiledParameters:
+    """Check and compile a parameters schema once (`Tool` does so at definition).
+
+    Raises:
+        ToolDefinitionError: as `check_parameters_schema`.
+    """
+    return _compile(tool_name, schema)
 
 
 def _compile(tool_name: str, schema: object) -> _Compiled:
@@ -583,8 +843,9 @@ def _compiled(tool_name: str, schema_text: str) -> _Compiled:
     if root_type is not None and root_type != "object":
         raise ToolDefinitionError(tool_name, f"parameters must describe an object (type \"object\"), "
                                              f"got type {json.dumps(root_type)}")
-    validator = _StrictValidator(close_schema(schema), format_checker=FORMAT_CHECKER)
-    return _Compiled(validator=validator, schema_sha256=_sha256_text(schema_text))
+    closed = close_schema(schema)
+    validator = _StrictValidator(closed, format_checker=FORMAT_CHECKER)
+    return _Compiled(validator=validator, schema_sha256=_sha256_text(schema_text), fast=_fast_check(closed))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -634,7 +895,7 @@ class _Walk:
                 len(value) > self.max_string_bytes
                 or len(value.encode("utf-8", "surrogatepass")) > self.max_string_bytes):
             self.error(path, ValidationErrorKind.TOO_LONG, f"{what} longer than {self.max_string_bytes} bytes")
-        elif _SURROGATE_RE.search(value):
+        elif not value.isascii() and _SURROGATE_RE.search(value):
             self.error(path, ValidationErrorKind.OTHER, f"{what} contains an unpaired UTF-16 surrogate")
         return str(value)
 
@@ -642,6 +903,25 @@ class _Walk:
         self.nodes += 1
         if self.nodes > self.max_nodes:
             raise _TooManyNodes
+        kind = type(value)
+        if kind is str:  # the common exact types first; their subclasses take the general path below
+            if len(value) * 4 <= self.max_string_bytes and value.isascii():
+                return value  # short enough, and ASCII cannot hold a surrogate
+            return self.string(value, path, "string")
+        if kind is dict and depth < self.max_depth:
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                if type(key) is str and len(key) * 4 <= self.max_string_bytes and key.isascii():
+                    out[key] = self.copy(item, path + (key,), depth + 1)
+                    continue
+                if not isinstance(key, str):
+                    self.error(path, ValidationErrorKind.OTHER, f"object key {_safe_repr(key)} is not a string")
+                    continue
+                key = self.string(key, path + (key,), "key")
+                out[key] = self.copy(item, path + (key,), depth + 1)
+            return out
+        if kind is int and value.bit_length() <= _MAX_INT_BITS:
+            return value
         if value is None or isinstance(value, bool):
             return value
         if isinstance(value, int):
@@ -659,7 +939,7 @@ class _Walk:
                 self.error(path, ValidationErrorKind.TOO_DEEP, f"nested deeper than {self.max_depth} levels")
                 return None
             if isinstance(value, Mapping):
-                out: dict[str, Any] = {}
+                out = {}
                 for key, item in value.items():
                     if not isinstance(key, str):
                         self.error(path, ValidationErrorKind.OTHER,
@@ -844,14 +1124,21 @@ def _parse_text(raw: str | bytes | bytearray) -> tuple[Any, ArgumentError | None
         return fail(ValidationErrorKind.OTHER, f"invalid JSON: {exc}")
 
 
-def validate_arguments(tool_name: str, schema: Mapping[str, Any], raw: object, *, max_depth: int = 32,
+def _failed(tool_name: str, errors: list[tuple[tuple[str | int, ...], ArgumentError]]) -> ArgumentErrors:
+    unique = {(parts, e): None for parts, e in errors}
+    return ArgumentErrors(tool_name=tool_name, errors=tuple(e for _, e in sorted(unique, key=_sort_key)))
+
+
+def validate_arguments(tool_name: str, schema: Mapping[str, Any] | CompiledParameters, raw: object, *,
+                       max_depth: int = 32,
                        max_nodes: int = MAX_NODES,
                        max_string_bytes: int = MAX_STRING_BYTES) -> ValidatedArguments | ArgumentErrors:
     """Validate a model's raw arguments against a tool's parameters schema, strictly, collecting every error.
 
     Args:
         tool_name: The tool the arguments are for (carried into the result).
-        schema: The tool's parameters schema, as declared (closed for validation, see `close_schema`).
+        schema: The tool's parameters schema, as declared (closed for validation, see `close_schema`), or its
+            `CompiledParameters` (`Tool.compiled_parameters`), which skips compiling and hashing it per call.
         raw: JSON text (``str``/``bytes``) or an already parsed value (e.g. ``ToolCall.arguments``).
         max_depth: Most nested containers allowed, the arguments object included (1..256).
         max_nodes: Most JSON values allowed in total.
@@ -868,11 +1155,10 @@ def validate_arguments(tool_name: str, schema: Mapping[str, Any], raw: object, *
         raise ValueError(f"max_depth must be in 1..{MAX_DEPTH_LIMIT}, got {max_depth}")
     if max_nodes < 1 or max_string_bytes < 1:
         raise ValueError(f"max_nodes and max_string_bytes must be positive, got {max_nodes}, {max_string_bytes}")
-    compiled = _compile(tool_name, schema)
+    compiled = schema if isinstance(schema, CompiledParameters) else _compile(tool_name, schema)
 
     def failed(errors: list[tuple[tuple[str | int, ...], ArgumentError]]) -> ArgumentErrors:
-        unique = {(parts, e): None for parts, e in errors}
-        return ArgumentErrors(tool_name=tool_name, errors=tuple(e for _, e in sorted(unique, key=_sort_key)))
+        return _failed(tool_name, errors)
 
     if isinstance(raw, (str, bytes, bytearray)):
         raw, parse_error = _parse_text(raw)
@@ -889,6 +1175,14 @@ def validate_arguments(tool_name: str, schema: Mapping[str, Any], raw: object, *
                                           reason=f"more than {max_nodes} values in the arguments"))])
     if walk.errors:
         return failed(walk.errors)
+    if compiled.fast is not None:
+        try:
+            valid = compiled.fast(plain)
+        except Exception:  # e.g. RecursionError: the full path below reports it the documented way
+            valid = False
+        if valid:
+            return ValidatedArguments(_CONSTRUCTOR_TOKEN, tool_name=tool_name, plain=plain,
+                                      schema_sha256=compiled.schema_sha256)
     try:
         mapped = [m for error in compiled.validator.iter_errors(plain) for m in _map_error(error)]
     except RecursionError:

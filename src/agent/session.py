@@ -34,14 +34,16 @@ as ``tool_call_rejected`` and reinjected as ok:false results, so the model may r
 
 from __future__ import annotations
 
+import copy
 import enum
+import functools
 import hashlib
 import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Final
 
 from agent import results
 from agent.artifact import ArtifactStore
@@ -55,7 +57,7 @@ from agent.results import ResultErrorKind
 from agent.schema import ArgumentError, ArgumentErrors, ValidatedArguments, validate_arguments
 from agent.tool import (ApprovalPolicy, IdempotencyStore, Tool, ToolContext, ToolOutcome, ToolRegistry,
                         check_approval, default_policy, execute_tool)
-from agent.trace import (EventType, TraceError, TraceMisuseError, TraceRecorder, TraceWriteError,
+from agent.trace import (EventType, PrivacyMode, TraceError, TraceMisuseError, TraceRecorder, TraceWriteError,
                          artifact_written_data, provenance_data)
 
 __all__ = ["LoopOutcome", "RunResult", "Session", "SessionError"]
@@ -143,6 +145,8 @@ class _Run:
     n_call_ids: int = 0
     model_step: str = ""
     call_ids: list[str] = field(default_factory=list)
+    contents: dict[str, tuple[ToolOutcome, str, bool]] = field(default_factory=dict)
+    """Per executed call: its outcome's bounded result text, rendered once for the trace and the reinjection."""
 
 
 class Session:
@@ -325,7 +329,7 @@ class Session:
         run.model_step = f"model-{run.steps}"
         if not isinstance(self.tool_choice, str):
             run.tool_choice = self._planned_choice(run.steps - 1)
-        messages = run.ledger.messages()
+        messages = _message_copies(run.ledger)
         run.trace.model_call_started(run.model_step, self.engine, messages, self._specs, run.tool_choice,
                                      self.limits.max_output_tokens)
         try:
@@ -388,7 +392,7 @@ class Session:
         elif run.tool_choice == "none":
             rejected = _rejection(ResultErrorKind.UNKNOWN_TOOL, "tool calls are disabled in this session")
         else:
-            checked = validate_arguments(tool.name, tool.parameters, call.arguments)
+            checked = validate_arguments(tool.name, tool.compiled_parameters, call.arguments)
             if isinstance(checked, ArgumentErrors):
                 rejected = _rejection(ResultErrorKind.INVALID_ARGUMENTS, checked.detail, checked.errors)
             else:
@@ -414,7 +418,10 @@ class Session:
                           linked_runs=[])
         run.trace.execution_started(call_id, tool, timeout_s)
         outcome = execute_tool(tool, accepted.args, ctx, timeout_s=timeout_s, idempotency=self.idempotency)
-        run.trace.execution_finished(call_id, tool.name, outcome, self.limits.max_result_bytes)
+        result = outcome.to_result()
+        content, truncated = results.result_content(result, max_bytes=self.limits.max_result_bytes)
+        run.contents[call_id] = (outcome, content, truncated)  # what `_reinject` commits: rendered once
+        run.trace.execution_finished(call_id, tool.name, outcome, result, content, truncated)
         if not outcome.replayed:
             for ref in outcome.artifacts:
                 run.trace.artifact_written(step, call_id, tool.name, ref)
@@ -422,11 +429,15 @@ class Session:
 
     def _reinject(self, run: _Run, call_id: str, call: ToolCall, result: ToolOutcome | _Rejected) -> None:
         """Bound the result, render it through the codec and commit it as the call's tool message."""
+        rendered = run.contents.pop(call_id, None)
         if isinstance(result, _Rejected):
-            payload, kind, ok = result.result, EntryKind.TOOL_REJECTION, False
+            kind, ok = EntryKind.TOOL_REJECTION, False
+            content, truncated = results.result_content(result.result, max_bytes=self.limits.max_result_bytes)
+        elif rendered is not None and rendered[0] is result:
+            kind, ok, content, truncated = EntryKind.TOOL_RESULT, result.ok, rendered[1], rendered[2]
         else:
-            payload, kind, ok = result.to_result(), EntryKind.TOOL_RESULT, result.ok
-        content, truncated = results.result_content(payload, max_bytes=self.limits.max_result_bytes)
+            kind, ok = EntryKind.TOOL_RESULT, result.ok
+            content, truncated = results.result_content(result.to_result(), max_bytes=self.limits.max_result_bytes)
         message = self.engine.codec.tool_result_message(call, content)
         run.ledger.commit(kind, message, step=_tool_step(call_id), call_ids=(call_id,), tool=call.name or None,
                           ok=ok, truncated=truncated)
@@ -439,12 +450,38 @@ class Session:
 
     def _result(self, run: _Run, ending: _Ending) -> RunResult:
         return RunResult(outcome=ending.outcome, limit=ending.breach.kind if ending.breach else None,
-                         final_text=ending.final_text, messages=run.ledger.messages(), ledger=run.ledger.entries,
+                         final_text=ending.final_text, messages=_message_copies(run.ledger), ledger=run.ledger.entries,
                          steps=run.steps, tool_calls=run.tool_calls, run_id=run.run_id, detail=ending.detail,
                          phase=ending.phase)
 
 
 # -- small pure helpers ------------------------------------------------------------------------------------------
+
+
+def _message_copies(ledger: CommitLedger) -> list[dict[str, Any]]:
+    """`CommitLedger.messages` (fresh deep copies of the committed messages), with a copier made for the JSON
+    values messages hold: ``copy.deepcopy``'s memo and dispatch cost several times more per turn."""
+    return [_json_copy(dict(entry.message)) for entry in ledger]
+
+
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+"""Immutable JSON leaves: shared, not copied (``copy.deepcopy`` returns them as they are too)."""
+
+
+def _json_copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                return copy.deepcopy(value)
+            out[k] = v if type(v) in _SCALARS else _json_copy(v)
+        return out
+    if kind is list:
+        return [v if type(v) in _SCALARS else _json_copy(v) for v in value]
+    if kind in _SCALARS:
+        return value
+    return copy.deepcopy(value)  # anything else: exactly what the ledger would hand out
 
 
 def _tool_step(call_id: str) -> str:
@@ -460,7 +497,17 @@ def _malformed_as_call(action: MalformedToolCall) -> ToolCall:
     return ToolCall(name="", arguments={}, raw=action.raw)
 
 
+def _limits_record(limits: AgentLimits) -> dict[str, Any]:
+    """``dataclasses.asdict(limits)`` without its recursive copying: every field of `AgentLimits` is a number
+    or None (a subclass with other fields still goes through ``asdict``)."""
+    if type(limits) is not AgentLimits:
+        return asdict(limits)
+    return {f.name: getattr(limits, f.name) for f in fields(limits)}
+
+
+@functools.cache
 def _runtime_version() -> str:
+    """The installed ember version, read once per process (reading distribution metadata costs a millisecond)."""
     try:
         from importlib.metadata import version
 
@@ -484,7 +531,10 @@ class _RunTrace:
             self._rec.emit(event, step=step, phase=phase, data=data)
 
     def _payload(self, value: Any) -> Any:
-        return self._rec.payload(value) if self._rec is not None else value
+        rec = self._rec
+        if rec is None or rec.privacy is PrivacyMode.FULL:  # `TraceRecorder.payload` keeps it as it is too
+            return value
+        return rec.payload(value)
 
     def run_started(self, user_message: str, system_prompt: str | None, specs: Any, tool_choice: str) -> None:
         self._emit(EventType.RUN_STARTED, None, "start", {
@@ -503,7 +553,7 @@ class _RunTrace:
             tool_schema_sha256=tools.snapshot_sha256, model_name=identity.pop("model_path", None),
             config={"tool_choice": tool_choice, "approval": getattr(approval, "__name__", type(approval).__name__),
                     "tools": tools.snapshot()},
-            limits=asdict(limits), engine=identity)
+            limits=_limits_record(limits), engine=identity)
         self._emit(EventType.PROVENANCE, None, "start", data)
 
     def model_call_started(self, step: str, engine: TurnEngine, messages: list[dict[str, Any]], specs: Any,
@@ -551,22 +601,26 @@ class _RunTrace:
             "call_id": call_id, "tool": tool.name, "kind": str(tool.kind), "external": tool.external,
             "timeout_s": timeout_s})
 
-    def execution_finished(self, call_id: str, tool: str, outcome: ToolOutcome, max_result_bytes: int) -> None:
-        """The result is traced as the model will see it (bounded to ``max_result_bytes``, so a huge result
-        cannot make an over-long trace line), plus the byte length and sha256 of the full result JSON."""
+    def execution_finished(self, call_id: str, tool: str, outcome: ToolOutcome, result: dict[str, Any],
+                           content: str, truncated: bool) -> None:
+        """The result is traced as the model will see it (``content``: bounded to ``max_result_bytes`` by
+        `results.result_content`, so a huge result cannot make an over-long trace line), plus the byte length and
+        sha256 of the full result JSON."""
         if self._rec is None:
             return
         ids = [ref.id for ref in outcome.artifacts]
-        result = outcome.to_result()
-        full_bytes = results.result_json(result).encode("utf-8")
-        bounded, truncated = (results.result_content(result, max_bytes=max_result_bytes)
-                              if len(full_bytes) > max_result_bytes else (full_bytes.decode("utf-8"), False))
+        if truncated:
+            full_bytes = results.result_json(result).encode("utf-8")
+            traced = json.loads(content)
+        else:  # content is result's full JSON: tracing result itself writes the same line, without a re-parse
+            full_bytes = content.encode("utf-8")
+            traced = result
         self._emit(EventType.TOOL_EXECUTION_FINISHED, _tool_step(call_id), "execute", {
             "call_id": call_id, "tool": tool, "ok": outcome.ok, "duration_ms": outcome.duration_ms,
             "error_kind": str(outcome.error_kind) if outcome.error_kind else None, "detail": outcome.detail,
             "replayed": outcome.replayed, "artifact_ids": [] if outcome.replayed else ids,
             "replayed_artifact_ids": ids if outcome.replayed else [],
-            "linked_runs": list(outcome.linked_runs), "result": self._payload(json.loads(bounded)),
+            "linked_runs": list(outcome.linked_runs), "result": self._payload(traced),
             "result_truncated": truncated, "result_bytes": len(full_bytes),
             "result_sha256": hashlib.sha256(full_bytes).hexdigest()})
 

@@ -52,9 +52,9 @@ import inspect
 import json
 import math
 import os
-import queue
 import re
 import threading
+import _thread
 import time
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -68,7 +68,8 @@ from pydantic.fields import FieldInfo
 from agent.errors import ArgumentsMismatchError, DuplicateToolError, ToolDefinitionError
 from agent.protocol.base import ToolSpec
 from agent.results import ResultErrorKind, error_result, ok_result
-from agent.schema import ValidatedArguments, canonical_json, check_parameters_schema, render_path
+from agent.schema import (CompiledParameters, ValidatedArguments, canonical_json, check_parameters_schema,
+                          compile_parameters, render_path)
 
 if TYPE_CHECKING:
     from agent.artifact import ArtifactRef, ArtifactStore
@@ -96,10 +97,12 @@ TOOL_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
 IDEMPOTENCY_KEY_FIELD: Final = "idempotency_key"
 _POLL_S: Final = 0.01
 """How often the watchdog looks at ``ctx.cancel`` (it only has ``is_set()``). Completion is not polled: the
-waiter blocks on the worker's done event and wakes the moment it is set."""
+waiter blocks on the job's done lock and wakes the moment the worker releases it."""
 _MAX_IDLE_WORKERS: Final = 8
 """Parked worker threads kept for reuse; more finish when their call does."""
 _MAX_DETAIL_CHARS: Final = 2000
+_RESULT_ENCODER: Final = json.JSONEncoder(allow_nan=False)
+"""``json.dumps(value, allow_nan=False)`` without building an encoder per call (encoders keep no call state)."""
 
 
 class ToolKind(enum.StrEnum):
@@ -186,6 +189,8 @@ class Tool:
     """An action whose effects leave the run (email, payment, remote API). Denied by `default_policy`."""
     schema_sha256: str = field(init=False, repr=False)
     """Hex sha256 of the canonical parameters JSON; `ValidatedArguments` must carry the same."""
+    compiled_parameters: CompiledParameters = field(init=False, repr=False)
+    """``parameters`` checked and compiled once, here: what `validate_arguments` should be given for this tool."""
 
     def __post_init__(self) -> None:
         name = self.name
@@ -209,11 +214,13 @@ class Tool:
             raise ToolDefinitionError(name, f"timeout_s must be a positive number or None, got {self.timeout_s!r}")
         check_parameters_schema(name, self.parameters)
         parameters = json.loads(json.dumps(self.parameters))
+        compiled = compile_parameters(name, parameters)
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "parameters", parameters)
         object.__setattr__(self, "constrained", bool(self.constrained))
         object.__setattr__(self, "external", bool(self.external))
-        object.__setattr__(self, "schema_sha256", _sha256(canonical_json(parameters)))
+        object.__setattr__(self, "schema_sha256", compiled.schema_sha256)
+        object.__setattr__(self, "compiled_parameters", compiled)
 
     def spec(self) -> ToolSpec:
         """The codec's view: name, description, parameters (a copy) and whether decoding is constrained."""
@@ -607,11 +614,19 @@ class ToolOutcome:
         return error_result(self.error_kind or ResultErrorKind.EXECUTION_FAILED, self.detail)
 
 
+def _held_lock() -> Any:
+    lock = _thread.allocate_lock()
+    lock.acquire()
+    return lock
+
+
 @dataclass
 class _Entry:
     args_sha256: str
     outcome: ToolOutcome | None = None
-    done: threading.Event = field(default_factory=threading.Event)
+    settled: Any = field(default_factory=_held_lock)
+    """Held until the claim is settled (a C-level lock: cheaper than an Event on every action call); waiters
+    pass through it with ``with``."""
 
 
 class IdempotencyStore:
@@ -647,7 +662,8 @@ class IdempotencyStore:
                 if entry is None:
                     self._entries[key] = _Entry(args_sha256=args.sha256)
                     return "run", key
-            entry.done.wait()
+            with entry.settled:  # blocks until `_settle` releases it
+                pass
             with self._lock:
                 if self._entries.get(key) is not entry:
                     continue  # the first attempt never started; claim again
@@ -665,7 +681,7 @@ class IdempotencyStore:
                 del self._entries[key]
             else:
                 entry.outcome = outcome
-        entry.done.set()
+        entry.settled.release()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -699,37 +715,66 @@ class _RecordingArtifacts:
 
 
 class _Worker:
-    """One reusable daemon thread: runs one job at a time, parks itself in the pool (or ends), then sets the job's
-    done event, so the waiter's next call finds it parked instead of starting a thread."""
+    """One reusable daemon thread: runs one job at a time, parks itself in the pool (or ends), then releases the
+    job's ``done`` lock, so the waiter's next call finds it parked instead of starting a thread.
+
+    Handoff. The worker sleeps in ``os.read`` on its own pipe; `give` wakes it with a one-byte ``os.write``. Both
+    calls release the GIL around the system call, so the woken worker can take the GIL at once instead of waking
+    only to wait for it while the caller is still on its way to block (a `threading.Lock`/`Condition` handoff
+    costs two extra context switches per call). Each job brings its own ``done`` lock, held by the waiter and
+    released by the worker: a per-job lock means the late completion of a detached job can never be mistaken for
+    the completion of the worker's next one. Releasing ``done`` is the worker's last step before it blocks again.
+    """
+
+    __slots__ = ("_pool", "_wake_r", "_wake_w", "_job", "_thread")
 
     def __init__(self, pool: _WorkerPool) -> None:
         self._pool = pool
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], str, threading.Event]] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe()
+        self._job: tuple[Callable[[], None], str, Any] | None = None
         self._thread = threading.Thread(target=self._loop, daemon=True, name="ember-tool-idle")
 
-    def give(self, job: Callable[[], None], name: str, done: threading.Event) -> None:
-        self._jobs.put((job, name, done))
+    def give(self, job: Callable[[], None], name: str, done: Any) -> None:
+        self._job = (job, name, done)
         if self._thread.ident is None:
-            self._thread.start()
+            try:
+                self._thread.start()
+            except BaseException:  # e.g. "can't start new thread": the job never runs, the caller sees why
+                self._pool.retire(self)
+                raise
+        os.write(self._wake_w, b"\0")
+
+    def close(self) -> None:
+        """Close the wake pipe (the thread has ended, never started, or does not exist after a fork)."""
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def _loop(self) -> None:
         me = threading.current_thread()
-        while True:
-            job, name, done = self._jobs.get()
-            me.name = name
-            parked = False
-            try:
-                job()  # the job contains every exception itself
-            except BaseException:  # pragma: no cover - defensive: a worker never dies without setting done
-                pass
-            finally:
-                me.name = "ember-tool-idle"
+        pool, wake = self._pool, self._wake_r
+        try:
+            while os.read(wake, 1):
+                job, name, done = self._job  # type: ignore[misc]
+                self._job = None
+                me.name = name
+                parked = False
                 try:
-                    parked = self._pool.park(self)
+                    job()  # the job contains every exception itself
+                except BaseException:  # pragma: no cover - defensive: a worker never dies without releasing done
+                    pass
                 finally:
-                    done.set()
-            if not parked:
-                return
+                    me.name = "ember-tool-idle"
+                    try:
+                        parked = pool.park(self)
+                    finally:
+                        done.release()
+                if not parked:
+                    return
+        finally:
+            pool.retire(self)
 
 
 class _WorkerPool:
@@ -738,13 +783,18 @@ class _WorkerPool:
     def __init__(self, max_idle: int) -> None:
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
+        self._live: set[_Worker] = set()
         self._max_idle = max_idle
 
-    def submit(self, job: Callable[[], None], name: str, done: threading.Event) -> None:
-        """Run ``job`` on a parked worker (or a new one); ``done`` is set once it returned."""
+    def submit(self, job: Callable[[], None], name: str, done: Any) -> None:
+        """Run ``job`` on a parked worker (or a new one); the held lock ``done`` is released once it returned."""
         with self._lock:
             worker = self._idle.pop() if self._idle else None
-        (worker or _Worker(self)).give(job, name, done)
+        if worker is None:
+            worker = _Worker(self)
+            with self._lock:
+                self._live.add(worker)
+        worker.give(job, name, done)
 
     def park(self, worker: _Worker) -> bool:
         with self._lock:
@@ -753,10 +803,19 @@ class _WorkerPool:
             self._idle.append(worker)
             return True
 
+    def retire(self, worker: _Worker) -> None:
+        """A worker's thread ends: forget it and close its pipe."""
+        with self._lock:
+            self._live.discard(worker)
+        worker.close()
+
     def forget(self) -> None:
-        """After fork: the parked threads do not exist in the child."""
+        """After fork: the parked and running threads do not exist in the child; close the pipes it inherited."""
+        for worker in self._live:
+            worker.close()
         self._lock = threading.Lock()
         self._idle = []
+        self._live = set()
 
 
 _POOL = _WorkerPool(_MAX_IDLE_WORKERS)
@@ -765,17 +824,20 @@ if hasattr(os, "register_at_fork"):
 
 
 class _CallCancel:
-    """The run's cancel signal, also set once this call is detached."""
+    """The run's cancel signal, also set once this call is detached (a flag: it is only ever set, and reading
+    or writing one attribute is atomic)."""
+
+    __slots__ = ("_outer", "_detached")
 
     def __init__(self, outer: CancelSignal) -> None:
         self._outer = outer
-        self._detached = threading.Event()
+        self._detached = False
 
     def is_set(self) -> bool:
-        return self._detached.is_set() or self._outer.is_set()
+        return self._detached or self._outer.is_set()
 
     def detach(self) -> None:
-        self._detached.set()
+        self._detached = True
 
 
 def _describe(exc: BaseException) -> str:
@@ -858,50 +920,62 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
     call_cancel = _CallCancel(ctx.cancel)
     call_ctx = ToolContext(run_id=ctx.run_id, call_id=ctx.call_id, artifacts=recording,  # type: ignore[arg-type]
                            cancel=call_cancel, linked_runs=[])
-    box: dict[str, Any] = {}
-    done = threading.Event()
+    box: list[Any] = [None, None]  # [value, exception]
+    done = _thread.allocate_lock()
+    done.acquire()  # released by the worker once the job returned
 
-    def work() -> None:  # the pool sets ``done`` after it returns
+    def work() -> None:
         try:
-            box["value"] = tool.function(args, call_ctx)
+            box[0] = tool.function(args, call_ctx)
         except BaseException as exc:  # contained: see the module docstring
-            box["error"] = exc
+            box[1] = exc
 
     context = contextvars.copy_context()
+    outer_cancel = ctx.cancel
     start = time.perf_counter()
     deadline = None if limit is None else start + limit
     detach_kind: ResultErrorKind | None = None
-    _POOL.submit(functools.partial(context.run, work), f"ember-tool-{tool.name}-{ctx.call_id}", done)
+    finished = False
     try:
-        while not done.wait(_POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.perf_counter()))):
-            if ctx.cancel.is_set():
+        _POOL.submit(functools.partial(context.run, work), f"ember-tool-{tool.name}-{ctx.call_id}", done)
+        while True:
+            wait = _POLL_S if deadline is None else min(_POLL_S, deadline - time.perf_counter())
+            if done.acquire(timeout=max(0.0, wait)):
+                finished = True
+                break
+            if outer_cancel.is_set():
                 detach_kind = ResultErrorKind.CANCELLED
                 break
             if deadline is not None and time.perf_counter() >= deadline:
                 detach_kind = ResultErrorKind.TIMEOUT
                 break
     finally:
-        if not done.is_set():
+        if not finished and not done.acquire(blocking=False):
             call_cancel.detach()
         artifacts = recording.close() if recording is not None else ()
         linked = tuple(call_ctx.linked_runs)
         ctx.linked_runs.extend(linked)
     duration_ms = (time.perf_counter() - start) * 1000.0
-    common = {"duration_ms": duration_ms, "artifacts": artifacts, "linked_runs": linked, "started": True}
     if detach_kind is ResultErrorKind.TIMEOUT:
         return ToolOutcome(ok=False, error_kind=detach_kind, detail=f"tool {tool.name!r} did not finish within "
-                           f"{limit:g} s; the worker was detached and its result will be discarded", **common)
+                           f"{limit:g} s; the worker was detached and its result will be discarded",
+                           duration_ms=duration_ms, artifacts=artifacts, linked_runs=linked, started=True)
     if detach_kind is ResultErrorKind.CANCELLED:
         return ToolOutcome(ok=False, error_kind=detach_kind, detail="the run was cancelled while the tool was "
-                           "running; the worker was detached and its result will be discarded", **common)
-    if "error" in box:
-        exc = box["error"]
+                           "running; the worker was detached and its result will be discarded",
+                           duration_ms=duration_ms, artifacts=artifacts, linked_runs=linked, started=True)
+    exc = box[1]
+    if exc is not None:
         if isinstance(exc, ToolFailure):
-            return ToolOutcome(ok=False, error_kind=exc.kind, detail=exc.detail, **common)
-        return ToolOutcome(ok=False, error_kind=ResultErrorKind.EXECUTION_FAILED, detail=_describe(exc), **common)
+            return ToolOutcome(ok=False, error_kind=exc.kind, detail=exc.detail, duration_ms=duration_ms,
+                               artifacts=artifacts, linked_runs=linked, started=True)
+        return ToolOutcome(ok=False, error_kind=ResultErrorKind.EXECUTION_FAILED, detail=_describe(exc),
+                           duration_ms=duration_ms, artifacts=artifacts, linked_runs=linked, started=True)
     try:
-        value = json.loads(json.dumps(box.get("value"), allow_nan=False))
+        value = json.loads(_RESULT_ENCODER.encode(box[0]))
     except Exception as exc:  # TypeError, ValueError, RecursionError, or whatever a hostile __iter__/items raises
         return ToolOutcome(ok=False, error_kind=ResultErrorKind.RESULT_NOT_SERIALIZABLE,
-                           detail=f"the tool returned a value that is not JSON: {_describe(exc)}", **common)
-    return ToolOutcome(ok=True, value=value, **common)
+                           detail=f"the tool returned a value that is not JSON: {_describe(exc)}",
+                           duration_ms=duration_ms, artifacts=artifacts, linked_runs=linked, started=True)
+    return ToolOutcome(ok=True, value=value, duration_ms=duration_ms, artifacts=artifacts, linked_runs=linked,
+                       started=True)

@@ -76,6 +76,16 @@ DEFAULT_EXCERPT_CHARS = 200
 _SCHEMA_RE = re.compile(r"^ember\.agent\.trace\.v(\d+)(?:\.(\d+))?$")
 _ENVELOPE = ("schema", "run_id", "seq", "event_type", "t_ms", "ts_epoch_ms", "step", "phase", "data")
 _TORN_TAIL_MAX_CHARS = 65536
+_LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+"""Built once: ``json.dumps`` with these options builds an encoder per call (stateless, so shared safely)."""
+_json_string = json.encoder.encode_basestring
+"""A str as JSON text, exactly as `_LINE_ENCODER` writes it (``ensure_ascii=False``)."""
+_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_DATA_CHUNKS = (_c_encoder(None, _LINE_ENCODER.default, _json_string, None, ":", ",", False, False, False)
+                if _c_encoder is not None else None)
+"""The C encoder behind `_LINE_ENCODER`, built once and called directly on a dict (``JSONEncoder.encode``
+rebuilds it per call). Without circular-reference markers: circular data ends in RecursionError, and `_encode`
+then reports it."""
 
 
 class EventType(enum.StrEnum):
@@ -106,6 +116,8 @@ class EventType(enum.StrEnum):
 TERMINAL_EVENTS = frozenset({EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED,
                              EventType.RUN_TERMINATED})
 """Exactly one of these ends every complete trace, as its last line."""
+_EVENT_NAMES = {kind: kind.value for kind in EventType}
+"""Plain-str names (reading ``.value`` goes through a Python-level descriptor on every event)."""
 
 
 class PrivacyMode(enum.StrEnum):
@@ -257,6 +269,9 @@ class TraceRecorder:
         self._unsynced = False
         """Lines were appended since the last fsync (close skips a redundant fsync after the terminal one)."""
         self._t0_ns = time.monotonic_ns()
+        self._prefix = ""
+        """The line's constant head, up to ``"seq":``, for `_encode_fast` (built for ``_prefix_run_id``)."""
+        self._prefix_run_id: object = None
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         try:
             self._fd = os.open(self.path, flags, 0o644)
@@ -288,11 +303,14 @@ class TraceRecorder:
                 ``data`` is not JSON-serializable, or the line exceeds ``MAX_LINE_BYTES``.
             TraceWriteError: the write failed (now or on an earlier event).
         """
-        try:
-            kind = EventType(event_type)
-        except ValueError:
-            raise TraceMisuseError(f"unknown event type {event_type!r}; use an EventType",
-                                   event_type=str(event_type)) from None
+        if type(event_type) is EventType:
+            kind = event_type
+        else:
+            try:
+                kind = EventType(event_type)
+            except ValueError:
+                raise TraceMisuseError(f"unknown event type {event_type!r}; use an EventType",
+                                       event_type=str(event_type)) from None
         if kind is EventType.TOKEN and not self.token_events:
             return None
         with self._lock:
@@ -305,18 +323,20 @@ class TraceRecorder:
             if self._terminal is not None:
                 raise TraceMisuseError(f"run {self.run_id} already ended with {self._terminal}; cannot emit {kind}",
                                        event_type=kind)
-            event = {"schema": TRACE_SCHEMA, "run_id": self.run_id, "seq": self._seq, "event_type": str(kind),
-                     "t_ms": round((time.monotonic_ns() - self._t0_ns) / 1e6, 3),
-                     "ts_epoch_ms": time.time_ns() // 1_000_000, "step": step, "phase": phase,
-                     "data": dict(data) if data is not None else {}}
-            line = self._encode(event)
+            name, seq = _EVENT_NAMES[kind], self._seq
+            t_ms = (time.monotonic_ns() - self._t0_ns) // 1000 / 1000  # whole µs: 3 decimals
+            ts_epoch_ms = time.time_ns() // 1_000_000
+            body = dict(data) if data is not None else {}
+            event = {"schema": TRACE_SCHEMA, "run_id": self.run_id, "seq": seq, "event_type": name, "t_ms": t_ms,
+                     "ts_epoch_ms": ts_epoch_ms, "step": step, "phase": phase, "data": body}
+            line = self._encode_fast(name, seq, t_ms, ts_epoch_ms, step, phase, body) or self._encode(event)
             self._append(line)
             self._unsynced = True
             self._seq += 1
-            if kind in TERMINAL_EVENTS:
-                self._terminal = str(kind)
-            if self.fsync_policy is FsyncPolicy.EVERY_EVENT or (
-                    self.fsync_policy is FsyncPolicy.TERMINAL and kind in TERMINAL_EVENTS):
+            terminal = kind in TERMINAL_EVENTS
+            if terminal:
+                self._terminal = name
+            if self.fsync_policy is FsyncPolicy.EVERY_EVENT or (terminal and self.fsync_policy is FsyncPolicy.TERMINAL):
                 self._sync()
             return event
 
@@ -352,10 +372,35 @@ class TraceRecorder:
 
     # -- private --------------------------------------------------------------------------------------------------
 
+    def _encode_fast(self, name: str, seq: int, t_ms: float, ts_epoch_ms: int, step: Any, phase: Any,
+                     data: dict[str, Any]) -> bytes | None:
+        """`_encode`'s exact bytes for the usual event (string or null step and phase, UTF-8-encodable text),
+        assembled around the JSON of ``data`` instead of encoding the whole envelope again; None otherwise."""
+        if not ((step is None or type(step) is str) and (phase is None or type(phase) is str)):
+            return None
+        run_id = self.run_id
+        if run_id is not self._prefix_run_id:
+            try:
+                self._prefix = f'{{"schema":"{TRACE_SCHEMA}","run_id":{_LINE_ENCODER.encode(run_id)},"seq":'
+            except (TypeError, ValueError, RecursionError):
+                return None
+            self._prefix_run_id = run_id
+        try:
+            body = "".join(_DATA_CHUNKS(data, 0)) if _DATA_CHUNKS is not None else _LINE_ENCODER.encode(data)
+        except (TypeError, ValueError, RecursionError):
+            return None  # `_encode` reports it
+        try:
+            line = (f'{self._prefix}{seq},"event_type":"{name}","t_ms":{t_ms!r},"ts_epoch_ms":{ts_epoch_ms},'
+                    f'"step":{"null" if step is None else _json_string(step)},'
+                    f'"phase":{"null" if phase is None else _json_string(phase)},"data":{body}}}\n').encode("utf-8")
+        except UnicodeEncodeError:
+            return None  # `_encode` falls back to \u escapes
+        return line if len(line) <= MAX_LINE_BYTES else None  # `_encode` refuses an oversize line
+
     def _encode(self, event: dict[str, Any]) -> bytes:
         try:
-            text = json.dumps(event, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as e:
+            text = _LINE_ENCODER.encode(event)
+        except (TypeError, ValueError, RecursionError) as e:
             raise TraceMisuseError(f"{event['event_type']} data is not JSON-serializable: {e}",
                                    event_type=event["event_type"]) from None
         try:
@@ -368,18 +413,18 @@ class TraceRecorder:
         return line
 
     def _append(self, line: bytes) -> None:
-        start = os.lseek(self._fd, 0, os.SEEK_END) if self._regular else None
         written = 0
         try:
             while written < len(line):  # a regular file writes all at once unless the device is full
-                n = os.write(self._fd, line[written:])
+                n = os.write(self._fd, line[written:] if written else line)
                 if n == 0:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 written += n
         except OSError as e:
-            if written and start is not None:
-                try:  # take back the partial line so the file stays a clean prefix
-                    os.ftruncate(self._fd, start)
+            if written and self._regular:
+                try:  # take back the partial line so the file stays a clean prefix: it is the file's last
+                    # ``written`` bytes (one writer per file; the lock orders this process's appends)
+                    os.ftruncate(self._fd, os.lseek(self._fd, 0, os.SEEK_END) - written)
                 except OSError:
                     pass
             self._failed = TraceWriteError(
@@ -747,9 +792,10 @@ def verify_trace(path: str | os.PathLike[str] | BinaryIO | bytes, *,
         if claims_artifact(text) and not wrote_artifact:
             problems.append(f"final answer claims an artifact but no write_artifact execution exists "
                             f"(answer from {origin})")
-        recorded = {ev.data.get("artifact_id") for ev in events if ev.event_type == EventType.ARTIFACT_WRITTEN}
+        recorded = [r for ev in events if ev.event_type == EventType.ARTIFACT_WRITTEN
+                    and isinstance(r := ev.data.get("artifact_id"), str)]  # non-strings were reported above
         for named in (n.rstrip("._-") for n in _ARTIFACT_ID_RE.findall(text)):
-            if not any(isinstance(r, str) and (r == named or r.startswith(named)) for r in recorded):
+            if not any(r == named or r.startswith(named) for r in recorded):
                 problems.append(f"final answer names artifact {named} that the trace never recorded")
     return VerifyReport(ok=not problems, problems=tuple(problems), warnings=tuple(warnings),
                         n_events=len(events))

@@ -465,3 +465,133 @@ def test_accepts_exactly_what_jsonschema_accepts_with_unknown_fields_closed(data
     assert isinstance(from_text, ValidatedArguments) == oracle
     if isinstance(result, ValidatedArguments):
         assert json.loads(result.to_json()) == instance and from_text.sha256 == result.sha256
+
+
+# -- the fast validity check decides exactly what the strict validator decides ----------------------------------
+
+from agent.schema import (  # noqa: E402
+    FORMAT_CHECKER,
+    CompiledParameters,
+    _fast_check,
+    _StrictValidator,
+    canonical_json,
+    compile_parameters,
+)
+
+FAST_NAMES = ["a", "b", "c", "d"]
+fast_numbers = st.one_of(st.integers(-3, 3), st.floats(-3, 3, allow_nan=False).map(lambda f: round(f, 1)))
+fast_json = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-4, 4), st.floats(-4, 4, allow_nan=False),
+              st.just(2.0), st.just(10**30), st.text("ab\u00e9", max_size=4),
+              st.sampled_from(["2024-02-29", "2023-02-29", "x@y.io", "a", "ab", "", "12:00:00Z"])),
+    lambda children: st.one_of(st.lists(children, max_size=3),
+                               st.dictionaries(st.sampled_from(FAST_NAMES + ["zz", "Ab"]), children, max_size=3)),
+    max_leaves=8,
+)
+
+
+def fast_leaves():
+    return st.one_of(
+        st.fixed_dictionaries({}, optional={
+            "type": st.one_of(st.sampled_from(["integer", "number", "string", "boolean", "null", "array", "object"]),
+                              st.lists(st.sampled_from(["integer", "string", "null", "number"]), min_size=1,
+                                       max_size=2, unique=True)),
+            "minimum": fast_numbers, "maximum": fast_numbers, "exclusiveMinimum": fast_numbers,
+            "exclusiveMaximum": fast_numbers, "minLength": st.integers(0, 2), "maxLength": st.integers(0, 3),
+            "pattern": st.sampled_from(["^a", "b$", "é"]), "format": st.sampled_from(["date", "email", "time", "x"]),
+            "description": st.just("annotation"), "minItems": st.integers(0, 2), "maxItems": st.integers(0, 2),
+            "uniqueItems": st.booleans(), "minProperties": st.integers(0, 2), "maxProperties": st.integers(0, 2)}),
+        st.builds(lambda values: {"enum": values}, st.lists(fast_json, min_size=1, max_size=3)),
+        st.builds(lambda values: {"enum": values}, st.lists(st.text("ab", max_size=2), min_size=1, max_size=3)),
+        st.builds(lambda value: {"const": value}, fast_json),
+        st.sampled_from([True, False, {}, {"$ref": "#/$defs/leaf"}, {"$comment": "c", "type": "integer"}]),
+    )
+
+
+def fast_composites(children):
+    props = st.dictionaries(st.sampled_from(FAST_NAMES), children, max_size=3)
+    return st.one_of(
+        st.builds(lambda p, req, extra, closing: {"type": "object", "properties": p, "required": req, **extra,
+                                                  **closing},
+                  props, st.lists(st.sampled_from(FAST_NAMES), unique=True, max_size=2),
+                  st.fixed_dictionaries({}, optional={
+                      "dependentRequired": st.just({"a": ["b"]}),
+                      "propertyNames": st.just({"maxLength": 1})}),
+                  st.sampled_from([{}, {"additionalProperties": False}, {"additionalProperties": True},
+                                   {"additionalProperties": {"type": "integer"}}, {"unevaluatedProperties": False},
+                                   {"unevaluatedProperties": {"type": "string"}}])),
+        st.builds(lambda item, extra: {"type": "array", "items": item, **extra}, children,
+                  st.fixed_dictionaries({}, optional={"maxItems": st.integers(0, 2), "uniqueItems": st.booleans()})),
+        st.builds(lambda key, members: {key: members}, st.sampled_from(["allOf", "anyOf", "oneOf"]),
+                  st.lists(children, min_size=1, max_size=3)),
+        st.builds(lambda inner: {"not": inner}, children),
+        st.builds(lambda c, t, e: {"if": c, "then": t, "else": e}, children, children, children),
+        st.builds(lambda c, t: {"if": c, "then": t}, children, children),
+    )
+
+
+fast_schemas = st.recursive(fast_leaves(), fast_composites, max_leaves=6)
+fast_roots = st.builds(
+    lambda body, leaf: {**(body if isinstance(body, dict) else {}), "$defs": {"leaf": leaf}},
+    fast_schemas, st.sampled_from([{"type": "integer", "maximum": 2}, {"type": "string"}]))
+
+
+@settings(max_examples=600, deadline=None)
+@given(data=st.data(), schema=fast_roots)
+def test_the_fast_check_decides_exactly_as_the_strict_validator(data, schema):
+    closed = close_schema(schema)
+    fast = _fast_check(closed)
+    # every keyword drawn here is one the fast check decides, except unevaluatedProperties beside an in-place
+    # applicator (closing a schema with allOf/anyOf/oneOf/if/$ref members adds such nodes): annotations decide it
+    assert (fast is None) == _collects_annotations(closed), closed
+    if fast is None:
+        return
+    oracle = _StrictValidator(closed, format_checker=FORMAT_CHECKER)
+    for instance in data.draw(st.lists(fast_json, min_size=1, max_size=4)):
+        assert fast(instance) == oracle.is_valid(instance), (closed, instance)
+
+
+def _collects_annotations(node):
+    if isinstance(node, list):
+        return any(_collects_annotations(v) for v in node)
+    if not isinstance(node, dict):
+        return False
+    in_place = {"$ref", "allOf", "anyOf", "oneOf", "if", "additionalProperties", "patternProperties"}
+    if "unevaluatedProperties" in node and in_place & set(node):
+        return True
+    return any(_collects_annotations(v) for v in node.values())
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 0.1}}},
+    {"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
+    {"type": "object", "properties": {"a": {"type": "array", "prefixItems": [{"type": "integer"}]}}},
+    {"type": "object", "properties": {"a": {"$ref": "https://example.com/remote.json"}}},
+    {"type": "object", "properties": {"a": {"$id": "urn:x", "type": "integer"}}},
+    {"type": "object", "allOf": [{"properties": {"a": {"type": "integer"}}}], "unevaluatedProperties": False},
+])
+def test_what_the_fast_check_cannot_decide_exactly_is_left_to_jsonschema(schema):
+    assert _fast_check(close_schema(schema)) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), schema=root_schemas)
+def test_compiled_parameters_validate_exactly_as_the_schema_does(data, schema):
+    compiled = compile_parameters("t", schema)
+    assert isinstance(compiled, CompiledParameters)
+    instance = data.draw(st.one_of(instances_for(schema), json_values))
+    from_schema, from_compiled = validate_arguments("t", schema, instance), validate_arguments("t", compiled, instance)
+    assert type(from_schema) is type(from_compiled)
+    if isinstance(from_schema, ValidatedArguments):
+        assert from_schema == from_compiled and from_compiled.schema_sha256 == compiled.schema_sha256
+        assert from_compiled.to_json() == canonical_json(instance)
+    else:
+        assert from_schema.errors == from_compiled.errors
+
+
+def test_errors_are_collected_by_jsonschema_even_where_the_fast_check_applies():
+    compiled = compile_parameters("t", ORDER)
+    assert compiled.fast is not None
+    assert kinds_at(compiled, {"customer": {"id": "X"}, "items": [{"sku": "a", "qty": 0}], "zz": 1}) == [
+        ("customer.id", K.PATTERN_MISMATCH), ("items[0].qty", K.OUT_OF_RANGE), ("items[0].sku", K.TOO_SHORT),
+        ("zz", K.UNKNOWN_FIELD)]

@@ -807,3 +807,33 @@ def test_registering_tools_prepares_every_grammar_the_choices_will_need(kit: Kit
     assert engine.prepared == [(tuple(t.name for t in kit.tools()), ("required", "auto"), "[0-9]+")]
     _, planned = kit.session([final("x")], tool_choice=("add", "none"))
     assert planned.prepared[0][1] == ("add", "none")
+
+
+class _VandalEngine(ScriptedEngine):
+    """Records what each turn was given, then scribbles over it (messages and nested tool-call arguments)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.given: list[str] = []
+
+    def run_turn(self, messages: Any, **kwargs: Any) -> ModelTurn:
+        self.given.append(json.dumps(messages, sort_keys=True))
+        turn = super().run_turn(messages, **kwargs)
+        for message in messages:
+            for tool_call in message.get("tool_calls") or ():
+                tool_call["function"]["arguments"]["a"] = "vandalised"
+            message["content"] = "vandalised"
+        messages.append({"role": "user", "content": "injected"})
+        return turn
+
+
+def test_each_turn_gets_fresh_copies_of_the_committed_messages(tmp_path: Path) -> None:
+    kit = Kit(tmp_path)
+    engine = _VandalEngine([call("add", a=1, b=2), call("add", a=3, b=4), final("done")], CODEC)
+    session = Session(engine, ToolRegistry(kit.tools()), system_prompt=SYSTEM)
+    result = session.run("add twice")
+    assert result.outcome is LoopOutcome.COMPLETED and [args for _, args in kit.executed] == [
+        {"a": 1, "b": 2}, {"a": 3, "b": 4}]
+    assert not any("vandalised" in given or "injected" in given for given in engine.given)
+    assert not any("vandalised" in json.dumps(m) or "injected" in json.dumps(m) for m in result.messages)
+    assert [json.loads(given) for given in engine.given] == [result.messages[:n] for n in (2, 4, 6)]

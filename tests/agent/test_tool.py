@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Annotated, Literal, Optional
 
 import pydantic
@@ -28,6 +29,7 @@ from agent.tool import (
     default_policy,
     execute_tool,
 )
+from agent.tool import _POOL
 
 ADD_SCHEMA = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
               "required": ["a", "b"], "additionalProperties": False}
@@ -290,6 +292,17 @@ def test_tool_functions_receive_validated_arguments():
     assert received == [ValidatedArguments]
 
 
+def test_a_tool_compiles_its_parameters_once_and_they_validate_as_the_schema_does():
+    tool = make()
+    compiled = validate_arguments(tool.name, tool.compiled_parameters, {"a": 1, "b": 2})
+    assert compiled == valid(tool, {"a": 1, "b": 2}) and compiled.schema_sha256 == tool.schema_sha256
+    assert run(tool, {"a": 1, "b": 2}).value == 3
+    errors = validate_arguments(tool.name, tool.compiled_parameters, {"a": "x", "c": 1})
+    assert isinstance(errors, ArgumentErrors)
+    assert [(e.path, e.kind.value) for e in errors.errors] == [("a", "wrong_type"), ("b", "missing_required"),
+                                                              ("c", "unknown_field")]
+
+
 def test_arguments_validated_for_another_tool_or_schema_are_refused():
     other = make(name="other")
     with pytest.raises(ArgumentsMismatchError):
@@ -461,6 +474,66 @@ def test_a_detached_worker_is_not_handed_the_next_call_while_its_tool_still_runs
         release.set()
     assert outcome.ok and outcome.value == 2
     assert second and second[0] != blocked_on[0]
+
+
+def test_a_detached_worker_back_in_the_pool_completes_only_its_next_call():
+    """Its late completion must not read as the completion of the call it is handed next."""
+    release, ended, late = threading.Event(), threading.Event(), []
+
+    def block(args, c):
+        late.append(threading.get_ident())
+        release.wait()
+        ended.set()
+        return "late"
+
+    assert run(make(block, timeout_s=0.05), {"a": 1, "b": 2}).error_kind is R.TIMEOUT
+    release.set()
+    assert ended.wait(10)
+    deadline = time.monotonic() + 10
+    while late[0] not in [w._thread.ident for w in _POOL._idle] and time.monotonic() < deadline:
+        time.sleep(0.001)  # the worker parks itself once the late call returned
+    ran_on = []
+
+    def slow_add(args, c):
+        ran_on.append(threading.get_ident())
+        time.sleep(0.05)
+        return args["a"] + args["b"]
+
+    outcome = run(make(slow_add), {"a": 2, "b": 3})
+    assert ran_on == late  # the most recently parked worker: the one that was detached
+    assert outcome.ok and outcome.value == 5 and outcome.duration_ms >= 50
+
+
+def test_many_calls_with_timeouts_between_them_each_get_their_own_result():
+    release = threading.Event()
+    blocked = make(lambda args, c: release.wait(), timeout_s=0.01)
+    try:
+        for i in range(60):
+            if i % 7 == 0:
+                assert run(blocked, {"a": 0, "b": 0}).error_kind is R.TIMEOUT
+            outcome = run(make(), {"a": i, "b": 1})
+            assert outcome.ok and outcome.value == i + 1
+    finally:
+        release.set()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open descriptors through /proc")
+def test_workers_beyond_the_parked_ones_end_and_close_their_wake_pipes():
+    release = threading.Event()
+    blocked = make(lambda args, c: release.wait(), timeout_s=0.01)
+    before = len(os.listdir("/proc/self/fd"))
+    try:
+        for _ in range(20):  # 20 detached workers, each still running its tool
+            assert run(blocked, {"a": 0, "b": 0}).error_kind is R.TIMEOUT
+        assert len(os.listdir("/proc/self/fd")) >= before + 2 * 12
+    finally:
+        release.set()
+    deadline = time.monotonic() + 10
+    while len(_POOL._live) > 8 and time.monotonic() < deadline:
+        time.sleep(0.005)  # the ones that find the pool full end, closing their pipes
+    assert len(_POOL._idle) <= 8 and len(_POOL._live) <= 8
+    assert len(os.listdir("/proc/self/fd")) <= before + 2 * 8
+    assert run(make(), {"a": 1, "b": 2}).value == 3
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -710,3 +710,72 @@ def test_claims_artifact_recognises_write_claims(text: str) -> None:
 ])
 def test_claims_artifact_ignores_answers_that_do_not_claim_a_write(text: str) -> None:
     assert not claims_artifact(text)
+
+
+# -- the line encoder: the assembled fast line is byte-for-byte the full encoding ------------------------------------
+
+_trace_json = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
+              st.text(), st.sampled_from(["\ud800", "a\"b\\c\n", "é\u2028"])),
+    lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(st.text(max_size=5), children,
+                                                                                 max_size=3)),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(step=st.one_of(st.none(), st.text(max_size=8), st.integers(0, 9)),
+       phase=st.one_of(st.none(), st.text(max_size=8)), data=st.dictionaries(st.text(max_size=5), _trace_json,
+                                                                               max_size=4),
+       run_id=st.one_of(st.text(max_size=12), st.just("run-\ud800")), seq=st.integers(0, 10**6),
+       t_ms=st.floats(0, 1e9, allow_nan=False).map(lambda t: round(t, 3)))
+def test_the_fast_line_is_exactly_the_full_encoding_or_not_taken(tmp_path: Path, step, phase, data, run_id, seq,
+                                                                 t_ms) -> None:
+    tr = TraceRecorder(tmp_path / f"t-{random.getrandbits(64)}.jsonl", run_id=run_id)
+    try:
+        event = {"schema": TRACE_SCHEMA, "run_id": run_id, "seq": seq, "event_type": "message_committed",
+                 "t_ms": t_ms, "ts_epoch_ms": 1767225600123, "step": step, "phase": phase, "data": data}
+        fast = tr._encode_fast("message_committed", seq, t_ms, 1767225600123, step, phase, data)
+        assert fast is None or fast == tr._encode(event)
+        if fast is None:
+            # only what the fast path leaves alone: a non-string step, or text with lone surrogates
+            assert not isinstance(step, (str, type(None))) or "\\ud" in tr._encode(event).decode("utf-8")
+    finally:
+        tr.close()
+
+
+@pytest.mark.parametrize("make", [lambda: _nested(5000), lambda: _circular()], ids=["deep", "circular"])
+def test_data_that_cannot_be_encoded_is_refused_and_the_recorder_goes_on(tmp_path: Path, make) -> None:
+    path = tmp_path / "t.jsonl"
+    with TraceRecorder(path) as tr:
+        tr.emit(EventType.RUN_STARTED)
+        with pytest.raises(TraceMisuseError):
+            tr.emit(EventType.MESSAGE_COMMITTED, data={"content": make()})
+        tr.emit(EventType.RUN_FAILED, data={"error": "x"})
+    assert [e.seq for e in read_trace(path).events] == [0, 1]
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _circular() -> dict:
+    value: dict = {}
+    value["self"] = value
+    return value
+
+
+def test_an_artifact_id_that_is_not_a_string_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    with TraceRecorder(path) as tr:
+        tr.emit(EventType.RUN_STARTED)
+        tr.emit(EventType.PROVENANCE, data=_provenance())
+        tr.emit(EventType.ARTIFACT_WRITTEN, data={"call_id": "c", "tool": "write_artifact", "artifact_id": ["x"]})
+        tr.emit(EventType.RUN_COMPLETED, data={"final_text": "saved 0000-4e07408562be-sum.md"})
+    report = verify_trace(path)
+    assert not report.ok
+    assert any("artifact_written without an artifact_id" in p for p in report.problems)
+    assert any("names artifact 0000-4e07408562be-sum.md that the trace never recorded" in p for p in report.problems)
