@@ -73,7 +73,7 @@ BEHAVIOURS: dict[str, tuple[Any, ResultErrorKind | None]] = {
     "returns_nan": (lambda: float("nan"), ResultErrorKind.RESULT_NOT_SERIALIZABLE),
     "returns_bytes": (lambda: b"\xff", ResultErrorKind.RESULT_NOT_SERIALIZABLE),
     "returns_object": (lambda: ReprBomb(), ResultErrorKind.RESULT_NOT_SERIALIZABLE),
-    "returns_cycle": (lambda: (lambda l: (l.append(l), l)[1])([]), ResultErrorKind.RESULT_NOT_SERIALIZABLE),
+    "returns_cycle": (lambda: (lambda cycle: (cycle.append(cycle), cycle)[1])([]), ResultErrorKind.RESULT_NOT_SERIALIZABLE),
     "returns_deep": (lambda: (lambda: [x := [], [(x := [x]) for _ in range(100_000)]][1][-1])(),
                      ResultErrorKind.RESULT_NOT_SERIALIZABLE),
     "returns_items_bomb": (lambda: ItemsBomb(a=1), ResultErrorKind.RESULT_NOT_SERIALIZABLE),
