@@ -770,8 +770,14 @@ check(PyObject *self, PyObject *args)
     if (width < 256 || n_items(&bt) != n_states * width) why = "transitions is not [n_states, width>=256]";
     else if (n_nodes < 1 || n_items(&be) != n_nodes || n_items(&bs) != n_nodes + 1) why = "trie arrays disagree";
     else if (nd[0] != 0 || ne[0] != n_nodes || ts[0] != 0 || ts[n_nodes] != n_tok) why = "bad trie root";
-    for (Py_ssize_t k = 0; !why && k < n_items(&bt); k++) {
-        if (T[k] < -1 || T[k] >= n_states) why = "transition target out of range";
+    if (!why) { /* one branch-free (vectorizable) pass: the smallest and largest target */
+        int32_t lo = 0, hi = 0;
+        Py_ssize_t n_t = n_items(&bt);
+        for (Py_ssize_t k = 0; k < n_t; k++) {
+            lo = T[k] < lo ? T[k] : lo;
+            hi = T[k] > hi ? T[k] : hi;
+        }
+        if (n_t && (lo < -1 || hi >= n_states)) why = "transition target out of range";
     }
     for (Py_ssize_t i = 1; !why && i < n_nodes; i++) {
         if (nd[i] < 1 || nd[i] > max_depth || nd[i] > nd[i - 1] + 1) why = "node depth out of range";

@@ -44,6 +44,11 @@ TERMINAL = -2
 UNREACHABLE = np.iinfo(np.int32).max // 2
 """UB of a state whose canonical completion no sequence of tokens can spell (the kernel's infinity)."""
 
+_EMPTY_TRIE = (
+    np.zeros(1, dtype=np.int32), np.ones(1, dtype=np.int32), np.zeros(2, dtype=np.int32), np.zeros(0, dtype=np.int32)
+)
+"""node_depth, node_end, tok_start, tok_ids of a root-only trie: `_kernel.check` then validates just a table."""
+
 _ALLOWED_FORM_MAX = 512
 """At most this many allowed ids (and at most 1/8 of the vocabulary): fill -inf around the allowed list.
 Measured on 128k logits: ~15 µs + ~14 ns per allowed id (scattered gaps defeat vectorization)."""
@@ -361,10 +366,9 @@ class TokenIndex:
         self._lock = threading.Lock()
         self._out_ids = np.empty(self.trie.n_tokens, dtype=np.int32)
         self._out_next = np.empty(self.trie.n_tokens, dtype=np.int32)
-        self._scratch = np.full(self.trie.vocab_size, -1, dtype=np.int32)
-        table = self._transitions  # the kernels trust it (the trie was checked once, when it was built)
-        if table.ndim != 2 or self._width < 256 or (table.size and (table.min() < DEAD or table.max() >= dfa.n_states)):
-            raise ValueError(f"transition table {table.shape} is not [n_states, >=256] with targets in [-1, n_states)")
+        self._scratch_ids: np.ndarray | None = None
+        # the kernels trust the table: one C pass over it (the trie was checked once, when it was built)
+        _kernel.check(self._transitions, self._width, *_EMPTY_TRIE, 0, self.trie.vocab_size)
         self._ub = np.full(dfa.n_states, -1, dtype=np.int32)
         self._next_hop: np.ndarray | None = None
         self._budget_masks: dict[tuple[int, int], StateMask] = {}
@@ -373,6 +377,12 @@ class TokenIndex:
         self._shortcut = string_body_shortcut(self.trie)
         if preflight:
             self._check_every_state_can_move()
+
+    def _scratch(self) -> np.ndarray:
+        """int32 [vocab size], all -1 between walks (the kernels restore it); allocated on the first walk."""
+        if self._scratch_ids is None:
+            self._scratch_ids = np.full(self.trie.vocab_size, -1, dtype=np.int32)
+        return self._scratch_ids
 
     # -- construction checks ---------------------------------------------------------------------------------------
 
@@ -418,12 +428,12 @@ class TokenIndex:
             if plan is not None:
                 assert self._shortcut is not None
                 bits, count, n_normal = self._shortcut.walk(
-                    self._transitions, state, plan, trie, self._out_ids, self._out_next, self._scratch
+                    self._transitions, state, plan, trie, self._out_ids, self._out_next, self._scratch()
                 )
             else:
                 count = n_normal = _kernel.walk(
                     self._transitions, self._width, state, trie.node_byte, trie.node_depth, trie.node_end,
-                    trie.tok_start, trie.tok_ids, trie.max_depth, self._out_ids, self._out_next, self._scratch,
+                    trie.tok_start, trie.tok_ids, trie.max_depth, self._out_ids, self._out_next, self._scratch(),
                 )  # fmt: skip
             ids = self._out_ids[:count].copy()
             next_states = self._out_next[:count].copy()
