@@ -467,7 +467,7 @@ def _load_entry(
     if _grammar_fingerprint(entry.dfa.fingerprint, vocab.fingerprint) != fingerprint:
         return None
     try:
-        index = TokenIndex(entry.dfa, vocab, masks=entry.masks, preflight=False)
+        index = TokenIndex(entry.dfa, vocab, masks=entry.masks, preflight=False, table_checked=True)
     except (ValueError, IndexError, TypeError, KeyError):
         return None  # e.g. the kernel refused the table: recompile (a real incompatibility raises again there)
     grammar = Grammar(

@@ -341,6 +341,8 @@ class TokenIndex:
             entry is read (and turned into a `StateMask`) on its first request only; None for an unusable entry.
         preflight: check up front that every state can be left by some token (skipped for a grammar loaded from
             the disk cache, which passed it when compiled; a failing state still raises when its mask is computed).
+        table_checked: the caller has already checked every transition target is in [-1, n_states) (the disk-cache
+            loader does, on the table's run-length form); otherwise it is checked here, since the kernels trust it.
 
     Raises:
         IncompatibleVocabularyError: the DFA names a special token the vocabulary lacks, or some state
@@ -354,6 +356,7 @@ class TokenIndex:
         *,
         masks: Mapping[int, tuple[np.ndarray, np.ndarray]] | None = None,
         preflight: bool = True,
+        table_checked: bool = False,
     ) -> None:
         self.dfa = dfa
         self.vocab = vocab
@@ -367,8 +370,8 @@ class TokenIndex:
         self._out_ids = np.empty(self.trie.n_tokens, dtype=np.int32)
         self._out_next = np.empty(self.trie.n_tokens, dtype=np.int32)
         self._scratch_ids: np.ndarray | None = None
-        # the kernels trust the table: one C pass over it (the trie was checked once, when it was built)
-        _kernel.check(self._transitions, self._width, *_EMPTY_TRIE, 0, self.trie.vocab_size)
+        if not table_checked:  # the kernels trust the table: one C pass (the trie was checked once, when built)
+            _kernel.check(self._transitions, self._width, *_EMPTY_TRIE, 0, self.trie.vocab_size)
         self._ub = np.full(dfa.n_states, -1, dtype=np.int32)
         self._next_hop: np.ndarray | None = None
         self._budget_masks: dict[tuple[int, int], StateMask] = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from tests.constrained.dfa_reference import live_tokens, make_dfa, walk_bytes
@@ -261,3 +263,17 @@ def test_kernel_check_rejects_tables_and_tries_the_walk_could_not_trust():
     bad_end[1] = 1  # a subtree that ends before it starts would loop forever
     with pytest.raises(ValueError, match="subtree"):
         _kernel.check(np.full((1, 256), DEAD, dtype=np.int32), 256, trie.node_depth, bad_end, *args[2:])
+
+
+def test_token_index_refuses_a_table_the_kernels_could_not_trust():
+    vocab = Vocabulary.from_tokens([b"a", b"b"])
+    table = np.full((2, 256), DEAD, dtype=np.int32)
+    table[0, ord("a")] = 1
+    dfa = make_dfa(table, np.asarray([False, True]))
+    TokenIndex(dfa, vocab)
+    good = make_dfa(table, np.asarray([False, True]))
+    bad = good.transitions.copy()
+    bad[0, ord("b")] = 7  # a target past the last state: the walk would read outside the table
+    forged = dataclasses.replace(good, transitions=bad)
+    with pytest.raises(ValueError, match="out of range"):
+        TokenIndex(forged, vocab)
