@@ -34,7 +34,6 @@ as ``tool_call_rejected`` and reinjected as ok:false results, so the model may r
 
 from __future__ import annotations
 
-import copy
 import enum
 import functools
 import hashlib
@@ -43,7 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Final
+from typing import Any
 
 from agent import results
 from agent.artifact import ArtifactStore
@@ -329,7 +328,7 @@ class Session:
         run.model_step = f"model-{run.steps}"
         if not isinstance(self.tool_choice, str):
             run.tool_choice = self._planned_choice(run.steps - 1)
-        messages = _message_copies(run.ledger)
+        messages = run.ledger.messages()
         run.trace.model_call_started(run.model_step, self.engine, messages, self._specs, run.tool_choice,
                                      self.limits.max_output_tokens)
         try:
@@ -450,38 +449,12 @@ class Session:
 
     def _result(self, run: _Run, ending: _Ending) -> RunResult:
         return RunResult(outcome=ending.outcome, limit=ending.breach.kind if ending.breach else None,
-                         final_text=ending.final_text, messages=_message_copies(run.ledger), ledger=run.ledger.entries,
+                         final_text=ending.final_text, messages=run.ledger.messages(), ledger=run.ledger.entries,
                          steps=run.steps, tool_calls=run.tool_calls, run_id=run.run_id, detail=ending.detail,
                          phase=ending.phase)
 
 
 # -- small pure helpers ------------------------------------------------------------------------------------------
-
-
-def _message_copies(ledger: CommitLedger) -> list[dict[str, Any]]:
-    """`CommitLedger.messages` (fresh deep copies of the committed messages), with a copier made for the JSON
-    values messages hold: ``copy.deepcopy``'s memo and dispatch cost several times more per turn."""
-    return [_json_copy(dict(entry.message)) for entry in ledger]
-
-
-_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
-"""Immutable JSON leaves: shared, not copied (``copy.deepcopy`` returns them as they are too)."""
-
-
-def _json_copy(value: Any) -> Any:
-    kind = type(value)
-    if kind is dict:
-        out = {}
-        for k, v in value.items():
-            if type(k) is not str:
-                return copy.deepcopy(value)
-            out[k] = v if type(v) in _SCALARS else _json_copy(v)
-        return out
-    if kind is list:
-        return [v if type(v) in _SCALARS else _json_copy(v) for v in value]
-    if kind in _SCALARS:
-        return value
-    return copy.deepcopy(value)  # anything else: exactly what the ledger would hand out
 
 
 def _tool_step(call_id: str) -> str:

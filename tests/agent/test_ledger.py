@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.ledger import CommitLedger, EntryKind, LedgerEntry, LedgerError
+from agent.ledger import CommitLedger, EntryKind, LedgerEntry, LedgerError, json_copy
 
 
 class _CountingEngine:
@@ -152,3 +154,27 @@ def test_committed_entries_are_always_a_valid_conversation(attempts: list[tuple[
             open_calls = set(entry.call_ids)
         elif entry.kind in (EntryKind.ASSISTANT_FINAL, EntryKind.USER, EntryKind.SYSTEM):
             open_calls = set()
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+    | st.dictionaries(st.integers(), inner, max_size=2) | st.tuples(inner, inner),
+    max_leaves=20,
+)
+
+
+def _containers(value, out):
+    if isinstance(value, (dict, list)):
+        out.append(value)
+        for item in value.values() if isinstance(value, dict) else value:
+            _containers(item, out)
+    return out
+
+
+@given(_JSON)
+def test_json_copy_is_a_deep_copy_sharing_no_container(value):
+    copied = json_copy(value)
+    assert copied == copy.deepcopy(value)
+    originals = {id(c) for c in _containers(value, [])}
+    assert not originals & {id(c) for c in _containers(copied, [])}
