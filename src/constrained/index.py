@@ -198,9 +198,7 @@ class StateMask:
     __slots__ = ("_allowed", "_next_states", "_count", "vocab_size", "form", "_disallowed", "_keep", "_bits",
                  "_lookup", "_ub_next", "_ub_next_max")  # fmt: skip
 
-    def __init__(
-        self, allowed: np.ndarray, next_states: np.ndarray, vocab_size: int, *, disallowed: np.ndarray | None = None
-    ) -> None:
+    def __init__(self, allowed: np.ndarray, next_states: np.ndarray, vocab_size: int) -> None:
         allowed.flags.writeable = False
         next_states.flags.writeable = False
         self._allowed: np.ndarray | None = allowed
