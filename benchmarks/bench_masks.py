@@ -34,7 +34,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -45,13 +44,8 @@ from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script or imported with benchmarks/ on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    _SRC = str(Path(__file__).resolve().parent.parent / "src")
-    if _SRC not in sys.path:
-        sys.path.append(_SRC)
 
-from _common import (  # noqa: E402
+from _common import (
     BENCHMARKS_DIR,
     REPO_ROOT,
     environment_lines,
@@ -325,9 +319,12 @@ class _Ours(_Engine):
         self._serial += 1
         directory = self._scratch / f"cache-{os.getpid()}-{self._serial}"
         os.environ["EMBER_CACHE_DIR"] = str(directory)
+        self._forget_compiled()
+
+    def _forget_compiled(self) -> None:
+        """Empty every in-memory cache, the parser's too: nothing carries over from other schemas or runs."""
         self._grammar.clear_memory_cache()
-        self._regex.clear_caches()  # parsed groups and classes too: nothing carries over from other schemas
-        self._regex.utf8_sequences.cache_clear()
+        self._regex.clear_caches()
 
     def prepare(self) -> None:
         previous = os.environ.get("EMBER_CACHE_DIR")
@@ -356,9 +353,7 @@ class _Ours(_Engine):
         start = _clock()
         self._grammar.compile_json_schema(schema, self.vocab, whitespace="flexible")
         warm_memory = (_clock() - start) * 1e-9
-        self._grammar.clear_memory_cache()
-        self._regex.clear_caches()
-        self._regex.utf8_sequences.cache_clear()
+        self._forget_compiled()
         start = _clock()
         self._grammar.compile_json_schema(schema, self.vocab, whitespace="flexible")
         warm_disk = (_clock() - start) * 1e-9

@@ -655,13 +655,15 @@ def _remember_group(
 
 
 def clear_caches() -> None:
-    """Forget every parsed class and group (benchmarks of cold compilation; tests of the caches)."""
+    """Forget every parsed class and group and every class's UTF-8 sequences (benchmarks of cold compilation;
+    tests of the caches)."""
     global _group_cache_chars
     with _group_cache_lock:
         _SHORT_GROUPS.clear()
         _LONG_GROUPS.clear()
         _group_cache_chars = 0
     _CLASS_CACHE.clear()
+    utf8_sequences.cache_clear()
 
 
 @functools.lru_cache(maxsize=1024)
