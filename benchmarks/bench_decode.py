@@ -37,7 +37,6 @@ import argparse
 import ctypes
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,13 +45,8 @@ from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script or imported with benchmarks/ on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    _SRC = str(Path(__file__).resolve().parent.parent / "src")
-    if _SRC not in sys.path:
-        sys.path.append(_SRC)
 
-from _common import (  # noqa: E402
+from _common import (
     BENCHMARKS_DIR,
     environment_lines,
     figure,

@@ -36,14 +36,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: benchmarks/ and src/ on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    _SRC = str(Path(__file__).resolve().parent.parent / "src")
-    if _SRC not in sys.path:
-        sys.path.append(_SRC)
 
-import studies_data as sd  # noqa: E402
-from _common import BENCHMARKS_DIR, environment_lines, figure, markdown_table, save_figure, write_section  # noqa: E402
+import studies_data as sd
+from _common import BENCHMARKS_DIR, environment_lines, figure, markdown_table, save_figure, write_section
 
 __all__ = [
     "DEFAULT_MODEL",

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -38,13 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    _SRC = str(Path(__file__).resolve().parent.parent / "src")
-    if _SRC not in sys.path:
-        sys.path.append(_SRC)
 
-from _common import (  # noqa: E402
+from _common import (
     BENCHMARKS_DIR,
     environment_lines,
     figure,

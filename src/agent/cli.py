@@ -190,6 +190,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     import runpy
 
     root = Path(__file__).resolve().parents[2] / "benchmarks"
+    if str(root) not in sys.path:  # where a script run directly finds its siblings (_common, studies_data, ...)
+        sys.path.insert(0, str(root))
     names = BENCHMARKS if args.name == "all" else (args.name,)
     for name in names:
         script = root / f"bench_{name}.py"
