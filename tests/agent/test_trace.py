@@ -187,13 +187,20 @@ def test_concurrent_emits_never_interleave_and_seq_is_file_order(tmp_path: Path)
         assert [e.data["i"] for e in read.events if e.step == f"w{k}"] == list(range(40))
 
 
-@pytest.mark.parametrize(("policy", "expected"), [(FsyncPolicy.NONE, 0), (False, 0), (FsyncPolicy.TERMINAL, 1),
-                                                  (FsyncPolicy.EVERY_EVENT, 3), (True, 3)])
-def test_fsync_policy_controls_how_often_lines_reach_stable_storage(tmp_path: Path, monkeypatch, policy,
-                                                                    expected: int) -> None:
-    calls = []
+@pytest.fixture
+def fsync_calls(monkeypatch) -> list[int]:
+    """The file descriptors ``os.fsync`` is called on from now on (the real fsync still runs)."""
+    calls: list[int] = []
     real = os.fsync
     monkeypatch.setattr(trace_mod.os, "fsync", lambda fd: (calls.append(fd), real(fd)))
+    return calls
+
+
+@pytest.mark.parametrize(("policy", "expected"), [(FsyncPolicy.NONE, 0), (False, 0), (FsyncPolicy.TERMINAL, 1),
+                                                  (FsyncPolicy.EVERY_EVENT, 3), (True, 3)])
+def test_fsync_policy_controls_how_often_lines_reach_stable_storage(tmp_path: Path, fsync_calls, policy,
+                                                                    expected: int) -> None:
+    calls = fsync_calls
     with TraceRecorder(tmp_path / "t.jsonl", fsync=policy) as tr:
         tr.emit(EventType.RUN_STARTED)
         tr.emit(EventType.PROVENANCE)
@@ -203,11 +210,9 @@ def test_fsync_policy_controls_how_often_lines_reach_stable_storage(tmp_path: Pa
 
 @pytest.mark.parametrize(("policy", "expected"), [(FsyncPolicy.NONE, 0), (FsyncPolicy.TERMINAL, 1),
                                                   (FsyncPolicy.EVERY_EVENT, 2)])
-def test_closing_an_unterminated_trace_syncs_the_lines_not_yet_synced(tmp_path: Path, monkeypatch, policy,
+def test_closing_an_unterminated_trace_syncs_the_lines_not_yet_synced(tmp_path: Path, fsync_calls, policy,
                                                                        expected: int) -> None:
-    calls = []
-    real = os.fsync
-    monkeypatch.setattr(trace_mod.os, "fsync", lambda fd: (calls.append(fd), real(fd)))
+    calls = fsync_calls
     with TraceRecorder(tmp_path / "t.jsonl", fsync=policy) as tr:
         tr.emit(EventType.RUN_STARTED)
         tr.emit(EventType.PROVENANCE)
