@@ -1046,11 +1046,62 @@ get_i32(PyObject *obj, Py_buffer *view, const char *name)
     return 0;
 }
 
+/* The canonical class form of the final table: symbols with equal columns share a class, classes numbered in
+ * order of their first symbol. sym_class[256 + n_special] receives each symbol's class, *table_out a fresh
+ * [n, classes] table; returns the number of classes (-1: no memory). Equal tables give equal forms, whatever
+ * byte classes the NFA happened to cut (that is what makes it a fingerprint input). */
+static int64_t
+symbol_classes(const Result *res, int64_t n_special, int32_t *sym_class, int32_t **table_out)
+{
+    int64_t n = res->n, nc = res->n_classes, width = 256 + n_special, m = 0, result = -1;
+    uint64_t *hash = malloc(((size_t)nc + 1) * sizeof *hash);
+    int32_t *group = malloc(((size_t)nc + 1) * sizeof *group), *rep = malloc(((size_t)nc + 1) * sizeof *rep);
+    int32_t *table = NULL;
+    if (!hash || !group || !rep) goto done;
+    for (int64_t k = 0; k < nc; k++) {
+        hash[k] = 0x9E3779B97F4A7C15ULL;
+        group[k] = -1;
+    }
+    for (int64_t s = 0; s < n; s++) {
+        const int32_t *row = res->table + s * nc;
+        for (int64_t k = 0; k < nc; k++) hash[k] = (hash[k] ^ (uint32_t)row[k]) * 0xff51afd7ed558ccdULL;
+    }
+    for (int64_t x = 0; x < width; x++) {
+        int64_t k = x < 256 ? res->byte_class[x] : res->n_byte_classes + (x - 256);
+        if (group[k] < 0) {
+            for (int64_t j = 0; j < m && group[k] < 0; j++) {
+                int64_t r = rep[j], s = 0;
+                if (hash[r] != hash[k]) continue;
+                while (s < n && res->table[s * nc + r] == res->table[s * nc + k]) s++;
+                if (s == n) group[k] = (int32_t)j;
+            }
+            if (group[k] < 0) {
+                rep[m] = (int32_t)k;
+                group[k] = (int32_t)m++;
+            }
+        }
+        sym_class[x] = group[k];
+    }
+    table = malloc(((size_t)n * m + 1) * sizeof *table);
+    if (!table) goto done;
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t j = 0; j < m; j++) table[s * m + j] = res->table[s * nc + rep[j]];
+    *table_out = table;
+    result = m;
+done:
+    free(hash);
+    free(group);
+    free(rep);
+    return result;
+}
+
 PyDoc_STRVAR(compile_doc,
 "compile(program, templates, template_offsets, n_special, max_states, max_work)\n"
-"    -> (transitions: bytes, n_states, accepting: bytes, distance: bytes) | int\n\n"
+"    -> (transitions: bytes, n_states, accepting: bytes, distance: bytes, symbol_classes: bytes,\n"
+"        class_table: bytes) | int\n\n"
 "Build the NFA the program describes and return its minimal trimmed canonical DFA: transitions is int32\n"
-"[n_states, 256 + n_special] (DEAD = -1), accepting one byte per state, distance int32 per state. On a\n"
+"[n_states, 256 + n_special] (DEAD = -1), accepting one byte per state, distance int32 per state, and the\n"
+"table's canonical class form (int32: each symbol's class, then [n_states, n_classes]; see symbol_classes). On a\n"
 "budget outcome, returns an int instead: 1 = subset work over max_work, 2 = more than max_states DFA\n"
 "states, 3 = the language is empty.");
 
@@ -1104,8 +1155,19 @@ compile_(PyObject *self, PyObject *args)
                 for (int k = 0; k < 256; k++) dst[k] = row[res.byte_class[k]];
                 for (int64_t k = 0; k < n_special; k++) dst[256 + k] = row[res.n_byte_classes + k];
             }
-            out = Py_BuildValue("(NLy#y#)", table, (long long)res.n, (const char *)res.accepting,
-                                (Py_ssize_t)res.n, (const char *)res.distance, (Py_ssize_t)(res.n * 4));
+            int32_t *sym_class = malloc((size_t)width * sizeof *sym_class), *classes = NULL;
+            int64_t m = sym_class ? symbol_classes(&res, n_special, sym_class, &classes) : -1;
+            if (m < 0) {
+                Py_DECREF(table);
+                PyErr_NoMemory();
+            } else {
+                out = Py_BuildValue("(NLy#y#y#y#)", table, (long long)res.n, (const char *)res.accepting,
+                                    (Py_ssize_t)res.n, (const char *)res.distance, (Py_ssize_t)(res.n * 4),
+                                    (const char *)sym_class, (Py_ssize_t)(width * 4), (const char *)classes,
+                                    (Py_ssize_t)(res.n * m * 4));
+            }
+            free(sym_class);
+            free(classes);
         }
     } else if (rc == RC_NOMEM) {
         PyErr_NoMemory();

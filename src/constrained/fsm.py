@@ -10,8 +10,10 @@ nothing.
         ──byte equivalence classes──► subset construction (class alphabet) ──trim──► Hopcroft
         ──canonical BFS renumbering──► class table ──expand classes──► DFA.transitions [S, 256 + K]
 
-Two implementations of the same pipeline. `compile_dfa` parses and flattens the AST into a preorder program
-(checking the NFA budget) in Python; the native extension ``constrained._fsm`` then builds the very same NFA
+Two implementations of the same pipeline. `compile_dfa` turns the pattern into a preorder program (the flattened
+AST) natively with ``constrained._pattern`` (`_Program.build` over `regex.parse` is its reference, and the
+fallback for whatever it declines, every syntax error included) and checks the NFA budget on it; the native
+extension ``constrained._fsm`` then builds the very same NFA
 and does everything else down to ``DFA.transitions`` and ``distance`` (GIL released), with the same
 subset-work accounting and budgets. `compile_dfa_reference` is the all-Python original, kept as the
 executable specification the native path is tested against (identical tables, identical budget errors).
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from constrained import _fsm
+from constrained import _fsm, _pattern
 from constrained.errors import EmptyLanguageError, GrammarTooLargeError
 from constrained.regex import (
     Alternation,
@@ -74,8 +76,11 @@ class DFA:
     initial state, visiting symbols in increasing order, so equal languages give equal tables.
     """
 
-    transitions: np.ndarray
-    """int32 [n_states, 256 + len(special_names)]; ``DEAD`` (-1) where there is no transition. Read-only."""
+    symbol_classes: np.ndarray
+    """int32 [256 + len(special_names)]: each symbol's class; symbols with equal columns share one, and classes are
+    numbered in order of their first symbol (the canonical form, see `symbol_classes`). Read-only."""
+    class_table: np.ndarray
+    """int32 [n_states, n_classes]: the transitions by class; ``DEAD`` (-1) where there is none. Read-only."""
     accepting: np.ndarray
     """bool [n_states]."""
     initial: int
@@ -85,11 +90,54 @@ class DFA:
     distance: np.ndarray
     """int32 [n_states]: shortest number of symbols from the state to an accepting state (0 if accepting)."""
     fingerprint: str
-    """sha256 hex of the canonical transition table: equal languages-as-compiled hash equal (cache key part)."""
+    """sha256 hex of the canonical class form: equal languages-as-compiled hash equal (cache key part)."""
+
+    @functools.cached_property
+    def transitions(self) -> np.ndarray:
+        """int32 [n_states, 256 + len(special_names)]: the table by symbol, what the mask kernels index. Read-only.
+
+        Expanded from the class form on first use: a grammar loaded from the cache whose masks are all stored
+        never needs it (a few classes are ~5x smaller than 256+ symbols to keep, hash, store and load).
+        """
+        table = np.ascontiguousarray(np.take(self.class_table, self.symbol_classes, axis=1))
+        table.flags.writeable = False
+        return table
+
+    @classmethod
+    def from_table(
+        cls, transitions: np.ndarray, *, accepting: np.ndarray, distance: np.ndarray, special_names: tuple[str, ...]
+    ) -> DFA:
+        """The DFA of a canonical table given by symbol (as the compilers produce it), with its class form and
+        fingerprint worked out."""
+        transitions = np.ascontiguousarray(transitions, dtype=np.int32)
+        dfa = cls.from_classes(*symbol_classes(transitions), accepting=accepting, distance=distance,
+                               special_names=special_names)  # fmt: skip
+        transitions.flags.writeable = False
+        dfa.__dict__["transitions"] = transitions  # already expanded: seed the cached property
+        return dfa
+
+    @classmethod
+    def from_classes(
+        cls,
+        symbol_class: np.ndarray,
+        class_table: np.ndarray,
+        *,
+        accepting: np.ndarray,
+        distance: np.ndarray,
+        special_names: tuple[str, ...],
+    ) -> DFA:
+        """The DFA of a canonical table given in its class form, with its fingerprint worked out."""
+        for array_ in (symbol_class, class_table, accepting, distance):
+            array_.flags.writeable = False
+        return cls(
+            symbol_classes=symbol_class, class_table=class_table, accepting=accepting, initial=0,
+            special_names=special_names, distance=distance,
+            fingerprint=_fingerprint(symbol_class, class_table, accepting, special_names),
+        )  # fmt: skip
 
     @property
     def n_states(self) -> int:
-        return int(self.transitions.shape[0])
+        return int(self.class_table.shape[0])
 
     def __repr__(self) -> str:  # the arrays would print thousands of numbers
         return (f"DFA(n_states={self.n_states}, n_symbols={self.n_symbols}, special_names={self.special_names!r}, "
@@ -98,7 +146,7 @@ class DFA:
     @property
     def n_symbols(self) -> int:
         """256 bytes plus one symbol per special-token terminal."""
-        return int(self.transitions.shape[1])
+        return int(self.symbol_classes.shape[0])
 
     def walk(self, symbols: Iterable[int], state: int = 0) -> int:
         """The state reached from ``state`` by ``symbols`` (bytes or symbol ids), or ``DEAD``."""
@@ -128,12 +176,17 @@ def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = 
         GrammarTooLargeError: the NFA, the subset construction or the DFA exceeds its budget.
         EmptyLanguageError: the pattern accepts no string at all.
     """
-    ast = parse(pattern, allow_special=allow_special)
-    program = _Program.build(ast)
-    if program.size > MAX_NFA_STATES:
-        raise GrammarTooLargeError("nfa_states", MAX_NFA_STATES, f"the pattern expands to ~{program.size} NFA states")
-    result = _fsm.compile(program.code, program.templates, program.offsets, len(program.names), max_states,
-                          MAX_SUBSET_WORK)
+    native = _pattern.program(pattern, allow_special)  # the same program, parsed natively
+    if native is not None:
+        code, templates, offsets = (memoryview(buffer).cast("i") for buffer in native[:3])
+        names, size = native[3], native[4]
+    else:  # anything the native parser leaves to Python, every syntax error included
+        program = _Program.build(parse(pattern, allow_special=allow_special))
+        code, templates, offsets, names, size = (program.code, program.templates, program.offsets, program.names,
+                                                 program.size)
+    if size > MAX_NFA_STATES:
+        raise GrammarTooLargeError("nfa_states", MAX_NFA_STATES, f"the pattern expands to ~{size} NFA states")
+    result = _fsm.compile(code, templates, offsets, len(names), max_states, MAX_SUBSET_WORK)
     if isinstance(result, int):
         if result == _NATIVE_WORK:
             raise GrammarTooLargeError("subset_work", MAX_SUBSET_WORK, "NFA-state sets grow too large")
@@ -142,13 +195,17 @@ def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = 
         if result == _NATIVE_EMPTY:
             raise EmptyLanguageError(pattern)
         raise AssertionError(f"unexpected outcome {result} from constrained._fsm.compile")
-    transitions, n_states, accepting, distance = result
-    return _dfa(
-        np.frombuffer(transitions, dtype=np.int32).reshape(n_states, 256 + len(program.names)),
-        np.frombuffer(accepting, dtype=np.bool_),
-        np.frombuffer(distance, dtype=np.int32),
-        program.names,
+    transitions, n_states, accepting, distance, symbol_class, class_table = result
+    dfa = DFA.from_classes(
+        np.frombuffer(symbol_class, dtype=np.int32),
+        np.frombuffer(class_table, dtype=np.int32).reshape(n_states, -1),
+        accepting=np.frombuffer(accepting, dtype=np.bool_),
+        distance=np.frombuffer(distance, dtype=np.int32),
+        special_names=names,
     )
+    table = np.frombuffer(transitions, dtype=np.int32).reshape(n_states, 256 + len(names))
+    dfa.__dict__["transitions"] = table  # expanded natively (read-only bytes): seed the cached property
+    return dfa
 
 
 def compile_dfa_reference(pattern: str, *, allow_special: bool = False, max_states: int = 50_000) -> DFA:
@@ -166,20 +223,23 @@ def compile_dfa_reference(pattern: str, *, allow_special: bool = False, max_stat
     table, accepting = _minimize(table, accepting)
     table, accepting = _canonical_order(table, accepting)
     distance = _distance(table, accepting)
-    return _dfa(np.ascontiguousarray(table[:, symbol_class]), accepting, distance, names)
+    return DFA.from_table(table[:, symbol_class], accepting=accepting, distance=distance, special_names=names)
 
 
-def _dfa(transitions: np.ndarray, accepting: np.ndarray, distance: np.ndarray, names: tuple[str, ...]) -> DFA:
-    for array_ in (transitions, accepting, distance):
-        array_.flags.writeable = False
-    return DFA(
-        transitions=transitions,
-        accepting=accepting,
-        initial=0,
-        special_names=names,
-        distance=distance,
-        fingerprint=_fingerprint(transitions, accepting, names),
-    )
+def symbol_classes(transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The canonical class form of a table: (int32 class of each symbol, int32 [n_states, n_classes]).
+
+    Symbols whose columns are equal share a class; classes are numbered in order of their first symbol, so equal
+    tables give equal forms. The native compiler returns the same form (``symbol_classes`` in _fsm.c) from the
+    classes it already has; this is the definition, for tables built elsewhere.
+    """
+    columns = np.ascontiguousarray(transitions.T, dtype=np.int32)
+    keys = columns.view(np.dtype((np.void, columns.shape[1] * 4))).reshape(-1)  # one opaque key per column
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.shape[0])
+    return rank[inverse].astype(np.int32), np.ascontiguousarray(transitions[:, first[order]], dtype=np.int32)
 
 
 def next_hop(dfa: DFA) -> np.ndarray:
@@ -730,10 +790,12 @@ def _canonical_order(table: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarr
     return mapping[table[old]], accepting[old]
 
 
-def _fingerprint(transitions: np.ndarray, accepting: np.ndarray, names: tuple[str, ...]) -> str:
-    digest = hashlib.sha256(b"ember.dfa.v1\0")
-    digest.update(np.array(transitions.shape, dtype="<i8").tobytes())
-    digest.update(np.ascontiguousarray(transitions.astype("<i4", copy=False)))  # the buffer itself: no copy
+def _fingerprint(symbol_class: np.ndarray, class_table: np.ndarray, accepting: np.ndarray, names: tuple[str, ...]) -> str:
+    """sha256 of the table in its canonical class form (a few columns instead of 256: ~10x less to hash)."""
+    digest = hashlib.sha256(b"ember.dfa.v2\0")
+    digest.update(np.array(class_table.shape, dtype="<i8").tobytes())
+    digest.update(np.ascontiguousarray(symbol_class, dtype="<i4"))
+    digest.update(np.ascontiguousarray(class_table, dtype="<i4"))  # the buffer itself: no copy
     digest.update(accepting.astype(np.uint8).tobytes())
     digest.update(json.dumps(list(names)).encode("utf-8"))
     return digest.hexdigest()

@@ -300,9 +300,9 @@ def _emit_unknown_keywords(messages: Sequence[str], stacklevel: int = 3) -> None
 
 def _compiler_sources() -> list[str]:
     """Every file that decides which pattern a schema becomes and which DFA a pattern becomes."""
-    from constrained import _fsm, regex, schema
+    from constrained import _fsm, _pattern, regex, schema
 
-    files = [str(module.__file__) for module in (schema, regex, fsm, _fsm)]
+    files = [str(module.__file__) for module in (schema, regex, fsm, _pattern, _fsm)]
     formats = getattr(schema, "_FORMAT_DIR", None)  # grammars/formats/*.regex: the string formats' patterns
     if formats is not None:
         files.extend(str(path) for path in sorted(Path(formats).glob("*")) if path.is_file())
@@ -387,7 +387,7 @@ def _entry_path(root: str, fingerprint: str) -> str:
 
 def _compile(pattern: str, allow_special: bool, vocab: Vocabulary) -> Grammar:
     dfa = fsm.compile_dfa(pattern, allow_special=allow_special)
-    index = TokenIndex(dfa, vocab)
+    index = TokenIndex(dfa, vocab, table_checked=True)  # the compiler's own canonical table: in range by construction
     index.state_mask(dfa.initial)
     grammar = Grammar(
         pattern=pattern, allow_special=allow_special, dfa=dfa, vocabulary=vocab, index=index,

@@ -7,19 +7,20 @@ read here is checked before it is used, and anything that fails counts as absent
 Entry file (little-endian arrays, no compression; written with one vectored write)::
 
     ┌ preamble  magic, version, header length, file size, body end, crc32 of the body                 40 bytes
-    ├ body      JSON header (fingerprints, identities, counts) · pattern (UTF-8) · transitions as runs
-    │           (values, lengths: ~10x smaller than the table) · distances · mask directory (a row per
-    │           stored state: counts, encodings, pool offset, crc32)             ── crc32-checked on every load
+    ├ body      JSON header (fingerprints, identities, counts) · pattern (UTF-8) · symbol classes · class
+    │           table as runs (values, lengths: ~30x smaller than the table by symbol) · distances · mask
+    │           directory (a row per stored state: counts, encodings, pool offset, crc32)
+    │                                                                         ── crc32-checked on every load
     └ pool      per-state masks: allowed ids (or, when most ids are allowed, the ids that are not) and next
                 states (or their runs)                                            ── each checked on first read
 
 A load is one open and two reads (the preamble, then exactly the body) into private memory, never a mapping: a
 file changed in place after the checks could otherwise reach the kernels. It checks the body crc32, every
-header field, and three ranges on the small arrays (run targets in [-1, n_states), run lengths summing to the
-table, distances >= 0); accepting states are not stored but derived (distance 0, by definition), and the table
-is expanded with one ``np.repeat``. Runs rather than the raw table: the expanded table needs fresh memory
-either way (its page faults are most of the ``np.repeat`` time), while a raw table is ~10x the bytes to read,
-too big to crc32 on every load (~0.3 ms/MB) and needs whole-table passes to check (measured slower). The
+header field, and four ranges on the small arrays (symbol classes in [0, n_classes), run targets in
+[-1, n_states), run lengths summing to the class table, distances >= 0); accepting states are not stored but
+derived (distance 0, by definition), and the class table is expanded with one ``np.repeat``. The DFA keeps its
+class form: the table by symbol (`DFA.transitions`) is only built if a mask that was not stored is computed.
+Runs rather than the raw class table: ~3x fewer bytes to read and crc32 (~0.3 ms/MB) on every load. The
 pool stays on disk: the directory is checked on the first lookup, and a state's mask is read (from the very
 file loaded: same inode, size and mtime), checked (its crc32, ids strictly ascending in range, next states in
 range) and decoded on first access only (`StoredMasks`), so a precomputed grammar of thousands of states loads
@@ -51,11 +52,11 @@ from constrained.vocabulary import Vocabulary
 if TYPE_CHECKING:
     from constrained.grammar import Grammar
 
-FORMAT = "ember.grammar.v4"
+FORMAT = "ember.grammar.v5"
 """Names the entry format (in every entry header) and, via the cache keys, the alias format."""
 
 _MAGIC = b"EMBERGRM"
-_VERSION = 4
+_VERSION = 5
 _PREAMBLE = struct.Struct("<8sIIQQII")
 """magic, version, header length, file size, body end (= pool start), crc32 of bytes [preamble end, body end), 0."""
 _ALIGN = 8
@@ -104,8 +105,8 @@ def encode_entry(
 ) -> list[Any]:
     """The entry file as a list of byte buffers (written with one vectored write)."""
     dfa, vocab_size = grammar.dfa, len(grammar.vocabulary)
-    table = np.ascontiguousarray(dfa.transitions, dtype=_I32)
-    n_states, width = table.shape
+    table = np.ascontiguousarray(dfa.class_table, dtype=_I32)
+    n_states, n_classes = table.shape
     if table.size >= 2**31:
         raise OSError(f"a DFA of {table.size} transitions is too large for the cache format")
     distance = np.ascontiguousarray(dfa.distance, dtype=_I32)
@@ -124,7 +125,8 @@ def encode_entry(
         "dfa_fingerprint": dfa.fingerprint,
         "special_names": list(dfa.special_names),
         "n_states": n_states,
-        "n_symbols": width,
+        "n_symbols": dfa.n_symbols,
+        "n_classes": n_classes,
         "initial": int(dfa.initial),
         "pattern_bytes": len(pattern),
         "runs": int(run_values.shape[0]),
@@ -136,7 +138,8 @@ def encode_entry(
     offset = len(header_bytes)  # within the body, which starts 8-aligned in the file
     sections = (  # (array, whether it starts 8-aligned): the layout `_decode_body` computes from the header
         (np.frombuffer(pattern, dtype=_U8), True),
-        (run_values.astype(_I32, copy=False), True),
+        (np.ascontiguousarray(dfa.symbol_classes, dtype=_I32), True),
+        (run_values.astype(_I32, copy=False), False),
         (run_lengths.astype(_I32, copy=False), False),
         (distance, False),
         (directory.astype(_I64, copy=False).reshape(-1), True),
@@ -243,7 +246,8 @@ def _decode_body(
     )
     n_states, width, initial, n_masks = header["n_states"], header["n_symbols"], header["initial"], header["masks"]
     n_pattern, n_runs, allow_special = header["pattern_bytes"], header["runs"], header["allow_special"]
-    counts = (n_states, width, initial, n_masks, n_pattern, n_runs, header["pool"])
+    n_classes = header["n_classes"]
+    counts = (n_states, width, n_classes, initial, n_masks, n_pattern, n_runs, header["pool"])
     if not all(type(value) is int and value >= 0 for value in counts) or type(allow_special) is not bool:
         return None
     if not isinstance(names, list) or not all(isinstance(v, str) for v in (pattern_sha256, dfa_fingerprint, *names)):
@@ -251,24 +255,29 @@ def _decode_body(
     if not 0 <= initial < n_states or width != 256 + len(names) or n_runs == 0 or header["pool"] != pool.n_words:
         return None
     pattern_at = _aligned(header_length)  # offsets within the body (the body starts 8-aligned in the file)
-    runs_at = _aligned(pattern_at + n_pattern)
+    classes_at = _aligned(pattern_at + n_pattern)
+    runs_at = classes_at + 4 * width
     distance_at = runs_at + 8 * n_runs
     directory_at = _aligned(distance_at + 4 * n_states)
     if _aligned(directory_at + 8 * _DIRECTORY_COLUMNS * n_masks) != len(body):
         return None
+    symbol_classes = _array(body, _I32, width, classes_at)
     runs = _array(body, _I32, 2 * n_runs, runs_at)
     run_values, run_lengths = runs[:n_runs], runs[n_runs:]
     distance = _array(body, _I32, n_states, distance_at)
+    if symbol_classes.min() < 0 or symbol_classes.max() >= n_classes:
+        return None
     if run_values.min() < DEAD or run_values.max() >= n_states or distance.min() < 0:
         return None
-    if int(run_lengths.sum(dtype=np.int64)) != n_states * width:
+    if int(run_lengths.sum(dtype=np.int64)) != n_states * n_classes:
         return None  # a negative length makes np.repeat raise: also refused
-    transitions = np.repeat(run_values, run_lengths).reshape(n_states, width)
+    class_table = np.repeat(run_values, run_lengths).reshape(n_states, n_classes)
     accepting = distance == 0  # the definition of distance: 0 exactly at accepting states
-    transitions.flags.writeable = accepting.flags.writeable = distance.flags.writeable = False
+    for array_ in (symbol_classes, class_table, accepting, distance):
+        array_.flags.writeable = False
     dfa = DFA(
-        transitions=transitions, accepting=accepting, initial=initial, special_names=tuple(names), distance=distance,
-        fingerprint=dfa_fingerprint,
+        symbol_classes=symbol_classes, class_table=class_table, accepting=accepting, initial=initial,
+        special_names=tuple(names), distance=distance, fingerprint=dfa_fingerprint,
     )  # fmt: skip
     directory = _array(body, _I64, _DIRECTORY_COLUMNS * n_masks, directory_at).reshape(n_masks, _DIRECTORY_COLUMNS)
     masks = StoredMasks(directory, pool, n_states, len(vocab), on_drop)

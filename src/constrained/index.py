@@ -359,8 +359,7 @@ class TokenIndex:
         self.dfa = dfa
         self.vocab = vocab
         self.trie = token_trie(vocab)
-        self._transitions = np.ascontiguousarray(dfa.transitions, dtype=np.int32)
-        self._width = int(self._transitions.shape[1])
+        self._width = dfa.n_symbols
         self._eos = np.asarray(sorted(vocab.eos_token_ids), dtype=np.int32)
         self._special_ids = self._resolve_specials()
         self._masks: dict[int, StateMask] = {}
@@ -369,7 +368,7 @@ class TokenIndex:
         self._out_next = np.empty(self.trie.n_tokens, dtype=np.int32)
         self._scratch_ids: np.ndarray | None = None
         if not table_checked:  # the kernels trust the table: one C pass (the trie was checked once, when built)
-            _kernel.check(self._transitions, self._width, *_EMPTY_TRIE, 0, self.trie.vocab_size)
+            _kernel.check(dfa.transitions, self._width, *_EMPTY_TRIE, 0, self.trie.vocab_size)
         self._ub = np.full(dfa.n_states, -1, dtype=np.int32)
         self._next_hop: np.ndarray | None = None
         self._budget_masks: dict[tuple[int, int], StateMask] = {}
@@ -396,13 +395,22 @@ class TokenIndex:
             )
         return np.asarray([self.vocab.special_ids_by_name[n] for n in self.dfa.special_names], dtype=np.int32)
 
+    @property
+    def _transitions(self) -> np.ndarray:
+        """The DFA's table by symbol (int32, C-contiguous, range-checked), built on the first mask computed."""
+        return self.dfa.transitions
+
     def _check_every_state_can_move(self) -> None:
-        """Raise now, not mid-generation, for a state no token can leave (cheap test first, walk the doubtful)."""
-        table = self._transitions
-        live = table != DEAD
-        surely = self.dfa.accepting | (live[:, :256] & self.trie.single_byte[None, :]).any(axis=1)
-        if self._width > 256:
-            surely |= live[:, 256:].any(axis=1)
+        """Raise now, not mid-generation, for a state no token can leave (cheap test first, walk the doubtful).
+
+        Surely movable: a state with a transition on a class holding a single-byte token's byte or a special
+        symbol (each named special is a token). Worked out on the class table: a few columns, not 256+.
+        """
+        classes = self.dfa.symbol_classes
+        movable = np.zeros(self.dfa.class_table.shape[1], dtype=bool)
+        movable[classes[:256][self.trie.single_byte]] = True
+        movable[classes[256:]] = True
+        surely = self.dfa.accepting | ((self.dfa.class_table != DEAD) & movable).any(axis=1)
         for state in np.flatnonzero(~surely):
             self.state_mask(int(state))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 
 import numpy as np
@@ -17,10 +16,7 @@ def make_dfa(transitions: np.ndarray, accepting: np.ndarray, special_names: tupl
     distance = _distances(table, accepting)
     accepting |= distance < 0
     distance = _distances(table, accepting)
-    return DFA(
-        transitions=table, accepting=accepting, initial=0, special_names=special_names,
-        distance=distance.astype(np.int32), fingerprint=hashlib.sha256(table.tobytes() + accepting.tobytes()).hexdigest(),
-    )  # fmt: skip
+    return DFA.from_table(table, accepting=accepting, distance=distance.astype(np.int32), special_names=special_names)
 
 
 def _distances(table: np.ndarray, accepting: np.ndarray) -> np.ndarray:

@@ -118,19 +118,24 @@ def test_a_well_formed_mask_that_breaks_an_invariant_is_not_trusted(small_vocab,
     assert all_masks(loaded) == expected
 
 
-@pytest.mark.parametrize("tamper", ["transition-past-dfa", "transition-below-dead", "distance-negative"])
+@pytest.mark.parametrize(
+    "tamper", ["transition-past-dfa", "transition-below-dead", "symbol-class-past-classes", "distance-negative"]
+)
 def test_a_well_formed_dfa_that_breaks_an_invariant_is_not_trusted(small_vocab, cache_dir, tamper):
     compiled = compile_regex(PATTERN, small_vocab)
     expected = snapshot(compiled)
-    transitions, distance = compiled.dfa.transitions.copy(), compiled.dfa.distance.copy()
+    dfa = compiled.dfa
+    classes, table, distance = dfa.symbol_classes.copy(), dfa.class_table.copy(), dfa.distance.copy()
     if tamper == "transition-past-dfa":
-        transitions[0, ord("{")] = compiled.dfa.n_states
+        table[0, classes[ord("{")]] = dfa.n_states
     elif tamper == "transition-below-dead":
-        transitions[-1, ord("a")] = -2
+        table[-1, classes[ord("a")]] = -2
+    elif tamper == "symbol-class-past-classes":
+        classes[ord("a")] = table.shape[1]
     else:
         distance[0] = -1
     bad = dataclasses.replace(
-        compiled, dfa=dataclasses.replace(compiled.dfa, transitions=transitions, distance=distance)
+        compiled, dfa=dataclasses.replace(dfa, symbol_classes=classes, class_table=table, distance=distance)
     )
     grammar_file.atomic_write(only_entry(cache_dir), encode(bad, {}))
     clear_memory_cache()
@@ -222,9 +227,10 @@ def dfas_and_masks(draw, vocab_size: int):
     values = rng.integers(-1, n_states, size=lengths.shape[0], dtype=np.int32)
     transitions = np.repeat(values, lengths)[: n_states * width].reshape(n_states, width)
     distance = rng.integers(0, 4, size=n_states, dtype=np.int32)
+    classes, class_table = fsm.symbol_classes(transitions)
     dfa = fsm.DFA(
-        transitions=transitions, accepting=distance == 0, initial=0, special_names=names, distance=distance,
-        fingerprint=f"{draw(st.integers(0, 2**64)):064x}",
+        symbol_classes=classes, class_table=class_table, accepting=distance == 0, initial=0, special_names=names,
+        distance=distance, fingerprint=f"{draw(st.integers(0, 2**64)):064x}",
     )  # fmt: skip
     masks = {}
     for state in draw(st.sets(st.integers(0, n_states - 1))):
@@ -249,7 +255,7 @@ def test_any_dfa_and_masks_read_back_exactly(small_vocab, tmp_path):
         assert (entry.pattern, entry.allow_special, entry.n_masks) == (pattern, allow_special, len(masks))
         loaded = entry.dfa
         assert (loaded.initial, loaded.special_names, loaded.fingerprint) == (0, dfa.special_names, dfa.fingerprint)
-        for name in ("transitions", "accepting", "distance"):
+        for name in ("symbol_classes", "class_table", "transitions", "accepting", "distance"):
             assert getattr(loaded, name).dtype == getattr(dfa, name).dtype
             np.testing.assert_array_equal(getattr(loaded, name), getattr(dfa, name))
             assert not getattr(loaded, name).flags.writeable

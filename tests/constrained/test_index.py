@@ -272,8 +272,8 @@ def test_token_index_refuses_a_table_the_kernels_could_not_trust():
     dfa = make_dfa(table, np.asarray([False, True]))
     TokenIndex(dfa, vocab)
     good = make_dfa(table, np.asarray([False, True]))
-    bad = good.transitions.copy()
-    bad[0, ord("b")] = 7  # a target past the last state: the walk would read outside the table
-    forged = dataclasses.replace(good, transitions=bad)
+    bad = good.class_table.copy()
+    bad[0, good.symbol_classes[ord("b")]] = 7  # a target past the last state: the walk would read outside the table
+    forged = dataclasses.replace(good, class_table=bad)
     with pytest.raises(ValueError, match="out of range"):
         TokenIndex(forged, vocab)
