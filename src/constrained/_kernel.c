@@ -11,6 +11,7 @@
  *   min_tokenization   fewest tokens that spell a given symbol string (dynamic programming with
  *                trie prefix lookups); used for budget-aware closing.
  *   apply_allowed / apply_disallowed / apply_bytemask   write -inf into float32 logits, in place.
+ *   expand_runs  checks and decodes a run-length table read from the grammar cache, in one pass.
  *
  * Trie layout (n nodes, node 0 is the root at depth 0, end[0] == n):
  *   node_byte[i]  the byte on the edge into node i
@@ -994,6 +995,50 @@ apply_bytemask(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- run-length decoding (what grammar_file loads tables from) -------------------------------- */
+
+PyDoc_STRVAR(expand_runs_doc,
+"expand_runs(values, lengths, lo, hi, out) -> bool\n\n"
+"Fill out (int32) with each value repeated its length, in order, if every value is in [lo, hi), every length\n"
+">= 0, and the lengths add up to exactly len(out); otherwise return False (out partly written). One pass that\n"
+"both checks and decodes what a cache file claims, so that a table read from disk can be trusted by `walk`.");
+
+static PyObject *
+expand_runs(PyObject *self, PyObject *args)
+{
+    PyObject *o_v, *o_l, *o_out;
+    long long lo, hi;
+    if (!PyArg_ParseTuple(args, "OOLLO", &o_v, &o_l, &lo, &hi, &o_out)) return NULL;
+    Py_buffer bv, bl, bo;
+    if (get_buf(o_v, &bv, 0, 4, "values") < 0) return NULL;
+    if (get_buf(o_l, &bl, 0, 4, "lengths") < 0) {
+        PyBuffer_Release(&bv);
+        return NULL;
+    }
+    if (get_buf(o_out, &bo, 1, 4, "out") < 0) {
+        PyBuffer_Release(&bv);
+        PyBuffer_Release(&bl);
+        return NULL;
+    }
+    const int32_t *v = (const int32_t *)bv.buf, *len = (const int32_t *)bl.buf;
+    int32_t *out = (int32_t *)bo.buf;
+    Py_ssize_t n_runs = n_items(&bv), n_out = n_items(&bo), at = 0;
+    int ok = n_items(&bl) == n_runs;
+    for (Py_ssize_t r = 0; ok && r < n_runs; r++) {
+        int32_t value = v[r], length = len[r];
+        if (value < lo || value >= hi || length < 0 || length > n_out - at) {
+            ok = 0;
+            break;
+        }
+        for (int32_t k = 0; k < length; k++) out[at + k] = value;
+        at += length;
+    }
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&bl);
+    PyBuffer_Release(&bo);
+    return PyBool_FromLong(ok && at == n_out);
+}
+
 /* ---- module ---------------------------------------------------------------------------------- */
 
 static PyMethodDef kernel_methods[] = {
@@ -1009,6 +1054,7 @@ static PyMethodDef kernel_methods[] = {
     {"apply_allowed", apply_allowed, METH_VARARGS, apply_allowed_doc},
     {"apply_disallowed", apply_disallowed, METH_VARARGS, apply_disallowed_doc},
     {"apply_bytemask", apply_bytemask, METH_VARARGS, apply_bytemask_doc},
+    {"expand_runs", expand_runs, METH_VARARGS, expand_runs_doc},
     {NULL, NULL, 0, NULL},
 };
 

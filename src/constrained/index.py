@@ -410,7 +410,8 @@ class TokenIndex:
         movable = np.zeros(self.dfa.class_table.shape[1], dtype=bool)
         movable[classes[:256][self.trie.single_byte]] = True
         movable[classes[256:]] = True
-        surely = self.dfa.accepting | ((self.dfa.class_table != DEAD) & movable).any(axis=1)
+        table = self.dfa.class_table if movable.all() else self.dfa.class_table[:, movable]
+        surely = self.dfa.accepting | (table.max(axis=1, initial=DEAD) != DEAD)  # DEAD is the smallest entry
         for state in np.flatnonzero(~surely):
             self.state_mask(int(state))
 

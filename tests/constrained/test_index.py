@@ -277,3 +277,21 @@ def test_token_index_refuses_a_table_the_kernels_could_not_trust():
     forged = dataclasses.replace(good, class_table=bad)
     with pytest.raises(ValueError, match="out of range"):
         TokenIndex(forged, vocab)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-3, 9), st.integers(-2, 6)), max_size=30),
+    st.integers(-2, 2),
+)
+def test_expand_runs_decodes_exactly_what_np_repeat_would_and_refuses_anything_out_of_range(runs, slack):
+    """The cache loader's one-pass decoder: values in [DEAD, 8), lengths >= 0, covering ``out`` exactly."""
+    values = np.asarray([v for v, _ in runs], dtype=np.int32)
+    lengths = np.asarray([n for _, n in runs], dtype=np.int32)
+    total = int(lengths.clip(0).sum())
+    size = max(0, total + slack)
+    valid = bool(np.all((values >= DEAD) & (values < 8)) and np.all(lengths >= 0)) and size == total
+    out = np.full(size, 99, dtype=np.int32)
+    assert _kernel.expand_runs(values, lengths, DEAD, 8, out) is valid
+    if valid:
+        np.testing.assert_array_equal(out, np.repeat(values, lengths))
