@@ -8,15 +8,16 @@ nothing.
 
     pattern ──regex.parse──► AST ──Thompson (UTF-8 byte ranges)──► NFA
         ──byte equivalence classes──► subset construction (class alphabet) ──trim──► Hopcroft
-        ──canonical BFS renumbering──► class table ──expand classes──► DFA.transitions [S, 256 + K]
+        ──canonical BFS renumbering──► class table ──merge equal columns──► DFA.class_table [S, C] +
+        DFA.symbol_classes [256 + K]   (DFA.transitions [S, 256 + K]: the same table by symbol, for the kernels)
 
 Two implementations of the same pipeline. `compile_dfa` turns the pattern into a preorder program (the flattened
 AST) natively with ``constrained._pattern`` (`_Program.build` over `regex.parse` is its reference, and the
 fallback for whatever it declines, every syntax error included) and checks the NFA budget on it; the native
-extension ``constrained._fsm`` then builds the very same NFA
-and does everything else down to ``DFA.transitions`` and ``distance`` (GIL released), with the same
-subset-work accounting and budgets. `compile_dfa_reference` is the all-Python original, kept as the
-executable specification the native path is tested against (identical tables, identical budget errors).
+extension ``constrained._fsm`` then builds the very same NFA and does everything else down to the class form,
+``DFA.transitions`` and ``distance`` (GIL released), with the same subset-work accounting and budgets.
+`compile_dfa_reference` is the all-Python original, kept as the executable specification the native path is
+tested against (identical tables, identical budget errors).
 
 Alphabet: symbols 0..255 are bytes; symbols 256+i are the special-token terminals named in the
 pattern (``(?&<tool_call>)``), in ``DFA.special_names`` order. A special-token symbol is consumed
