@@ -6,8 +6,9 @@
  *
  *   program ──Thompson, attach-at-start (the exact NFA fsm._NFA builds)──► NFA over symbols
  *     ──byte equivalence classes──► subset construction (same work accounting and budgets as the
- *     Python reference) ──trim (reverse BFS)──► Valmari–Lehtinen partition refinement (partial DFAs)
- *     ──canonical BFS renumbering──► class table [S, n_classes], accepting, distance
+ *     Python reference; sparse rows) ──trim (reverse BFS, which also gives the distances)──► a round of
+ *     Moore hashing ──► Valmari–Lehtinen partition refinement (partial DFAs) ──canonical BFS renumbering──►
+ *     class table [S, n_classes], accepting, distance
  *     ──expand classes (with the GIL, straight into a bytes object)──► transitions [S, 256 + K]
  *
  * Program (int32, preorder; each node is an opcode and its operands, children follow their parent):
@@ -75,13 +76,6 @@ cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int
-cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static void
 sort_i32(int32_t *a, int64_t n)
 {
@@ -97,6 +91,43 @@ sort_i32(int32_t *a, int64_t n)
         }
     } else {
         qsort(a, (size_t)n, sizeof *a, cmp_i32);
+    }
+}
+
+/* Quicksort (median of three) down to insertion sort: a DFA state's edges are usually a handful. */
+static void
+sort_u64(uint64_t *a, int64_t n)
+{
+    while (n >= 24) {
+        uint64_t x = a[0], y = a[n / 2], z = a[n - 1], t;
+        uint64_t p = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        int64_t i = 0, j = n - 1;
+        for (;;) {
+            while (a[i] < p) i++;
+            while (a[j] > p) j--;
+            if (i >= j) break;
+            t = a[i];
+            a[i++] = a[j];
+            a[j--] = t;
+        }
+        /* a[0..j] <= p <= a[j+1..n): recurse into the smaller side */
+        if (j + 1 < n - j - 1) {
+            sort_u64(a, j + 1);
+            a += j + 1;
+            n -= j + 1;
+        } else {
+            sort_u64(a + j + 1, n - j - 1);
+            n = j + 1;
+        }
+    }
+    for (int64_t i = 1; i < n; i++) {
+        uint64_t x = a[i];
+        int64_t j = i - 1;
+        while (j >= 0 && a[j] > x) {
+            a[j + 1] = a[j];
+            j--;
+        }
+        a[j + 1] = x;
     }
 }
 
@@ -335,38 +366,68 @@ csr(const Vec *from, int64_t n, int64_t **start_out, int32_t **order_out)
     return 0;
 }
 
+/* ---- the subset DFA (sparse) and its transitions by label ----------------------------------------- */
+
+typedef struct {
+    int64_t n, m;
+    int64_t *start;          /* [n + 1]: state s's transitions are start[s]..start[s + 1], in class order */
+    int32_t *label, *target; /* [m] */
+    uint8_t *accepting;
+} ClassDfa;
+
+/* The transitions numbered by target, so the ones entering a state are a range (trim, minimize's incoming
+ * marks read sequentially), with their sources and, for minimize's cords, the ids grouped by label. */
+typedef struct {
+    int32_t *T;     /* [m]: transition t's source */
+    int32_t *order; /* [m]: ids by label, sources in order within a label */
+    int64_t *lab;   /* [c + 2]: order[lab[a]..lab[a + 1]) have label a */
+    int64_t *adj;   /* [n + 1]: transitions adj[s]..adj[s + 1] enter s */
+} Edges;
+
+static void
+edges_free(Edges *e)
+{
+    free(e->T);
+    free(e->order);
+    free(e->lab);
+    free(e->adj);
+    memset(e, 0, sizeof *e);
+}
+
+static int
+edges_build(const ClassDfa *d, int64_t c, Edges *e)
+{
+    int64_t n = d->n, m = d->m;
+    e->T = malloc(((size_t)m + 1) * sizeof *e->T);
+    e->order = malloc(((size_t)m + 1) * sizeof *e->order);
+    e->lab = calloc((size_t)c + 2, sizeof *e->lab);
+    e->adj = calloc((size_t)n + 2, sizeof *e->adj);
+    if (!e->T || !e->order || !e->lab || !e->adj) return -1;
+    /* both shifted by one: lab[a + 1] fills a's range and ends as its end, adj likewise */
+    int64_t *lab = e->lab, *adj = e->adj;
+    for (int64_t j = 0; j < m; j++) {
+        lab[d->label[j] + 2]++;
+        adj[d->target[j] + 2]++;
+    }
+    for (int64_t a = 0; a < c; a++) lab[a + 2] += lab[a + 1];
+    for (int64_t s = 0; s < n; s++) adj[s + 2] += adj[s + 1];
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t j = d->start[s]; j < d->start[s + 1]; j++) {
+            int64_t id = adj[d->target[j] + 1]++;
+            e->T[id] = (int32_t)s;
+            e->order[lab[d->label[j] + 1]++] = (int32_t)id;
+        }
+    return 0;
+}
+
 /* ---- reverse BFS (trim + distance) ----------------------------------------------------------- */
 
 /* dist[s] = shortest symbol count from s to an accepting state, -1 if none. */
 static int
-reverse_bfs(const int32_t *table, int64_t n, int64_t c, const uint8_t *accepting, int32_t *dist)
+reverse_bfs(const Edges *e, int64_t n, const uint8_t *accepting, int32_t *dist)
 {
-    int64_t *start = calloc((size_t)n + 1, sizeof *start);
-    int64_t m = 0;
-    if (!start) return -1;
-    for (int64_t i = 0; i < n * c; i++) {
-        if (table[i] >= 0) {
-            start[table[i] + 1]++;
-            m++;
-        }
-    }
-    for (int64_t s = 0; s < n; s++) start[s + 1] += start[s];
-    int32_t *pred = malloc(((size_t)m + 1) * sizeof *pred);
-    int64_t *fill = malloc(((size_t)n + 1) * sizeof *fill);
     int32_t *queue = malloc(((size_t)n + 1) * sizeof *queue);
-    if (!pred || !fill || !queue) {
-        free(start);
-        free(pred);
-        free(fill);
-        free(queue);
-        return -1;
-    }
-    memcpy(fill, start, ((size_t)n + 1) * sizeof *fill);
-    for (int64_t s = 0; s < n; s++)
-        for (int64_t k = 0; k < c; k++) {
-            int32_t t = table[s * c + k];
-            if (t >= 0) pred[fill[t]++] = (int32_t)s;
-        }
+    if (!queue) return -1;
     int64_t head = 0, tail = 0;
     for (int64_t s = 0; s < n; s++) {
         dist[s] = accepting[s] ? 0 : -1;
@@ -374,17 +435,14 @@ reverse_bfs(const int32_t *table, int64_t n, int64_t c, const uint8_t *accepting
     }
     while (head < tail) {
         int32_t t = queue[head++];
-        for (int64_t j = start[t]; j < start[t + 1]; j++) {
-            int32_t s = pred[j];
+        for (int64_t j = e->adj[t]; j < e->adj[t + 1]; j++) {
+            int32_t s = e->T[j];
             if (dist[s] < 0) {
                 dist[s] = dist[t] + 1;
                 queue[tail++] = s;
             }
         }
     }
-    free(start);
-    free(pred);
-    free(fill);
     free(queue);
     return 0;
 }
@@ -399,22 +457,13 @@ typedef struct {
 static int
 part_init(Partition *p, int64_t n)
 {
-    p->z = n > 0;
+    p->z = 0; /* the caller sets up the first sets */
     p->E = malloc(((size_t)n + 1) * sizeof(int32_t));
     p->L = malloc(((size_t)n + 1) * sizeof(int32_t));
     p->S = malloc(((size_t)n + 1) * sizeof(int32_t));
     p->F = malloc(((size_t)n + 1) * sizeof(int32_t));
     p->P = malloc(((size_t)n + 1) * sizeof(int32_t));
-    if (!p->E || !p->L || !p->S || !p->F || !p->P) return -1;
-    for (int64_t i = 0; i < n; i++) {
-        p->E[i] = p->L[i] = (int32_t)i;
-        p->S[i] = 0;
-    }
-    if (p->z) {
-        p->F[0] = 0;
-        p->P[0] = (int32_t)n;
-    }
-    return 0;
+    return !p->E || !p->L || !p->S || !p->F || !p->P ? -1 : 0;
 }
 
 static void
@@ -467,90 +516,157 @@ part_split(Partition *p, Marks *k)
     }
 }
 
-/* Coarsest partition of the trimmed partial DFA's states compatible with acceptance and transitions.
- * block[s] receives each state's block; returns the number of blocks (or -1: no memory). */
+/* A partition no finer than equivalence, cheaply (the coarser minimize's start, the less it marks): states
+ * keyed by (distance, acceptance), then for max_rounds rounds of Moore's algorithm by their class and a hash of
+ * their transitions' (label, target class). Equivalent states always share a key; a new class never spans two
+ * old ones, so acceptance is respected whatever the hash does, and a hash collision only leaves the partition
+ * coarser. cls[s] receives classes 0..z-1; returns z, -1: no memory. */
 static int64_t
-minimize(const int32_t *table, int64_t n, int64_t c, const uint8_t *accepting, int32_t *block)
+moore_classes(const ClassDfa *d, const int32_t *dist, int max_rounds, int32_t *cls)
 {
-    int64_t m = 0, result = -1;
-    for (int64_t i = 0; i < n * c; i++) m += table[i] >= 0;
+    int64_t n = d->n, n_slots = 16, z = 0, result = -1;
+    while (n_slots < 2 * n) n_slots *= 2;
+    uint64_t *keys = malloc((size_t)n_slots * sizeof *keys), *h = malloc(((size_t)n + 1) * sizeof *h);
+    int32_t *ids = malloc((size_t)n_slots * sizeof *ids), *old = malloc((size_t)n_slots * sizeof *old);
+    if (!keys || !ids || !old || !h) goto done;
+    for (int64_t s = 0; s < n; s++) {
+        h[s] = (uint64_t)dist[s] << 1 | d->accepting[s];
+        cls[s] = 0;
+    }
+    for (int round = 0;; round++) {
+        for (int64_t i = 0; i < n_slots; i++) ids[i] = -1;
+        int64_t nz = 0;
+        for (int64_t s = 0; s < n; s++) {
+            uint64_t x = h[s], i = (x ^ (x >> 29)) * 0x9E3779B97F4A7C15ULL >> 20 & (uint64_t)(n_slots - 1);
+            while (ids[i] >= 0 && (keys[i] != x || old[i] != cls[s])) i = (i + 1) & (uint64_t)(n_slots - 1);
+            if (ids[i] < 0) {
+                ids[i] = (int32_t)nz++;
+                keys[i] = x;
+                old[i] = cls[s];
+            }
+            cls[s] = ids[i];
+        }
+        if (nz == z || round == max_rounds) {
+            z = nz;
+            break;
+        }
+        z = nz;
+        for (int64_t s = 0; s < n; s++) {
+            uint64_t x = 0x9E3779B97F4A7C15ULL;
+            for (int64_t j = d->start[s]; j < d->start[s + 1]; j++) {
+                x ^= ((uint64_t)d->label[j] << 32) | (uint32_t)cls[d->target[j]];
+                x *= 0xff51afd7ed558ccdULL;
+                x ^= x >> 29;
+            }
+            h[s] = x;
+        }
+    }
+    result = z;
+done:
+    free(keys);
+    free(ids);
+    free(old);
+    free(h);
+    return result;
+}
+
+/* Coarsest partition of the trimmed partial DFA's states compatible with acceptance and transitions, refining
+ * cls (z classes, respecting acceptance, no finer than equivalence). block[s] receives each state's block (block
+ * may be cls); returns the number of blocks (or -1: no memory). */
+static int64_t
+minimize(const ClassDfa *d, const Edges *e, int64_t c, const int32_t *cls, int64_t z, int32_t *block)
+{
+    int64_t n = d->n, m = d->m, result = -1;
     Partition B = {0}, C = {0};
     Marks k = {0};
-    int32_t *T = malloc(((size_t)m + 1) * sizeof *T), *H = malloc(((size_t)m + 1) * sizeof *H);
-    int32_t *A = malloc(((size_t)m + 1) * sizeof *A);
-    int64_t *adj = calloc((size_t)n + 1, sizeof *adj), *lab = calloc((size_t)c + 1, sizeof *lab);
+    const int32_t *T = e->T;
+    const int64_t *adj = e->adj, *lab = e->lab;
     int64_t big = (n > m ? n : m) + 1;
     k.M = calloc((size_t)big, sizeof(int32_t));
     k.W = malloc((size_t)big * sizeof(int32_t));
-    if (!T || !H || !A || !adj || !lab || !k.M || !k.W) goto done;
+    if (!k.M || !k.W) goto done;
     if (part_init(&B, n) || part_init(&C, m)) goto done;
-    /* transitions numbered by label (a counting sort), so each label's transitions form one cord */
-    for (int64_t i = 0; i < n * c; i++)
-        if (table[i] >= 0) lab[i % c + 1]++;
-    for (int64_t a = 0; a < c; a++) lab[a + 1] += lab[a];
-    for (int64_t s = 0; s < n; s++)
-        for (int64_t a = 0; a < c; a++) {
-            int32_t t = table[s * c + a];
-            if (t >= 0) {
-                int64_t id = lab[a]++;
-                T[id] = (int32_t)s;
-                H[id] = t;
-            }
+    /* initial state partition: cls, with its largest class first (block 0 is never used as a splitter) */
+    if (n) {
+        int64_t *cnt = calloc((size_t)z + 1, sizeof *cnt), *pos = calloc((size_t)z + 1, sizeof *pos);
+        int32_t *num = malloc(((size_t)z + 1) * sizeof *num);
+        if (!cnt || !pos || !num) {
+            free(cnt);
+            free(pos);
+            free(num);
+            goto done;
         }
-    /* lab[a] is now the end of label a's range */
-    /* initial state partition: accepting vs not */
-    for (int64_t s = 0; s < n; s++)
-        if (accepting[s]) part_mark(&B, &k, (int32_t)s);
-    part_split(&B, &k);
+        for (int64_t s = 0; s < n; s++) cnt[cls[s]]++;
+        int64_t big = 0, nz = 1;
+        for (int64_t x = 0; x < z; x++)
+            if (cnt[x] > cnt[big]) big = x;
+        for (int64_t x = 0; x < z; x++) num[x] = x == big ? 0 : (int32_t)nz++;
+        for (int64_t x = 0; x < z; x++) pos[num[x] + 1] = cnt[x];
+        for (int64_t b = 0; b < z; b++) {
+            pos[b + 1] += pos[b];
+            B.F[b] = (int32_t)pos[b];
+        }
+        for (int64_t s = 0; s < n; s++) {
+            int32_t b = num[cls[s]];
+            int64_t i = pos[b]++;
+            B.E[i] = (int32_t)s;
+            B.L[s] = (int32_t)i;
+            B.S[s] = b;
+        }
+        for (int64_t b = 0; b < z; b++) B.P[b] = (int32_t)pos[b];
+        B.z = z;
+        free(cnt);
+        free(pos);
+        free(num);
+    }
     /* cords: one per label that occurs */
-    if (m) {
-        C.z = 0;
-        int64_t begin = 0;
+    {
         for (int64_t a = 0; a < c; a++) {
-            int64_t end = lab[a];
-            if (end > begin) {
-                C.F[C.z] = (int32_t)begin;
-                C.P[C.z] = (int32_t)end;
-                for (int64_t i = begin; i < end; i++) C.S[i] = (int32_t)C.z;
-                C.z++;
+            if (lab[a + 1] == lab[a]) continue;
+            C.F[C.z] = (int32_t)lab[a];
+            C.P[C.z] = (int32_t)lab[a + 1];
+            for (int64_t i = lab[a]; i < lab[a + 1]; i++) {
+                int32_t t = e->order[i];
+                C.E[i] = t;
+                C.L[t] = (int32_t)i;
+                C.S[t] = (int32_t)C.z;
             }
-            begin = end;
+            C.z++;
         }
     }
-    /* incoming transitions per state */
-    for (int64_t t = 0; t < m; t++) adj[H[t] + 1]++;
-    for (int64_t s = 0; s < n; s++) adj[s + 1] += adj[s];
-    {
-        int64_t *fill = malloc(((size_t)n + 1) * sizeof *fill);
-        if (!fill) goto done;
-        memcpy(fill, adj, ((size_t)n + 1) * sizeof *fill);
-        for (int64_t t = 0; t < m; t++) A[fill[H[t]]++] = (int32_t)t;
-        free(fill);
-    }
-    {
-        int64_t b = 1, cc = 0;
-        while (cc < C.z) {
-            for (int32_t i = C.F[cc]; i < C.P[cc]; i++) part_mark(&B, &k, T[C.E[i]]);
-            part_split(&B, &k);
-            cc++;
-            while (b < B.z) {
-                for (int32_t i = B.F[b]; i < B.P[b]; i++) {
-                    int32_t s = B.E[i];
-                    for (int64_t j = adj[s]; j < adj[s + 1]; j++) part_mark(&C, &k, A[j]);
-                }
-                part_split(&C, &k);
-                b++;
+    /* A whole-label cord only splits blocks whose states disagree on having that label. When no initial block
+     * does (the usual case: the classes hash each state's labels), the initial cords count as processed, and
+     * only the parts later split off them are (Hopcroft's smaller half, as for any processed cord). */
+    int64_t cc = C.z;
+    for (int64_t b = 0; b < B.z && cc; b++) {
+        int32_t r = B.E[B.F[b]];
+        int64_t deg = d->start[r + 1] - d->start[r];
+        for (int32_t i = B.F[b] + 1; i < B.P[b]; i++) {
+            int32_t s = B.E[i];
+            if (d->start[s + 1] - d->start[s] != deg ||
+                memcmp(d->label + d->start[s], d->label + d->start[r], (size_t)deg * sizeof *d->label)) {
+                cc = 0;
+                break;
             }
         }
+    }
+    for (int64_t b = 1;;) {
+        while (b < B.z) {
+            for (int32_t i = B.F[b]; i < B.P[b]; i++) {
+                int32_t s = B.E[i];
+                for (int64_t j = adj[s]; j < adj[s + 1]; j++) part_mark(&C, &k, (int32_t)j);
+            }
+            part_split(&C, &k);
+            b++;
+        }
+        if (cc == C.z) break;
+        for (int32_t i = C.F[cc]; i < C.P[cc]; i++) part_mark(&B, &k, T[C.E[i]]);
+        part_split(&B, &k);
+        cc++;
     }
     for (int64_t s = 0; s < n; s++) block[s] = B.S[s];
     result = B.z;
 done:
-    free(T);
-    free(H);
-    free(A);
-    free(adj);
-    free(lab);
     free(k.M);
     free(k.W);
     part_free(&B);
@@ -563,7 +679,8 @@ done:
 typedef struct {
     int64_t n_nfa, n_classes, final;
     int64_t *eps_start, *edge_start;
-    int32_t *eps_to, *edge_lo, *edge_hi, *edge_to; /* grouped by source state */
+    int32_t *eps_to;
+    uint64_t *edge_key; /* grouped by source state: (lo class << 44) | (hi class << 24) | target */
     uint8_t *important;
     int64_t *clo_off;
     int32_t *clo_len;
@@ -672,51 +789,48 @@ sets_add(SetTable *t, const int32_t *x, int64_t n, uint64_t h)
     return 0;
 }
 
-typedef struct {
-    int32_t *table;   /* [n, n_classes] */
-    uint8_t *accepting;
-    int64_t n;
-} ClassDfa;
-
 /* Powerset construction over the class alphabet with fsm._subset_construction's order and accounting. */
 static int
 subset_construction(Nfa *a, int64_t max_states, int64_t max_work, ClassDfa *out)
 {
     int rc = RC_NOMEM;
-    int64_t nc = a->n_classes;
     SetTable sets = {0};
-    Vec rows = {0}, acc = {0}, cur = {0}, uni = {0}, bounds = {0};
+    Vec lab = {0}, tgt = {0}, acc = {0}, uni = {0}, bounds = {0};
+    int64_t *start = NULL, start_cap = 0;
+    int32_t *clo_state = malloc(((size_t)a->n_nfa + 1) * sizeof *clo_state); /* the state closure(t) is, or -1 */
     uint64_t *keys = NULL;
     int64_t keys_cap = 0;
     int32_t *rlo = NULL, *rhi = NULL;
     int64_t *rbeg = NULL, *rend = NULL, r_cap = 0;
     int64_t work;
 
-    if (sets_grow_slots(&sets)) goto done;
+    if (!clo_state || sets_grow_slots(&sets)) goto done;
+    for (int64_t q = 0; q < a->n_nfa; q++) clo_state[q] = -1;
     if (closure(a, 0)) goto done;
     {
         const int32_t *init = a->clo_pool.a + a->clo_off[0];
         int64_t n0 = a->clo_len[0];
-        if (vec_reserve(&cur, n0 + 1)) goto done;
-        memcpy(cur.a, init, (size_t)n0 * sizeof *init);
-        if (sets_add(&sets, cur.a, n0, hash_set(cur.a, n0))) goto done;
-        int has_final = bsearch(&(int32_t){(int32_t)a->final}, cur.a, (size_t)n0, sizeof(int32_t), cmp_i32) != NULL;
+        if (sets_add(&sets, init, n0, hash_set(init, n0))) goto done;
+        int has_final = bsearch(&(int32_t){(int32_t)a->final}, init, (size_t)n0, sizeof(int32_t), cmp_i32) != NULL;
         if (vec_push(&acc, has_final)) goto done;
         work = n0;
     }
     for (int64_t i = 0; i < sets.n; i++) {
-        /* the current set, copied: the pool may move while new sets are added */
+        /* the current set (only read before new sets are added: the pool may move then) */
         int64_t n_cur = sets.len[i];
-        if (vec_reserve(&cur, n_cur + 1)) goto done;
-        memcpy(cur.a, sets.pool.a + sets.off[i], (size_t)n_cur * sizeof(int32_t));
-        if (vec_reserve(&rows, (i + 1) * nc)) goto done;
-        int32_t *row = rows.a + i * nc;
-        for (int64_t k = 0; k < nc; k++) row[k] = DEAD;
-        rows.n = (i + 1) * nc;
+        const int32_t *cur = sets.pool.a + sets.off[i];
+        if (i + 2 > start_cap) {
+            int64_t cap = start_cap ? 2 * start_cap : 1024;
+            int64_t *p = realloc(start, (size_t)cap * sizeof *p);
+            if (!p) goto done;
+            start = p;
+            start_cap = cap;
+        }
+        start[i] = lab.n;
         /* edges of the members, as sorted distinct (lo, hi, target) keys */
         int64_t n_keys = 0;
         for (int64_t x = 0; x < n_cur; x++) {
-            int32_t q = cur.a[x];
+            int32_t q = cur[x];
             int64_t need = n_keys + (a->edge_start[q + 1] - a->edge_start[q]);
             if (need > keys_cap) {
                 int64_t cap = keys_cap ? keys_cap : 256;
@@ -726,12 +840,11 @@ subset_construction(Nfa *a, int64_t max_states, int64_t max_work, ClassDfa *out)
                 keys = p;
                 keys_cap = cap;
             }
-            for (int64_t j = a->edge_start[q]; j < a->edge_start[q + 1]; j++)
-                keys[n_keys++] = ((uint64_t)a->edge_lo[j] << 44) | ((uint64_t)a->edge_hi[j] << 24) |
-                                 (uint64_t)a->edge_to[j];
+            memcpy(keys + n_keys, a->edge_key + a->edge_start[q], (size_t)(need - n_keys) * sizeof *keys);
+            n_keys = need;
         }
         if (!n_keys) continue;
-        qsort(keys, (size_t)n_keys, sizeof *keys, cmp_u64);
+        sort_u64(keys, n_keys);
         /* distinct ranges, each with its distinct targets keys[rbeg[r]..rend[r]) */
         int64_t n_ranges = 0, w = 0;
         for (int64_t x = 0; x < n_keys; x++) {
@@ -763,11 +876,12 @@ subset_construction(Nfa *a, int64_t max_states, int64_t max_work, ClassDfa *out)
             rend[n_ranges] = x + 1;
             n_ranges++;
         }
+
         for (int64_t r = 0; r < n_ranges; r++) {
             work += 8 * n_cur;
             for (int64_t x = rbeg[r]; x < rend[r]; x++) {
                 int32_t t = (int32_t)(keys[x] & 0xFFFFFF);
-                if (closure(a, t)) goto done;
+                if (a->clo_len[t] < 0 && closure(a, t)) goto done;
                 work += a->clo_len[t];
             }
         }
@@ -776,56 +890,79 @@ subset_construction(Nfa *a, int64_t max_states, int64_t max_work, ClassDfa *out)
             goto done;
         }
         /* elementary segments of the class axis: the active ranges are constant inside each */
+        if (vec_reserve(&bounds, 2 * n_ranges)) goto done;
         bounds.n = 0;
-        for (int64_t r = 0; r < n_ranges; r++)
-            if (vec_push(&bounds, rlo[r]) || vec_push(&bounds, rhi[r] + 1)) goto done;
+        for (int64_t r = 0; r < n_ranges; r++) {
+            bounds.a[bounds.n++] = rlo[r];
+            bounds.a[bounds.n++] = rhi[r] + 1;
+        }
         sort_i32(bounds.a, bounds.n);
         for (int64_t x = 0; x + 1 < bounds.n; x++) {
             int32_t lo = bounds.a[x], hi = bounds.a[x + 1];
             if (lo == hi) continue;
-            a->mark_stamp++;
-            uni.n = 0;
             int64_t n_targets = 0;
+            int32_t first = -1;
             for (int64_t r = 0; r < n_ranges && rlo[r] <= lo; r++) {
                 if (rhi[r] + 1 < hi) continue;
-                for (int64_t y = rbeg[r]; y < rend[r]; y++) {
-                    int32_t t = (int32_t)(keys[y] & 0xFFFFFF);
-                    n_targets++;
-                    const int32_t *cl = a->clo_pool.a + a->clo_off[t];
-                    int32_t cn = a->clo_len[t];
-                    if (vec_reserve(&uni, uni.n + cn)) goto done;
-                    for (int32_t z = 0; z < cn; z++) {
-                        int32_t s = cl[z];
-                        if (a->mark[s] != a->mark_stamp) {
-                            a->mark[s] = a->mark_stamp;
-                            uni.a[uni.n++] = s;
+                if (!n_targets) first = (int32_t)(keys[rbeg[r]] & 0xFFFFFF);
+                n_targets += rend[r] - rbeg[r];
+            }
+            if (!n_targets) continue;
+            /* most segments have one target, whose closure is usually a known state already */
+            int32_t id = n_targets == 1 ? clo_state[first] : -1;
+            if (id < 0) {
+                a->mark_stamp++;
+                uni.n = 0;
+                for (int64_t r = 0; r < n_ranges && rlo[r] <= lo; r++) {
+                    if (rhi[r] + 1 < hi) continue;
+                    for (int64_t y = rbeg[r]; y < rend[r]; y++) {
+                        int32_t t = (int32_t)(keys[y] & 0xFFFFFF);
+                        const int32_t *cl = a->clo_pool.a + a->clo_off[t];
+                        int32_t cn = a->clo_len[t];
+                        if (vec_reserve(&uni, uni.n + cn)) goto done;
+                        for (int32_t z = 0; z < cn; z++) {
+                            int32_t s = cl[z];
+                            if (a->mark[s] != a->mark_stamp) {
+                                a->mark[s] = a->mark_stamp;
+                                uni.a[uni.n++] = s;
+                            }
                         }
                     }
                 }
-            }
-            if (!n_targets) continue;
-            if (n_targets > 1) sort_i32(uni.a, uni.n); /* a single closure is already sorted */
-            uint64_t h = hash_set(uni.a, uni.n);
-            int64_t slot = 0;
-            int32_t id = sets_find(&sets, uni.a, uni.n, h, &slot);
-            if (id < 0) {
-                if (sets.n >= max_states) {
-                    rc = RC_STATES;
-                    goto done;
+                if (n_targets > 1) sort_i32(uni.a, uni.n); /* a single closure is already sorted */
+                uint64_t h = hash_set(uni.a, uni.n);
+                int64_t slot = 0;
+                id = sets_find(&sets, uni.a, uni.n, h, &slot);
+                if (id < 0) {
+                    if (sets.n >= max_states) {
+                        rc = RC_STATES;
+                        goto done;
+                    }
+                    work += uni.n;
+                    id = (int32_t)sets.n;
+                    if (sets_add(&sets, uni.a, uni.n, h)) goto done;
+                    int has_final = a->mark[a->final] == a->mark_stamp;
+                    if (vec_push(&acc, has_final)) goto done;
                 }
-                work += uni.n;
-                id = (int32_t)sets.n;
-                if (sets_add(&sets, uni.a, uni.n, h)) goto done;
-                int has_final = a->mark[a->final] == a->mark_stamp;
-                if (vec_push(&acc, has_final)) goto done;
-                row = rows.a + i * nc;
+                if (n_targets == 1) clo_state[first] = id;
             }
-            for (int32_t k = lo; k < hi; k++) row[k] = id;
+            if (lab.n + (hi - lo) >= INT32_MAX || vec_reserve(&lab, lab.n + (hi - lo)) ||
+                vec_reserve(&tgt, lab.n + (hi - lo)))
+                goto done;
+            for (int32_t k = lo; k < hi; k++) {
+                lab.a[lab.n++] = k;
+                tgt.a[tgt.n++] = id;
+            }
         }
     }
+    start[sets.n] = lab.n;
     out->n = sets.n;
-    out->table = rows.a;
-    rows.a = NULL;
+    out->m = lab.n;
+    out->start = start;
+    out->label = lab.a;
+    out->target = tgt.a;
+    start = NULL;
+    lab.a = tgt.a = NULL;
     out->accepting = malloc((size_t)sets.n + 1);
     if (!out->accepting) goto done;
     for (int64_t s = 0; s < sets.n; s++) out->accepting[s] = (uint8_t)acc.a[s];
@@ -836,9 +973,11 @@ done:
     free(sets.len);
     free(sets.hash);
     free(sets.slots);
-    free(rows.a);
+    free(start);
+    free(lab.a);
+    free(tgt.a);
     free(acc.a);
-    free(cur.a);
+    free(clo_state);
     free(uni.a);
     free(bounds.a);
     free(keys);
@@ -865,9 +1004,9 @@ run(Builder *b, int64_t n_special, int64_t max_states, int64_t max_work, Result 
     int rc = RC_NOMEM;
     Nfa a = {0};
     ClassDfa d = {0};
+    Edges e = {0};
     int32_t *eps_order = NULL, *edge_order = NULL, *dist = NULL, *new_id = NULL, *block = NULL;
-    int32_t *q_table = NULL, *rep = NULL, *order = NULL;
-    uint8_t *q_acc = NULL;
+    int32_t *rep = NULL, *order = NULL;
 
     b->n_states = 1;
     int64_t pos = 0;
@@ -896,24 +1035,22 @@ run(Builder *b, int64_t n_special, int64_t max_states, int64_t max_work, Result 
         csr(&b->ed_from, a.n_nfa, &a.edge_start, &edge_order))
         goto done;
     a.eps_to = malloc(((size_t)b->ep_to.n + 1) * sizeof(int32_t));
-    a.edge_lo = malloc(((size_t)b->ed_lo.n + 1) * sizeof(int32_t));
-    a.edge_hi = malloc(((size_t)b->ed_lo.n + 1) * sizeof(int32_t));
-    a.edge_to = malloc(((size_t)b->ed_lo.n + 1) * sizeof(int32_t));
+    a.edge_key = malloc(((size_t)b->ed_lo.n + 1) * sizeof(uint64_t));
     a.important = calloc((size_t)a.n_nfa, 1);
     a.clo_off = malloc((size_t)a.n_nfa * sizeof(int64_t));
     a.clo_len = malloc((size_t)a.n_nfa * sizeof(int32_t));
     a.seen = calloc((size_t)a.n_nfa, sizeof(int32_t));
     a.mark = calloc((size_t)a.n_nfa, sizeof(int32_t));
     a.stack = malloc((size_t)a.n_nfa * sizeof(int32_t));
-    if (!a.eps_to || !a.edge_lo || !a.edge_hi || !a.edge_to || !a.important || !a.clo_off || !a.clo_len ||
+    if (!a.eps_to || !a.edge_key || !a.important || !a.clo_off || !a.clo_len ||
         !a.seen || !a.mark || !a.stack)
         goto done;
     for (int64_t j = 0; j < b->ep_to.n; j++) a.eps_to[j] = b->ep_to.a[eps_order[j]];
     for (int64_t j = 0; j < b->ed_lo.n; j++) {
         int32_t e = edge_order[j], lo = b->ed_lo.a[e], hi = b->ed_hi.a[e];
-        a.edge_lo[j] = lo < 256 ? res->byte_class[lo] : n_byte + (lo - 256);
-        a.edge_hi[j] = hi < 256 ? res->byte_class[hi] : n_byte + (hi - 256);
-        a.edge_to[j] = b->ed_to.a[e];
+        uint64_t clo = lo < 256 ? res->byte_class[lo] : n_byte + (lo - 256);
+        uint64_t chi = hi < 256 ? res->byte_class[hi] : n_byte + (hi - 256);
+        a.edge_key[j] = clo << 44 | chi << 24 | (uint64_t)b->ed_to.a[e];
     }
     for (int64_t s = 0; s < a.n_nfa; s++) {
         a.important[s] = a.edge_start[s + 1] > a.edge_start[s] || s == a.final;
@@ -926,83 +1063,88 @@ run(Builder *b, int64_t n_special, int64_t max_states, int64_t max_work, Result 
     int64_t nc = a.n_classes, n = d.n;
 
     /* trim: keep the states that can reach acceptance (all are reachable) */
-    dist = malloc(((size_t)n + 1) * sizeof *dist);
+    dist = calloc((size_t)n + 1, sizeof *dist);
     new_id = malloc(((size_t)n + 1) * sizeof *new_id);
-    if (!dist || !new_id || reverse_bfs(d.table, n, nc, d.accepting, dist)) goto done;
+    if (!dist || !new_id || edges_build(&d, nc, &e) || reverse_bfs(&e, n, d.accepting, dist)) goto done;
     if (dist[0] < 0) {
         rc = RC_EMPTY;
         goto done;
     }
     int64_t live = 0;
     for (int64_t s = 0; s < n; s++) new_id[s] = dist[s] >= 0 ? (int32_t)live++ : DEAD;
-    if (live < n) {
+    if (live < n) { /* drop the dead states and the transitions into them (rows only move down) */
+        int64_t m = 0, from = 0;
         for (int64_t s = 0; s < n; s++) {
-            if (new_id[s] < 0) continue;
-            int32_t *dst = d.table + new_id[s] * nc;
-            const int32_t *src = d.table + s * nc;
-            for (int64_t k = 0; k < nc; k++) dst[k] = src[k] >= 0 ? new_id[src[k]] : DEAD;
-            d.accepting[new_id[s]] = d.accepting[s];
+            int64_t to = d.start[s + 1];
+            if (new_id[s] >= 0) {
+                d.start[new_id[s]] = m;
+                for (int64_t j = from; j < to; j++)
+                    if (new_id[d.target[j]] >= 0) {
+                        d.label[m] = d.label[j];
+                        d.target[m++] = new_id[d.target[j]];
+                    }
+                d.accepting[new_id[s]] = d.accepting[s];
+                dist[new_id[s]] = dist[s];
+            }
+            from = to;
         }
-        n = live;
+        d.start[live] = m;
+        d.n = n = live;
+        d.m = m;
+        edges_free(&e);
+        if (edges_build(&d, nc, &e)) goto done;
     }
 
-    /* partition refinement, then the quotient automaton */
+    /* partition refinement */
     block = malloc(((size_t)n + 1) * sizeof *block);
     if (!block) goto done;
-    int64_t nb = minimize(d.table, n, nc, d.accepting, block);
+    int64_t z = moore_classes(&d, dist, 1, block);
+    if (z < 0) goto done;
+    int64_t nb = minimize(&d, &e, nc, block, z, block);
     if (nb < 0) goto done;
+    edges_free(&e);
     rep = malloc(((size_t)nb + 1) * sizeof *rep);
-    q_table = malloc(((size_t)nb * nc + 1) * sizeof *q_table);
-    q_acc = malloc((size_t)nb + 1);
     order = malloc(((size_t)nb + 1) * sizeof *order);
-    if (!rep || !q_table || !q_acc || !order) goto done;
+    res->table = malloc(((size_t)nb * nc + 1) * sizeof *res->table);
+    res->accepting = malloc((size_t)nb + 1);
+    res->distance = malloc(((size_t)nb + 1) * sizeof(int32_t));
+    if (!rep || !order || !res->table || !res->accepting || !res->distance) goto done;
     for (int64_t x = 0; x < nb; x++) rep[x] = -1;
     for (int64_t s = 0; s < n; s++)
         if (rep[block[s]] < 0) rep[block[s]] = (int32_t)s;
-    for (int64_t x = 0; x < nb; x++) {
-        const int32_t *src = d.table + (int64_t)rep[x] * nc;
-        for (int64_t k = 0; k < nc; k++) q_table[x * nc + k] = src[k] >= 0 ? block[src[k]] : DEAD;
-        q_acc[x] = d.accepting[rep[x]];
-    }
 
-    /* canonical numbering: BFS from the initial block, classes (hence symbols) in increasing order */
+    /* the quotient in canonical numbering: BFS from the initial block, classes (hence symbols) in increasing
+     * order, read off each block's first state; distance is a property of the language, so it carries over */
     for (int64_t x = 0; x < nb; x++) new_id[x] = DEAD;
+    for (int64_t i = 0; i < nb * nc; i++) res->table[i] = DEAD;
     int64_t n_order = 0;
     order[n_order++] = block[0];
     new_id[block[0]] = 0;
-    for (int64_t h = 0; h < n_order; h++)
-        for (int64_t k = 0; k < nc; k++) {
-            int32_t t = q_table[(int64_t)order[h] * nc + k];
-            if (t >= 0 && new_id[t] < 0) {
+    for (int64_t h = 0; h < n_order; h++) {
+        int32_t r = rep[order[h]], *row = res->table + h * nc;
+        for (int64_t j = d.start[r]; j < d.start[r + 1]; j++) {
+            int32_t t = block[d.target[j]];
+            if (new_id[t] < 0) {
                 new_id[t] = (int32_t)n_order;
                 order[n_order++] = t;
             }
+            row[d.label[j]] = new_id[t];
         }
-    /* the canonical class table reuses the subset table's storage (at least as large) */
+        res->accepting[h] = d.accepting[r];
+        res->distance[h] = dist[r];
+    }
     res->n = n_order;
     res->n_classes = nc;
     res->n_byte_classes = n_byte;
-    res->table = d.table;
-    d.table = NULL;
-    res->accepting = malloc((size_t)n_order + 1);
-    res->distance = malloc(((size_t)n_order + 1) * sizeof(int32_t));
-    if (!res->accepting || !res->distance) goto done;
-    for (int64_t x = 0; x < n_order; x++) {
-        const int32_t *src = q_table + (int64_t)order[x] * nc;
-        for (int64_t k = 0; k < nc; k++) res->table[x * nc + k] = src[k] >= 0 ? new_id[src[k]] : DEAD;
-        res->accepting[x] = q_acc[order[x]];
-    }
-    if (reverse_bfs(res->table, n_order, nc, res->accepting, res->distance)) goto done;
     rc = RC_OK;
 done:
+    edges_free(&e);
     free(eps_order);
     free(edge_order);
     free(a.eps_start);
     free(a.edge_start);
     free(a.eps_to);
-    free(a.edge_lo);
-    free(a.edge_hi);
-    free(a.edge_to);
+    free(a.edge_key);
     free(a.important);
     free(a.clo_off);
     free(a.clo_len);
@@ -1010,14 +1152,14 @@ done:
     free(a.seen);
     free(a.mark);
     free(a.stack);
-    free(d.table);
+    free(d.start);
+    free(d.label);
+    free(d.target);
     free(d.accepting);
     free(dist);
     free(new_id);
     free(block);
     free(rep);
-    free(q_table);
-    free(q_acc);
     free(order);
     return rc;
 }

@@ -364,9 +364,7 @@ class TokenIndex:
         self._special_ids = self._resolve_specials()
         self._masks: dict[int, StateMask] = {}
         self._lock = threading.Lock()
-        self._out_ids = np.empty(self.trie.n_tokens, dtype=np.int32)
-        self._out_next = np.empty(self.trie.n_tokens, dtype=np.int32)
-        self._scratch_ids: np.ndarray | None = None
+        self._buffers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if not table_checked:  # the kernels trust the table: one C pass (the trie was checked once, when built)
             _kernel.check(dfa.transitions, self._width, *_EMPTY_TRIE, 0, self.trie.vocab_size)
         self._ub = np.full(dfa.n_states, -1, dtype=np.int32)
@@ -378,11 +376,14 @@ class TokenIndex:
         if preflight:
             self._check_every_state_can_move()
 
-    def _scratch(self) -> np.ndarray:
-        """int32 [vocab size], all -1 between walks (the kernels restore it); allocated on the first walk."""
-        if self._scratch_ids is None:
-            self._scratch_ids = np.full(self.trie.vocab_size, -1, dtype=np.int32)
-        return self._scratch_ids
+    def _walk_buffers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(out ids, out next states, scratch) of the walks, allocated on the first one (a grammar whose masks are
+        all stored never walks). Scratch is int32 [vocab size], all -1 between walks (the kernels restore it)."""
+        if self._buffers is None:
+            n_tokens = self.trie.n_tokens
+            self._buffers = (np.empty(n_tokens, dtype=np.int32), np.empty(n_tokens, dtype=np.int32),
+                             np.full(self.trie.vocab_size, -1, dtype=np.int32))  # fmt: skip
+        return self._buffers
 
     # -- construction checks ---------------------------------------------------------------------------------------
 
@@ -435,18 +436,19 @@ class TokenIndex:
         trie = self.trie
         plan = self._shortcut.plan(self._transitions, state, trie.n_nodes) if self._shortcut is not None else None
         with self._lock:
+            out_ids, out_next, scratch = self._walk_buffers()
             if plan is not None:
                 assert self._shortcut is not None
                 bits, count, n_normal = self._shortcut.walk(
-                    self._transitions, state, plan, trie, self._out_ids, self._out_next, self._scratch()
+                    self._transitions, state, plan, trie, out_ids, out_next, scratch
                 )
             else:
                 count = n_normal = _kernel.walk(
                     self._transitions, self._width, state, trie.node_byte, trie.node_depth, trie.node_end,
-                    trie.tok_start, trie.tok_ids, trie.max_depth, self._out_ids, self._out_next, self._scratch(),
+                    trie.tok_start, trie.tok_ids, trie.max_depth, out_ids, out_next, scratch,
                 )  # fmt: skip
-            ids = self._out_ids[:count].copy()
-            next_states = self._out_next[:count].copy()
+            ids = out_ids[:count].copy()
+            next_states = out_next[:count].copy()
         extra_ids, extra_next = self._extras(state)
         if extra_ids.shape[0]:
             where = np.searchsorted(ids, extra_ids)
