@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_native.h"
+
 enum { OP_EMPTY = 0, OP_CHARSET = 1, OP_SPECIAL = 2, OP_CONCAT = 3, OP_ALT = 4, OP_REPEAT = 5, OP_BYTE = 6 };
 enum { N_EMPTY, N_CHARSET, N_SPECIAL, N_CONCAT, N_ALT, N_REPEAT };
 enum { ERR_NONE = 0, ERR_DECLINE = 1, ERR_NOMEM = 2 };
@@ -30,43 +32,6 @@ enum { ERR_NONE = 0, ERR_DECLINE = 1, ERR_NOMEM = 2 };
 #define SURROGATE_LO 0xD800
 #define SURROGATE_HI 0xDFFF
 #define COUNT_MAX 2147483647LL /* repeat counts beyond int32 are declined (fsm._Program clamps them) */
-
-/* ---- growable arrays ------------------------------------------------------------------------- */
-
-typedef struct {
-    int32_t *a;
-    int64_t n, cap;
-} Vec;
-
-static int
-vec_reserve(Vec *v, int64_t need)
-{
-    if (need <= v->cap) return 0;
-    int64_t cap = v->cap ? v->cap : 64;
-    while (cap < need) cap *= 2;
-    int32_t *p = realloc(v->a, (size_t)cap * sizeof *p);
-    if (!p) return -1;
-    v->a = p;
-    v->cap = cap;
-    return 0;
-}
-
-static inline int
-vec_push(Vec *v, int32_t x)
-{
-    if (v->n == v->cap && vec_reserve(v, v->n + 1)) return -1;
-    v->a[v->n++] = x;
-    return 0;
-}
-
-static inline int
-vec_push2(Vec *v, int32_t x, int32_t y)
-{
-    if (v->n + 2 > v->cap && vec_reserve(v, v->n + 2)) return -1;
-    v->a[v->n++] = x;
-    v->a[v->n++] = y;
-    return 0;
-}
 
 /* ---- state ----------------------------------------------------------------------------------- */
 
@@ -159,13 +124,6 @@ push_scalars(Vec *out, int32_t lo, int32_t hi)
     return 0;
 }
 
-static int
-cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Sort, merge and drop surrogates: appends the canonical form of the n (lo, hi) pairs at r (sorted in place
  * through a packed copy) to out. */
 static int
@@ -175,19 +133,7 @@ _normalize(const int32_t *r, int64_t n, Vec *out)
     uint64_t small[16], *keys = n <= 16 ? small : malloc((size_t)n * sizeof *keys);
     if (!keys) return -1;
     for (int64_t i = 0; i < n; i++) keys[i] = ((uint64_t)(uint32_t)r[2 * i] << 32) | (uint32_t)r[2 * i + 1];
-    if (n <= 16) {
-        for (int64_t i = 1; i < n; i++) {
-            uint64_t x = keys[i];
-            int64_t j = i - 1;
-            while (j >= 0 && keys[j] > x) {
-                keys[j + 1] = keys[j];
-                j--;
-            }
-            keys[j + 1] = x;
-        }
-    } else {
-        qsort(keys, (size_t)n, sizeof *keys, cmp_u64);
-    }
+    sort_u64(keys, n);
     int rc = 0;
     int32_t lo = (int32_t)(keys[0] >> 32), hi = (int32_t)(uint32_t)keys[0];
     for (int64_t i = 1; i < n && !rc; i++) {
