@@ -43,6 +43,7 @@ from constrained import _fsm, _pattern
 from constrained.errors import EmptyLanguageError, GrammarTooLargeError
 from constrained.regex import (
     Alternation,
+    Automaton,
     CharSet,
     Concat,
     Empty,
@@ -54,7 +55,8 @@ from constrained.regex import (
     utf8_sequences,
 )
 
-__all__ = ["DEAD", "DFA", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "compile_dfa", "compile_dfa_reference", "next_hop"]
+__all__ = ["DEAD", "DFA", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "compile_dfa", "compile_dfa_reference", "next_hop",
+           "intersection", "difference", "automaton"]
 
 DEAD = -1
 """Transition target meaning "no continuation": the byte is not allowed here."""
@@ -313,8 +315,26 @@ class _NFA:
             symbol = self.symbol_of[node.name]
             self.edges[start].append((symbol, symbol, end))
             return end
+        if isinstance(node, Automaton):
+            if 0 not in node.accepting:
+                return self.template(_automaton_template(node)[1], start)
+            end = self.new_state()  # as Alternation((Empty(), automaton)): OP_ALT 2 OP_EMPTY OP_CHARSET
+            self.eps[start].append(end)
+            self.eps[self.template(_automaton_template(node)[1], start)].append(end)
+            return end
         assert isinstance(node, Empty)
         return start
+
+    def template(self, flat: tuple[int, ...], start: int) -> int:
+        """Instantiate a template (`_charset_template` format) at ``start``, as _fsm.c does; returns its end."""
+        n_new, n_edges = flat[0], flat[1]
+        base = len(self.eps)
+        for _ in range(n_new):
+            self.new_state()
+        for i in range(2, 2 + 4 * n_edges, 4):
+            src, lo, hi, dst = flat[i : i + 4]
+            self.edges[base + src - 1 if src else start].append((lo, hi, base + dst - 1 if dst else start))
+        return base
 
     def charset(self, node: CharSet, start: int) -> int:
         ranges = node.ranges
@@ -376,6 +396,8 @@ def _estimated_size(node: Node) -> int:
     if isinstance(node, Repeat):
         copies = node.max if node.max is not None else node.min  # x{n,} loops its last copy
         return 3 + _estimated_size(node.item) * max(copies, 1)
+    if isinstance(node, Automaton):
+        return _automaton_template(node)[0] + (4 if 0 in node.accepting else 0)
     return 2
 
 
@@ -464,6 +486,19 @@ class _Program:
                         size += emit(item)
                 emitted[id(node)] = (start, len(code), size)
                 return size
+            if kind is Automaton:
+                found = template_of.get(node)  # type: ignore[call-overload]
+                if found is None:
+                    size, flat = _automaton_template(node)
+                    found = template_of[node] = (len(offsets), size)  # type: ignore[index]
+                    offsets.append(len(templates))
+                    templates.extend(flat)
+                if 0 in node.accepting:  # the empty string too: Alternation((Empty(), automaton))
+                    code.extend((_OP_ALT, 2, _OP_EMPTY, _OP_CHARSET, found[0]))
+                    return found[1] + 4
+                code.append(_OP_CHARSET)
+                code.append(found[0])
+                return found[1]
             if kind is Special:
                 symbol = symbol_of.get(node.name)
                 if symbol is None:
@@ -513,6 +548,39 @@ def _charset_template(ranges: tuple[tuple[int, int], ...]) -> tuple[int, tuple[i
     for edge in edges:
         flat.extend(edge)
     return 2 + sum(map(len, sequences)), tuple(flat)
+
+
+@functools.lru_cache(maxsize=256)
+def _automaton_template(node: Automaton) -> tuple[int, tuple[int, ...]]:
+    """(estimated size, template) of an automaton, in the `_charset_template` format.
+
+    Local 0 is the start (only edges leave it: state 0's edges are copied there), 1 the end (only edges enter
+    it: an edge into an accepting state is doubled into it); every other state that is entered and has edges of
+    its own gets a local, in state order. Acceptance of the empty string is left to the caller.
+    """
+    has_edges = [False] * node.n_states
+    entered = [False] * node.n_states
+    for source, _, _, target in node.edges:
+        has_edges[source] = True
+        entered[target] = True
+    local = [0] * node.n_states
+    n_new = 1
+    for state in range(node.n_states):
+        if has_edges[state] and entered[state]:
+            n_new += 1
+            local[state] = n_new
+    accepting = set(node.accepting)
+    flat = [n_new, 0]
+    for source, lo, hi, target in node.edges:
+        for src in ((0, local[source]) if source == 0 and local[0] else (local[source],)):
+            if source and not src:
+                continue  # a state never entered: unreachable
+            if local[target]:
+                flat.extend((src, lo, hi, local[target]))
+            if target in accepting:
+                flat.extend((src, lo, hi, 1))
+    flat[1] = (len(flat) - 2) // 4
+    return 2 + n_new, tuple(flat)
 
 
 def _byte_classes(nfa: _NFA, n_special: int) -> tuple[np.ndarray, int]:
@@ -800,3 +868,101 @@ def _fingerprint(symbol_class: np.ndarray, class_table: np.ndarray, accepting: n
     digest.update(accepting.astype(np.uint8).tobytes())
     digest.update(json.dumps(list(names)).encode("utf-8"))
     return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------ language operations
+
+MAX_PRODUCT_STATES = 200_000
+"""Budget on the reachable pairs of a product (`intersection`, `difference`) before it is trimmed and minimized."""
+
+
+def intersection(a: DFA, b: DFA, *, max_states: int = 4096) -> DFA | None:
+    """The minimal DFA of L(a) ∩ L(b) (byte automata), or None when it is empty.
+
+    Raises:
+        GrammarTooLargeError: the product or the minimal result exceeds its budget.
+    """
+    return _product(a, b, complement_b=False, max_states=max_states)
+
+
+def difference(universe: DFA, a: DFA, *, max_states: int = 4096) -> DFA | None:
+    """The minimal DFA of L(universe) ∖ L(a): the complement of ``a`` within ``universe``; None when empty.
+
+    Raises:
+        GrammarTooLargeError: the product or the minimal result exceeds its budget.
+    """
+    return _product(universe, a, complement_b=True, max_states=max_states)
+
+
+def automaton(dfa: DFA) -> Automaton:
+    """The `regex.Automaton` node of a byte DFA (``regex.automaton_text`` writes it into a pattern)."""
+    if dfa.special_names:
+        raise ValueError("an automaton node has bytes only, not special-token symbols")
+    table = np.asarray(dfa.transitions[:, :256])
+    n = table.shape[0]
+    change = np.ones((n, 256), dtype=bool)
+    change[:, 1:] = table[:, 1:] != table[:, :-1]
+    rows, los = np.nonzero(change)  # run starts, row-major: sorted by (state, byte)
+    his = np.empty_like(los)
+    his[:-1] = np.where(rows[1:] == rows[:-1], los[1:] - 1, 255)
+    his[-1:] = 255
+    targets = table[rows, los]
+    keep = targets >= 0
+    edges = tuple(zip(rows[keep].tolist(), los[keep].tolist(), his[keep].tolist(), targets[keep].tolist()))
+    return Automaton(n_states=n, accepting=tuple(np.flatnonzero(dfa.accepting).tolist()), edges=edges)
+
+
+def _product(a: DFA, b: DFA, *, complement_b: bool, max_states: int) -> DFA | None:
+    """Reachable pairs of the product, level by level over the joint byte classes; then trim, minimize, order."""
+    if a.special_names or b.special_names:
+        raise ValueError("language operations take byte automata (no special-token symbols)")
+    joint = a.symbol_classes[:256].astype(np.int64) * (b.class_table.shape[1] + 1) + b.symbol_classes[:256]
+    _, first, inverse = np.unique(joint, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # joint classes numbered by their first byte (canonical order)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    class_of_byte, first = rank[inverse.reshape(-1)], first[order]
+    table_a = a.class_table[:, a.symbol_classes[first]]
+    table_b = b.class_table[:, b.symbol_classes[first]]
+    accept_b = b.accepting
+    n_b = table_b.shape[0]
+    if complement_b:  # a sink stands for b's missing transitions: everything b rejects from there on
+        table_b = np.where(table_b < 0, n_b, table_b)
+        table_b = np.vstack([table_b, np.full((1, table_b.shape[1]), n_b, dtype=table_b.dtype)])
+        accept_b = np.append(accept_b, False)
+        n_b += 1
+    cells = a.n_states * n_b
+    if cells > 1 << 25:
+        raise GrammarTooLargeError("product_states", MAX_PRODUCT_STATES, f"{a.n_states} × {n_b} state pairs")
+    ids = np.full(cells, DEAD, dtype=np.int64)
+    ids[0] = 0
+    fa, fb = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    pair_a, pair_b, rows = [fa], [fb], []
+    hi = 1
+    while fa.size:
+        next_a, next_b = table_a[fa], table_b[fb]
+        valid = (next_a >= 0) & (next_b >= 0)
+        key = np.where(valid, next_a.astype(np.int64) * n_b + next_b, 0)
+        fresh = np.unique(key[valid])
+        fresh = fresh[ids[fresh] < 0]
+        ids[fresh] = np.arange(hi, hi + fresh.size)
+        if hi + fresh.size > MAX_PRODUCT_STATES:
+            raise GrammarTooLargeError("product_states", MAX_PRODUCT_STATES, "intersecting string languages")
+        fa, fb = fresh // n_b, fresh % n_b
+        pair_a.append(fa)
+        pair_b.append(fb)
+        rows.append(np.where(valid, ids[key], DEAD).astype(np.int32))
+        hi += fresh.size
+    all_a, all_b = np.concatenate(pair_a), np.concatenate(pair_b)
+    accepting = a.accepting[all_a] & (~accept_b[all_b] if complement_b else accept_b[all_b])
+    table = np.vstack(rows)
+    try:
+        table, accepting = _trim(table, accepting, "")
+    except EmptyLanguageError:
+        return None
+    table, accepting = _minimize(table, accepting)
+    table, accepting = _canonical_order(table, accepting)
+    if table.shape[0] > max_states:
+        raise GrammarTooLargeError("dfa_states", max_states, f"a computed string language has {table.shape[0]} states")
+    distance = _distance(table, accepting)
+    return DFA.from_table(table[:, class_of_byte], accepting=accepting, distance=distance, special_names=())

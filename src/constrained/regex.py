@@ -8,7 +8,12 @@ Python ``re`` syntax, interpreted over Unicode text, always full-match. What it 
     classes [...] [^...] with ranges and \\d \\w \\s \\D \\W \\S (ASCII meanings) · . (any scalar but \\n) ·
     * + ? {n} {n,} {n,m} {,m} (lazy ? suffix: same language) · ( ) (?: ) (?P<name> ) · | ·
     ^ only at the very start, $ only at the very end (no-ops) ·
-    (?&NAME) one special-token terminal, only with allow_special=True.
+    (?&NAME) one special-token terminal, only with allow_special=True ·
+    (?@ROW;ROW;...) an explicit byte automaton (`Automaton`; what schema.py embeds for intersections and
+    complements): row i is state i (state 0 starts), ``!`` first if it accepts, then its edges ``LO>T`` or
+    ``LO-HI>T`` joined by ``,`` (two lowercase hex digits per byte, T in decimal), sorted by byte, disjoint,
+    adjacent ranges with one target merged. Only that canonical form (what `automaton_text` prints) parses.
+    Such patterns are not Python ``re`` syntax.
 
 What it refuses, with a `RegexSyntaxError` naming the feature: lookarounds, backreferences, inline flags,
 atomic groups, possessive quantifiers, conditionals, word boundaries and anchors other than a leading ``^`` /
@@ -44,12 +49,14 @@ __all__ = [
     "Concat",
     "Alternation",
     "Repeat",
+    "Automaton",
     "Node",
     "parse",
     "special_names",
     "clear_caches",
     "utf8_sequences",
     "json_string_body_pattern",
+    "automaton_text",
 ]
 
 MAX_SCALAR = 0x10FFFF
@@ -114,7 +121,21 @@ class Repeat:
     """Most repetitions; ``None`` means unbounded."""
 
 
-Node = Empty | CharSet | Special | Concat | Alternation | Repeat
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Automaton:
+    """Matches the byte strings a deterministic automaton accepts (states 0..n_states-1, start 0); lets a
+    language computed elsewhere (an intersection, a complement) travel inside pattern text."""
+
+    n_states: int
+    """At least one."""
+    accepting: tuple[int, ...]
+    """Accepting states, ascending (0 among them: the empty string matches)."""
+    edges: tuple[tuple[int, int, int, int], ...]
+    """(source, lo, hi, target) with inclusive byte ranges, sorted by (source, lo), disjoint per source, adjacent
+    ranges with one target merged."""
+
+
+Node = Empty | CharSet | Special | Concat | Alternation | Repeat | Automaton
 
 
 # ----------------------------------------------------------------------------------------------- character sets
@@ -184,13 +205,43 @@ _ECMA_SPACE = _normalize(
      (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)]
 )
 # The complement side uses the union of both definitions for the same reason.
-_ECMA_NOT_SPACE = _negate(_normalize(list(_ECMA_SPACE) + [(0x1C, 0x1F), (0x85, 0x85), (0xFEFF, 0xFEFF)]))
+_ECMA_WIDE_SPACE = _normalize(list(_ECMA_SPACE) + [(0x1C, 0x1F), (0x85, 0x85), (0xFEFF, 0xFEFF)])
+_ECMA_NOT_SPACE = _negate(_ECMA_WIDE_SPACE)
 _DOT = _negate(((0x0A, 0x0A),))
 _ECMA_DOT = _negate(_normalize([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]))
 _ANY = _negate(())
 
 
-def _shorthand(letter: str, ecma: bool) -> tuple[Range, ...]:
+@functools.cache
+def _python_class(shorthand: str) -> tuple[Range, ...]:
+    """The scalars Python's ``re`` (str patterns: Unicode) matches with ``\\d`` or ``\\w`` — jsonschema's meaning."""
+    text = "".join(map(chr, range(_SURROGATES[0]))) + "".join(map(chr, range(_SURROGATES[1] + 1, MAX_SCALAR + 1)))
+    ranges = []
+    for match in re.finditer(shorthand + "+", text):
+        lo, hi = ord(match.group()[0]), ord(match.group()[-1])
+        ranges.append((lo, hi) if hi - lo + 1 == len(match.group()) else (lo, lo))
+        if hi - lo + 1 != len(match.group()):  # a run across the surrogate gap
+            ranges.extend((ord(c), ord(c)) for c in match.group())
+    return _normalize(ranges)
+
+
+def _shorthand(letter: str, ecma: bool, wide: bool = False, exact: bool = False) -> tuple[Range, ...]:
+    """A class shorthand's scalars. ECMA patterns are also run by Python's ``re`` (jsonschema), whose ``\\d \\w``
+    are Unicode and ``\\s`` differs: the narrow meaning is what both match (for languages a mask admits), the
+    wide one at least what either matches (for complements: keys no pattern matches), exactly that with ``exact``
+    (inside a negated class, whose complement must stay narrow yet not needlessly small)."""
+    if ecma:
+        if letter in "dw":  # Python's extra members are all non-ASCII: the wide side takes every non-ASCII scalar
+            ascii_ = _DIGIT if letter == "d" else _WORD
+            if wide:
+                return _python_class("\\" + letter) if exact else _normalize([*ascii_, (0x80, MAX_SCALAR)])
+            return ascii_
+        if letter in "DW":
+            ascii_ = _DIGIT if letter == "D" else _WORD
+            return _negate(ascii_) if wide else _negate(_python_class("\\" + letter.lower()))
+        if letter == "s":
+            return _ECMA_WIDE_SPACE if wide else _ECMA_SPACE
+        return _negate(_ECMA_SPACE) if wide else _ECMA_NOT_SPACE
     if letter == "d":
         return _DIGIT
     if letter == "D":
@@ -225,12 +276,18 @@ class _Parser:
     accepts: ``(?<name>…)`` groups, ``\\0``, UTF-16 surrogate pairs, ECMA ``.``/``\\s``, anchors per top-level
     alternative)."""
 
-    def __init__(self, pattern: str, *, allow_special: bool, ecma: bool) -> None:
+    def __init__(self, pattern: str, *, allow_special: bool, ecma: bool, wide: bool = False) -> None:
         self.pattern = pattern
         self.pos = 0
         self.allow_special = allow_special
         self.ecma = ecma
+        self.wide = wide
+        """ECMA only: the union of the ECMA and Python meanings instead of their intersection (see `_shorthand`)."""
+        self.cache_mode = "wide" if wide else ecma
+        """The dialect part of the class and group cache keys."""
         self.depth = 0
+        self.negated_class = False
+        """Whether the class being parsed is ``[^...]`` (ECMA ``\\s``/``\\S`` then take the other meaning)."""
         self.deepest = 0
         """Deepest group nesting reached so far inside the group being parsed (cached with it: `_cached_group`)."""
 
@@ -378,7 +435,7 @@ class _Parser:
         if c == "[":
             span = _CLASS_SPAN.match(self.pattern, self.pos)
             end = -1 if span is None else span.end()
-            key = (self.pattern[self.pos : end], self.ecma)
+            key = (self.pattern[self.pos : end], self.cache_mode)
             ranges = _CLASS_CACHE.get(key) if end > 0 else None
             if ranges is None:
                 ranges = self.parse_class()
@@ -389,7 +446,7 @@ class _Parser:
             return CharSet(ranges=ranges)
         if c == ".":
             self.pos += 1
-            return CharSet(ranges=_ECMA_DOT if self.ecma else _DOT)
+            return CharSet(ranges=_ECMA_DOT if self.ecma and not self.wide else _DOT)
         if c == "\\":
             return self.parse_escape()
         if c in "*+?":
@@ -404,7 +461,7 @@ class _Parser:
     def parse_group(self) -> Node:
         open_pos = self.pos
         limit = _MAX_NESTING - 4 if self.ecma else _MAX_NESTING  # the JSON-body translation adds a few levels
-        short_end, cached = _cached_group(self.pattern, open_pos, self.ecma, self.allow_special)
+        short_end, cached = _cached_group(self.pattern, open_pos, self.cache_mode, self.allow_special)
         if cached is not None and self.depth + cached[1] <= limit:
             node, levels, text_length = cached
             self.pos = open_pos + text_length
@@ -423,6 +480,8 @@ class _Parser:
                 self.parse_group_name(open_pos)
             elif kind == "&":
                 return self.parse_special(open_pos)
+            elif kind == "@" and not self.ecma:
+                return self.parse_automaton(open_pos)
             else:
                 raise self.error(_unsupported_group(self.pattern, open_pos), open_pos)
         self.depth += 1
@@ -437,7 +496,7 @@ class _Parser:
         if self.peek() != ")":
             raise self.error("missing ')': unterminated group", open_pos)
         self.pos += 1
-        _remember_group(self.pattern, open_pos, self.pos, short_end, self.ecma, self.allow_special, node, levels)
+        _remember_group(self.pattern, open_pos, self.pos, short_end, self.cache_mode, self.allow_special, node, levels)
         return node
 
     def parse_group_name(self, open_pos: int) -> None:
@@ -461,6 +520,16 @@ class _Parser:
         self.pos = end + 1
         return Special(name=name)
 
+    def parse_automaton(self, open_pos: int) -> Node:
+        end = self.pattern.find(")", open_pos)
+        if end < 0:
+            raise self.error("unterminated automaton (?@...)", open_pos)
+        node = _automaton_from_text(self.pattern[open_pos + 3 : end])
+        if node is None:
+            raise self.error("automaton (?@...) not in its canonical form", open_pos)
+        self.pos = end + 1
+        return node
+
     def parse_escape(self) -> Node:
         start = self.pos
         self.pos += 1
@@ -469,7 +538,7 @@ class _Parser:
         c = self.peek()
         if c in "dDwWsS":
             self.pos += 1
-            return CharSet(ranges=_shorthand(c, self.ecma))
+            return CharSet(ranges=_shorthand(c, self.ecma, self.wide))
         if c in _ANCHOR_ESCAPES:
             raise self.error(f"{_ANCHOR_ESCAPES[c]} is not supported", start)
         cp = self.escape_code_point(start, in_class=False)
@@ -520,6 +589,7 @@ class _Parser:
         if self.peek() == "^":
             negate = True
             self.pos += 1
+        self.negated_class = negate
         ranges: list[Range] = []
         first = True
         while True:
@@ -565,7 +635,8 @@ class _Parser:
         c = self.peek()
         if c in "dDwWsS":
             self.pos += 1
-            return _shorthand(c, self.ecma)
+            # [^...] negates: the other meaning (exact, for the narrow side's complement)
+            return _shorthand(c, self.ecma, self.wide != self.negated_class, exact=self.negated_class)
         cp = self.escape_code_point(start, in_class=True)
         if self.ecma and 0xD800 <= cp <= 0xDFFF:
             raise self.error("UTF-16 surrogate escapes inside a class are not supported", start)
@@ -579,14 +650,14 @@ _PLAIN_RUN = re.compile(r"[^\\\[\](){}|*+?.^$\ud800-\udfff]+")
 _CLASS_TEXT = r"\[\^?+\]?+(?:[^\]\\]++|\\[\s\S])*+\]"
 """A class as written: ``[``, an optional ``^``, a leading ``]`` taken literally, up to the first unescaped ``]``."""
 _CLASS_SPAN = re.compile(_CLASS_TEXT)
-_CLASS_CACHE: dict[tuple[str, bool], tuple[Range, ...]] = {}
+_CLASS_CACHE: dict[tuple[str, bool | str], tuple[Range, ...]] = {}
 """Parsed classes by source text (and dialect): schema patterns repeat the same few classes many times."""
 
 _GroupEntry = tuple[Node, int, int]
 """A parsed group: (node, nesting levels it spans, length of its text)."""
-_SHORT_GROUPS: dict[tuple[str, bool, bool], _GroupEntry] = {}
+_SHORT_GROUPS: dict[tuple[str, bool | str, bool], _GroupEntry] = {}
 """Parsed groups of at most `_GROUP_WINDOW` characters by exact text (and ``ecma``, ``allow_special``)."""
-_LONG_GROUPS: dict[tuple[str, bool, bool], list[tuple[str, _GroupEntry]]] = {}
+_LONG_GROUPS: dict[tuple[str, bool | str, bool], list[tuple[str, _GroupEntry]]] = {}
 """Longer parsed groups (text, entry) by the `_GROUP_WINDOW` characters they start with (and the flags)."""
 _GROUP_WINDOW = 64
 _LONG_CANDIDATES = 16
@@ -605,7 +676,7 @@ _SHORT_GROUP = re.compile(
 """A group with at most four levels of nesting (matched inside a window: linear, possessive)."""
 
 
-def _cached_group(pattern: str, open_pos: int, ecma: bool, allow_special: bool) -> tuple[int, _GroupEntry | None]:
+def _cached_group(pattern: str, open_pos: int, ecma: bool | str, allow_special: bool) -> tuple[int, _GroupEntry | None]:
     """Where the group opened at ``pattern[open_pos]`` probably ends if it is short (else -1), and its cache entry.
 
     Parsed groups are cached by exact text: schema patterns repeat the same groups (whitespace, string bodies,
@@ -630,7 +701,7 @@ def _cached_group(pattern: str, open_pos: int, ecma: bool, allow_special: bool) 
 
 
 def _remember_group(
-    pattern: str, open_pos: int, end: int, short_end: int, ecma: bool, allow_special: bool, node: Node, levels: int
+    pattern: str, open_pos: int, end: int, short_end: int, ecma: bool | str, allow_special: bool, node: Node, levels: int
 ) -> None:
     """Cache a successfully parsed group under the key `_cached_group` looks it up by."""
     global _group_cache_chars
@@ -759,6 +830,59 @@ def special_names(node: Node) -> tuple[str, ...]:
         elif isinstance(n, Repeat):
             stack.append(n.item)
     return tuple(seen)
+
+
+# -------------------------------------------------------------------------------------------------- automata
+
+_AUTOMATON_EDGE = re.compile(r"([0-9a-f]{2})(?:-([0-9a-f]{2}))?>(0|[1-9][0-9]*)")
+
+
+@functools.lru_cache(maxsize=256)
+def _automaton_from_text(body: str) -> Automaton | None:
+    """The automaton of a ``(?@...)`` body, or None unless the body is exactly its canonical text."""
+    rows = body.split(";")
+    accepting: list[int] = []
+    edges: list[tuple[int, int, int, int]] = []
+    for state, row in enumerate(rows):
+        if row.startswith("!"):
+            accepting.append(state)
+            row = row[1:]
+        if not row:
+            continue
+        previous = None
+        for item in row.split(","):
+            match = _AUTOMATON_EDGE.fullmatch(item)
+            if match is None:
+                return None
+            lo = int(match[1], 16)
+            hi = lo if match[2] is None else int(match[2], 16)
+            target = int(match[3])
+            if hi < lo or target >= len(rows) or (previous is not None and lo <= previous[2]):
+                return None
+            previous = (state, lo, hi, target)
+            edges.append(previous)
+    node = Automaton(n_states=len(rows), accepting=tuple(accepting), edges=tuple(edges))
+    try:
+        return node if automaton_text(node) == f"(?@{body})" else None
+    except ValueError:  # unmerged adjacent ranges
+        return None
+
+
+def automaton_text(node: Automaton) -> str:
+    """The canonical ``(?@...)`` text of an automaton (the only form `parse` reads back)."""
+    rows: list[list[str]] = [[] for _ in range(node.n_states)]
+    for state in node.accepting:
+        rows[state].append("!")
+    last: list[tuple[int, int] | None] = [None] * node.n_states
+    for source, lo, hi, target in node.edges:
+        if last[source] is not None and (lo <= last[source][0] or (lo == last[source][0] + 1
+                                                                   and target == last[source][1])):
+            raise ValueError("automaton edges must be sorted, disjoint and merged")
+        last[source] = (hi, target)
+        edge = f"{lo:02x}>{target}" if lo == hi else f"{lo:02x}-{hi:02x}>{target}"
+        row = rows[source]
+        row.append(edge if not row or row == ["!"] else "," + edge)
+    return "(?@" + ";".join("".join(row) for row in rows) + ")"
 
 
 # ------------------------------------------------------------------------------------------------------ UTF-8
@@ -918,7 +1042,7 @@ def _json_node_pattern(node: Node) -> tuple[str, bool]:
     raise AssertionError(f"unexpected node {node!r}")  # Special cannot occur: parsed with allow_special=False
 
 
-def json_string_body_pattern(ecma_pattern: str) -> str:
+def json_string_body_pattern(ecma_pattern: str, *, wide: bool = False) -> str:
     """A dialect pattern over the JSON-encoded body of every string matching an ECMA-262 ``pattern``.
 
     JSON Schema's ``pattern`` has search semantics: a side without ``^``/``$`` admits any prefix/suffix. The body
@@ -926,13 +1050,15 @@ def json_string_body_pattern(ecma_pattern: str) -> str:
     ``\\``→``\\\\``, ``\\b \\f \\n \\r \\t``, other controls ``\\u00xx``), so a mask built from the result admits
     exactly the canonical encodings of matching strings. ECMA meanings are used for ``.`` (no line terminators),
     ``\\d``/``\\w`` (ASCII) and ``\\s`` (intersected with Python's, so jsonschema's ``re.search`` agrees).
+    With ``wide``, every such choice takes the union of the ECMA and Python meanings instead (and ``$`` also
+    admits Python's final newline): a superset of what either engine matches, whose complement no engine matches.
 
     Raises:
         UnsupportedSchemaError: (path ``""``, keyword ``"pattern"``) for anything that cannot be enforced:
             lookarounds, backreferences, word boundaries, flags, ``[]``, anchors inside groups, ...
     """
     try:
-        branches = _Parser(ecma_pattern, allow_special=False, ecma=True).parse_top()
+        branches = _Parser(ecma_pattern, allow_special=False, ecma=True, wide=wide).parse_top()
     except RegexSyntaxError as exc:
         raise UnsupportedSchemaError("", "pattern", f"{exc.detail} at position {exc.position} "
                                      f"in {ecma_pattern!r}") from exc
@@ -944,5 +1070,7 @@ def json_string_body_pattern(ecma_pattern: str) -> str:
             body = any_char + body
         if not branch.anchored_end:
             body = body + any_char
+        elif wide:
+            body = body + "(?:\\\\n)?"  # Python's $ also matches before a final newline
         alternatives.append(body)
     return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"

@@ -15,7 +15,8 @@ unenforced constraint is a lie about the output. docs/schema-coverage.md is the 
         │  string (units, formats from grammars/formats/*.regex, ECMA `pattern` via regex.py)
         │  integer / number (exact digit-range regexes)   object / array (recurse, depth-bounded)
         ▼
-    pattern string (Python-`re`-compatible: explicit classes, no \\d)
+    pattern string (Python-`re`-compatible: explicit classes, no \\d; except the ``(?@...)`` automata embedded
+    for string intersections and patternProperties keys, computed with fsm.intersection / fsm.difference)
 
 Rules that are ours, not outlines-core's: numeric bounds are exact; every keyword of a node is
 honoured or refused; allOf is an intersection. Limits (documented in docs/schema-coverage.md):
@@ -103,8 +104,7 @@ SUPPORTED_KEYWORDS = frozenset(
 )
 """Keywords the compiler reads. Some are accepted only in trivially-true forms (see coverage doc):
 ``multipleOf`` (integers and a divisor of 1), ``uniqueItems`` (false, or maxItems ≤ 1),
-``minProperties``/``maxProperties`` (implied by required / listed properties), ``patternProperties``
-(empty)."""
+``minProperties``/``maxProperties`` (implied by required / listed properties)."""
 
 UNSUPPORTED_KEYWORDS = frozenset(
     {
@@ -373,6 +373,152 @@ def _string_body_excluding(names: list[str]) -> str:
     return walk(trie)
 
 
+# -- computed string languages (intersections and complements, embedded as automata) ---------------
+
+_MAX_KEY_GROUPS = 6
+"""Most patternProperties with distinct schemas one object may have (their overlaps split keys 2^n ways)."""
+
+
+def _dfa_ops() -> Any:
+    from . import fsm, regex
+
+    return fsm, regex
+
+
+def _longest(dfa: Any) -> int | None:
+    """Most symbols in an accepted string (None: unbounded); the DFA is trimmed, so every cycle is live."""
+    rows = [sorted({t for t in row if t >= 0}) for row in dfa.class_table.tolist()]
+    indegree = [0] * len(rows)
+    for row in rows:
+        for t in row:
+            indegree[t] += 1
+    order = [s for s in range(len(rows)) if indegree[s] == 0]
+    for s in order:
+        for t in rows[s]:
+            indegree[t] -= 1
+            if indegree[t] == 0:
+                order.append(t)
+    if len(order) < len(rows):
+        return None
+    longest = [0] * len(rows)
+    for s in reversed(order):
+        longest[s] = max((longest[t] + 1 for t in rows[s]), default=0)
+    return longest[0]
+
+
+@functools.lru_cache(maxsize=256)
+def _string_language(bodies: tuple[str, ...], lo: int, hi: int | None) -> str | None:
+    """A string-body pattern for the intersection of body patterns and a length range (JSON characters); None
+    when it is empty. One body whose strings already satisfy the lengths comes back as it is."""
+    fsm, regex = _dfa_ops()
+    try:
+        dfa = fsm.compile_dfa(bodies[0])
+    except fsm.EmptyLanguageError:
+        return None
+    for body in bodies[1:]:
+        dfa = fsm.intersection(dfa, fsm.compile_dfa(body))
+        if dfa is None:
+            return None
+    longest = _longest(dfa) if hi is not None else None
+    if hi is not None and longest is not None and longest <= hi:  # a character is at least one byte
+        hi = None
+    if lo and -(-int(dfa.distance[0]) // 6) >= lo:  # and at most six (\u00xx)
+        lo = 0
+    if lo or hi is not None:
+        dfa = fsm.intersection(dfa, fsm.compile_dfa(_rep(UNIT, lo, hi)))
+    elif len(bodies) == 1:
+        return bodies[0]
+    return None if dfa is None else regex.automaton_text(fsm.automaton(dfa))
+
+
+def _key_literal(name: str) -> str:
+    return _lit(_json_text(name)[1:-1])
+
+
+@functools.lru_cache(maxsize=256)
+def _key_regions(groups: tuple[str, ...], wide: tuple[str, ...], names: tuple[str, ...]
+                 ) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The keys matching exactly the groups of each non-empty subset of ``groups`` (body patterns) and no listed
+    name: (key body pattern, group indices), empty regions left out. A key must match its groups under both
+    engines' meanings (``groups``) and the others under neither (``wide``, see `regex.json_string_body_pattern`)."""
+    fsm, regex = _dfa_ops()
+    dfas = [fsm.compile_dfa(g) for g in groups]
+    out = []
+    for size in range(1, len(groups) + 1):
+        for subset in itertools.combinations(range(len(groups)), size):
+            dfa = dfas[subset[0]]
+            for i in subset[1:]:
+                dfa = fsm.intersection(dfa, dfas[i])
+                if dfa is None:
+                    break
+            excluded = [wide[i] for i in range(len(groups)) if i not in subset] + [_key_literal(n) for n in names]
+            if dfa is not None and excluded:
+                dfa = fsm.difference(dfa, fsm.compile_dfa("(?:" + "|".join(excluded) + ")"))
+            if dfa is not None:
+                out.append((regex.automaton_text(fsm.automaton(dfa)), subset))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _key_others(wide: tuple[str, ...], names: tuple[str, ...]) -> str | None:
+    """Canonical key bodies matching no group (``wide`` bodies) and no listed name (None: there are none)."""
+    fsm, regex = _dfa_ops()
+    universe = fsm.compile_dfa(regex._json_char_pattern(regex._ANY)[0] + "*")
+    excluded = list(wide) + [_key_literal(n) for n in names]
+    dfa = fsm.difference(universe, fsm.compile_dfa("(?:" + "|".join(excluded) + ")"))
+    return None if dfa is None else regex.automaton_text(fsm.automaton(dfa))
+
+
+class _KeyPatterns:
+    """One object's patternProperties: key patterns (JSON Schema search semantics) over canonical key bodies."""
+
+    def __init__(self, patterns: dict, path: str) -> None:
+        fsm, regex = _dfa_ops()
+        self.schemas = patterns
+        self.bodies: dict[str, str] = {}
+        self.wide: dict[str, str] = {}
+        """What a key matching a pattern under either engine's meaning may look like (for exclusions)."""
+        for pattern in patterns:
+            try:
+                self.bodies[pattern] = regex.json_string_body_pattern(pattern)
+                self.wide[pattern] = regex.json_string_body_pattern(pattern, wide=True)
+            except UnsupportedSchemaError as err:
+                raise UnsupportedSchemaError(path, "patternProperties", f"{pattern!r}: {err.detail}") from None
+        self.dfas = {}
+        for pattern, body in self.wide.items():
+            try:
+                self.dfas[pattern] = fsm.compile_dfa(body)
+            except fsm.EmptyLanguageError:
+                continue  # no key matches it
+        by_schema: dict[str, list[str]] = {}
+        for pattern, sub in patterns.items():
+            if pattern not in self.dfas:
+                continue
+            by_schema.setdefault(json.dumps(sub, sort_keys=True, default=repr), []).append(pattern)
+        self.groups = list(by_schema.values())
+        """Patterns with identical schemas, together (a key matching several of them needs that schema once)."""
+        if len(self.groups) > _MAX_KEY_GROUPS:
+            raise UnsupportedSchemaError(path, "patternProperties",
+                                         f"more than {_MAX_KEY_GROUPS} patterns with distinct schemas")
+        self.group_bodies = tuple("(?:" + "|".join(self.bodies[p] for p in g) + ")" for g in self.groups)
+        self.group_wide = tuple("(?:" + "|".join(self.wide[p] for p in g) + ")" for g in self.groups)
+
+    def matching(self, name: str) -> list[str]:
+        """The patterns a listed name may match (either engine), one per group (their schemas all apply to it)."""
+        key = _json_text(name)[1:-1].encode("utf-8")
+        return [next(p for p in g if self.dfas[p].accepts(key)) for g in self.groups
+                if any(self.dfas[p].accepts(key) for p in g)]
+
+    def regions(self, names: list[str]) -> list[tuple[str, list[str]]]:
+        """(key body pattern, one pattern per group that applies) for the keys not listed that match a pattern."""
+        regions = _key_regions(self.group_bodies, self.group_wide, tuple(names))
+        return [(keys, [self.groups[i][0] for i in subset]) for keys, subset in regions]
+
+    def others(self, names: list[str]) -> str | None:
+        """Key body pattern of the keys additionalProperties governs (None: no such key)."""
+        return _key_others(self.group_wide, tuple(names))
+
+
 # -- the compiler -----------------------------------------------------------------------------------
 
 
@@ -583,8 +729,9 @@ class _Compiler:
             raise UnsupportedSchemaError(path, "format", f"format {fmt!r} is not enforced")
         if out.get("patternProperties") == {}:
             out.pop("patternProperties")
-        elif "patternProperties" in out and "enum" not in out:
-            raise UnsupportedSchemaError(path, "patternProperties", "a regular pattern cannot enforce it")
+        elif "patternProperties" in out and (not isinstance(out["patternProperties"], dict)
+                                             or not all(isinstance(k, str) for k in out["patternProperties"])):
+            raise InvalidSchemaError(path, "patternProperties must be an object of schemas")
         for key in ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"):
             if key in out and (isinstance(out[key], bool) or not isinstance(out[key], (int, float))
                                or (isinstance(out[key], float) and not math.isfinite(out[key]))
@@ -674,25 +821,29 @@ class _Compiler:
         lo, hi = flat.get("minLength", 0), flat.get("maxLength")
         if hi is not None and lo > hi:
             return None
-        if "pattern" in flat and "format" in flat:
-            raise UnsupportedSchemaError(path, "format", "format together with pattern cannot be intersected")
-        if ("pattern" in flat or "format" in flat) and (lo > 0 or hi is not None):
-            key = "pattern" if "pattern" in flat else "format"
-            raise UnsupportedSchemaError(path, key, f"{key} together with minLength/maxLength cannot be intersected")
+        bodies: list[tuple[str, str]] = []
         if "pattern" in flat:
             if not isinstance(flat["pattern"], str):
                 raise InvalidSchemaError(path, "pattern must be a string")
             try:
                 from . import regex as _regex
 
-                body = _regex.json_string_body_pattern(flat["pattern"])
+                bodies.append(("pattern", _regex.json_string_body_pattern(flat["pattern"])))
             except ImportError:
                 raise UnsupportedSchemaError(path, "pattern", "ECMA pattern translation is unavailable") from None
             except UnsupportedSchemaError as err:
                 raise UnsupportedSchemaError(path, "pattern", err.detail) from None
-            return f'"{body}"'
         if "format" in flat:
-            return f'"{_format_body(flat["format"])}"'
+            bodies.append(("format", _format_body(flat["format"])))
+        if len(bodies) == 1 and lo == 0 and hi is None:
+            return f'"{bodies[0][1]}"'
+        if bodies:
+            try:
+                body = _string_language(tuple(b for _, b in bodies), lo, hi)
+            except GrammarTooLargeError as err:
+                keys = " and ".join(k for k, _ in bodies) + (" with minLength/maxLength" if lo or hi is not None else "")
+                raise GrammarTooLargeError(err.what, err.limit, f"{path}: {keys}: {err}") from None
+            return None if body is None else f'"{body}"'
         return '"' + _rep(UNIT, lo, hi) + '"'
 
     def integer_bounds(self, flat: dict, path: str) -> tuple[int | None, int | None]:
@@ -752,9 +903,18 @@ class _Compiler:
         extra = flat.get("additionalProperties", True)
         members: list[tuple[str, str, bool]] = []
         names = list(props) + [r for r in required if r not in props]
+        key_patterns = _KeyPatterns(flat.get("patternProperties", {}), path) if "patternProperties" in flat else None
         for name in names:
             sub_path = f"{path}/properties/{_pointer_token(name)}" if name in props else f"{path}/additionalProperties"
-            value = self.compile(props[name] if name in props else extra, sub_path, depth, trail)
+            sub = props[name] if name in props else extra
+            if key_patterns is not None:
+                matched = key_patterns.matching(name)
+                if matched:
+                    sub = props[name] if name in props else True
+                    for pattern in matched:
+                        sub = _conj(sub, key_patterns.schemas[pattern])
+                    sub_path = f"{path}/patternProperties/{_pointer_token(matched[0])}" if name not in props else sub_path
+            value = self.compile(sub, sub_path, depth, trail)
             if value is None:
                 if name in required:
                     return None
@@ -765,13 +925,25 @@ class _Compiler:
                 raise UnsupportedSchemaError(sub_path, "properties", err.detail) from None
             members.append((f"{key}{self.colon}{value}", name, name in required))
         extra_pattern = None
+        extras: list[Pattern] = []
+        if key_patterns is not None:
+            for keys, schemas in key_patterns.regions(names):
+                sub: Any = True
+                for pattern in schemas:
+                    sub = _conj(sub, key_patterns.schemas[pattern])
+                value = self.compile(sub, f"{path}/patternProperties/{_pointer_token(schemas[0])}", depth, trail)
+                if value is not None:
+                    extras.append(f'"{keys}"{self.colon}{value}')
         if extra is not False:
             if "additionalProperties" in flat:
                 value = self.compile(extra, f"{path}/additionalProperties", depth, trail)
             else:  # implicit extras are frequent and rarely wanted: shallower open-ended values
                 value = self.any_value(depth, min(IMPLICIT_EXTRA_DEPTH, self.any_value_depth))
             if value is not None:
-                extra_pattern = f'"{_string_body_excluding(names)}"{self.colon}{value}'
+                keys = _string_body_excluding(names) if key_patterns is None else key_patterns.others(names)
+                if keys is not None:
+                    extras.append(f'"{keys}"{self.colon}{value}')
+        extra_pattern = _alt(extras)
         min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
         if min_p > len(required):
             raise UnsupportedSchemaError(path, "minProperties", "more than the required properties")
@@ -948,6 +1120,11 @@ def _conj(a: Any, b: Any) -> Any:
 
 def _merge(a: dict, b: dict, path: str) -> dict | None:
     """Structural intersection of two flat nodes (allOf); None when provably unsatisfiable."""
+    keywords = ("properties", "additionalProperties", "patternProperties")
+    if (("patternProperties" in a or "patternProperties" in b) and any(k in a for k in keywords)
+            and any(k in b for k in keywords) and any(_value_key(a.get(k)) != _value_key(b.get(k)) for k in keywords)):
+        raise UnsupportedSchemaError(path, "patternProperties", "allOf members with patternProperties and other "
+                                     "property keywords cannot be merged")
     out = dict(a)
     for key, bv in b.items():
         if key not in out:
@@ -1017,7 +1194,7 @@ def schema_to_pattern(
             it with an `UnknownKeywordWarning` naming key and path; "error" raises UnsupportedSchemaError.
 
     Returns:
-        The pattern (constrained.regex dialect, also valid Python ``re``).
+        The pattern (constrained.regex dialect; also valid Python ``re`` unless it embeds an automaton ``(?@``).
 
     Raises:
         UnsupportedSchemaError: a keyword (or keyword value) that cannot be enforced exactly.

@@ -63,6 +63,36 @@ SCHEMAS = [
 ]
 
 
+def _automaton_of(pattern: str) -> str:
+    return regex.automaton_text(fsm.automaton(fsm.compile_dfa(pattern)))
+
+
+AUTOMATON_PATTERNS = [
+    "(?@!61>0)", "(?@!)", "(?@)", "(?@)a|b", "(?@61>1;62>2;!)", "(?@61>1;!61>1)",
+    "x" + _automaton_of("(?:ab|[0-9x])*") + "y",
+    "(?:" + _automaton_of("[a-z]+[0-9]*") + "|q){2,4}",
+    "(?:" + _automaton_of("(?:é|[a-c])*z?") + ")+" + _automaton_of("[^\x00-\x7f]{1,3}"),
+    '"' + _automaton_of(r'(?:[^"\\\x00-\x1f]|\\["\\bfnrt]|\\u00[01][0-9a-f]){0,5}') + '"',
+]
+
+
+@pytest.mark.parametrize("pattern", AUTOMATON_PATTERNS)
+def test_native_matches_reference_on_embedded_automata(pattern: str) -> None:
+    assert_same(pattern)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "string", "pattern": "^[a-c]+x?$", "minLength": 2, "maxLength": 5},
+    {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"type": "string"}},
+     "properties": {"ab": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}},
+])
+def test_native_matches_reference_on_schema_patterns_with_automata(schema: dict) -> None:
+    for whitespace in ("compact", "flexible"):
+        pattern = schema_to_pattern(schema, whitespace=whitespace)
+        assert "(?@" in pattern
+        assert_same(pattern)
+
+
 @pytest.mark.parametrize("pattern", HAND_WRITTEN + [OBJECT, "(a|b)*a(a|b){5}", "(a?){300}b", r"[^\x00-\x7f]{2,3}"])
 def test_native_matches_reference_on_hand_written_patterns(pattern: str) -> None:
     assert_same(pattern)
