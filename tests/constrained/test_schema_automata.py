@@ -60,6 +60,13 @@ def test_an_empty_result_is_none_and_budgets_are_enforced() -> None:
         fsm.intersection(compile_dfa("[ab]*a[ab]{9}"), compile_dfa("[ab]*"), max_states=100)
 
 
+def test_the_product_budget_is_enforced_before_minimizing(monkeypatch) -> None:
+    monkeypatch.setattr(fsm, "MAX_PRODUCT_STATES", 50)
+    with pytest.raises(GrammarTooLargeError) as caught:
+        fsm.intersection(compile_dfa("[ab]*a[ab]{6}"), compile_dfa("[ab]*b[ab]{6}"))
+    assert caught.value.what == "product_states"
+
+
 @pytest.mark.parametrize("text", ["(?@61>0,61>0)", "(?@!61>0,62>0)", "(?@!61>00)", "(?@!!)", "(?@61>2)", "(?@A>0)",
                                   "(?@ 61>0)", "(?@61-61>0)", "(?@62>0,61>0)", "(?@!61>0"])
 def test_only_the_canonical_automaton_text_parses(text: str) -> None:
