@@ -39,6 +39,8 @@ import re
 import threading
 from dataclasses import dataclass
 
+import numpy as np
+
 from constrained.errors import RegexSyntaxError, UnsupportedSchemaError
 
 __all__ = [
@@ -212,16 +214,28 @@ _ECMA_DOT = _negate(_normalize([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]))
 _ANY = _negate(())
 
 
+def _every_scalar() -> str:
+    """Every Unicode scalar value once, in order (built by decoding UTF-32: ~10x faster than joining chr())."""
+    scalars = np.concatenate(
+        (np.arange(_SURROGATES[0], dtype="<u4"), np.arange(_SURROGATES[1] + 1, MAX_SCALAR + 1, dtype="<u4"))
+    )
+    return scalars.tobytes().decode("utf-32-le")
+
+
 @functools.cache
 def _python_class(shorthand: str) -> tuple[Range, ...]:
-    """The scalars Python's ``re`` (str patterns: Unicode) matches with ``\\d`` or ``\\w`` — jsonschema's meaning."""
-    text = "".join(map(chr, range(_SURROGATES[0]))) + "".join(map(chr, range(_SURROGATES[1] + 1, MAX_SCALAR + 1)))
+    """The scalars Python's ``re`` (str patterns: Unicode) matches with ``\\d`` or ``\\w`` — jsonschema's meaning.
+
+    Found by scanning every scalar once (~50 ms, once per process): a match's span maps back to scalars
+    (position p is scalar p below the surrogates, p + 0x800 above them).
+    """
+    gap = _SURROGATES[0]
     ranges = []
-    for match in re.finditer(shorthand + "+", text):
-        lo, hi = ord(match.group()[0]), ord(match.group()[-1])
-        ranges.append((lo, hi) if hi - lo + 1 == len(match.group()) else (lo, lo))
-        if hi - lo + 1 != len(match.group()):  # a run across the surrogate gap
-            ranges.extend((ord(c), ord(c)) for c in match.group())
+    for match in re.finditer(shorthand + "+", _every_scalar()):
+        lo, hi = match.start(), match.end() - 1
+        for a, b in ((lo, min(hi, gap - 1)), (max(lo, gap), hi)):  # a run across the gap: two ranges
+            if a <= b:
+                ranges.append((a if a < gap else a + 0x800, b if b < gap else b + 0x800))
     return _normalize(ranges)
 
 
