@@ -103,8 +103,7 @@ class Grammar:
         location = _cache_location()
         if location is None:
             return None
-        directory, root = location
-        path = _entry_path(root, self.fingerprint)
+        path = _entry_path(location[1], self.fingerprint)
         if _saved_counts.get(path) == len(self.index.computed_states) and os.path.exists(path):
             return Path(path)  # counted without decoding a stored mask
         for _ in range(len(self.index.computed_states) + 1):
@@ -115,10 +114,7 @@ class Grammar:
                 continue
         else:
             return None
-        try:
-            grammar_file.atomic_write(path, grammar_file.encode_entry(self, masks, _index_identity()))
-        except OSError as error:
-            _warn_once(f"ember: cannot write the grammar cache at {directory}: {error}")
+        if not _write_cache_file(path, grammar_file.encode_entry(self, masks, _index_identity())):
             return None
         _saved_counts[path] = len(masks)
         return Path(path)
@@ -197,10 +193,7 @@ def compile_json_schema(
     if alias_path is not None and complete and grammar.save() is not None:
         alias = {"format": FORMAT, "grammar": grammar.fingerprint, "pattern_sha256": _sha256(pattern),
                  "warnings": list(messages)}  # fmt: skip
-        try:
-            grammar_file.atomic_write(alias_path, [json.dumps(alias).encode()])
-        except OSError as error:
-            _warn_once(f"ember: cannot write the grammar cache at {os.path.dirname(alias_path)}: {error}")
+        _write_cache_file(alias_path, [json.dumps(alias).encode()])
     return grammar
 
 
@@ -395,11 +388,8 @@ def _compile(pattern: str, allow_special: bool, vocab: Vocabulary) -> Grammar:
     )  # fmt: skip
     path = grammar.save()
     if path is not None:
-        alias_path = path.parent / "alias" / f"{_pattern_alias(pattern, allow_special, vocab)}.txt"
-        try:
-            grammar_file.atomic_write(alias_path, [grammar.fingerprint.encode()])
-        except OSError as error:
-            _warn_once(f"ember: cannot write the grammar cache at {alias_path.parent}: {error}")
+        alias_path = os.path.join(path.parent, "alias", f"{_pattern_alias(pattern, allow_special, vocab)}.txt")
+        _write_cache_file(alias_path, [grammar.fingerprint.encode()])
     return grammar
 
 
@@ -469,7 +459,7 @@ def _load_entry(
     try:
         index = TokenIndex(entry.dfa, vocab, masks=entry.masks, preflight=False, table_checked=True)
     except (ValueError, IndexError, TypeError, KeyError):
-        return None  # e.g. the kernel refused the table: recompile (a real incompatibility raises again there)
+        return None  # e.g. a special the entry names is missing: recompile (a real incompatibility raises there)
     grammar = Grammar(
         pattern=entry.pattern, allow_special=allow_special, dfa=entry.dfa, vocabulary=vocab, index=index,
         fingerprint=fingerprint,
@@ -478,10 +468,19 @@ def _load_entry(
     return grammar
 
 
-def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+def _write_cache_file(path: str, parts: Sequence[Any]) -> bool:
+    """Write one cache file atomically; on failure warn once per directory (the cache is an optimisation; the
+    error text names a fresh temporary file each time, so it cannot be the once-only key)."""
+    try:
+        grammar_file.atomic_write(path, parts)
+    except OSError as error:
+        directory = os.path.dirname(path)
+        if directory not in _warned:
+            _warned.add(directory)
+            warnings.warn(f"ember: cannot write the grammar cache at {directory}: {error}", RuntimeWarning,
+                          stacklevel=3)  # the caller of whatever wrote
+        return False
+    return True
 
 
 @atexit.register

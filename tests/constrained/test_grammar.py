@@ -379,3 +379,20 @@ def test_threads_compiling_one_pattern_compile_it_once_and_share_it(small_vocab,
         grammars = list(pool.map(lambda pattern: compile_regex(pattern, small_vocab), patterns))
     assert sorted(c for c in calls if c in patterns) == sorted([PATTERN, STRING_PATTERN])  # once each
     assert len({id(g) for g in grammars[0::2]}) == len({id(g) for g in grammars[1::2]}) == 1
+
+
+def test_an_unwritable_cache_warns_once_per_directory_and_compiles_anyway(small_vocab, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(grammar_module, "_warned", set())
+    clear_memory_cache()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = compile_json_schema({"type": "integer"}, small_vocab)
+        compile_regex("ab+", small_vocab).save()
+    clear_memory_cache()
+    assert compiled.matcher().advance(small_vocab.tokens.index(b"7"))
+    cache_warnings = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(cache_warnings) == 1
+    assert f"cannot write the grammar cache at {blocker / 'cache'}" in str(cache_warnings[0].message)
