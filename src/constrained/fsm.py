@@ -474,15 +474,6 @@ class _Program:
                     code.append(len(node.items))
                     size = 2
                     for item in node.items:
-                        if type(item) is CharSet:  # inline the common leaf, an ASCII literal
-                            ranges = item.ranges
-                            if len(ranges) == 1:
-                                lo, hi = ranges[0]
-                                if lo == hi and lo < 0x80:
-                                    code.append(_OP_BYTE)
-                                    code.append(lo)
-                                    size += 3
-                                    continue
                         size += emit(item)
                 emitted[id(node)] = (start, len(code), size)
                 return size

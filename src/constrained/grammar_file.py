@@ -466,22 +466,6 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _pread_into(fd: int, view: memoryview, offset: int) -> int:
-    """Fill ``view`` from ``offset``; the number of bytes read (short only at end of file)."""
-    got = 0
-    while got < len(view):
-        if hasattr(os, "preadv"):
-            count = os.preadv(fd, [view[got:]], offset + got)
-        else:
-            chunk = _pread(fd, len(view) - got, offset + got)
-            count = len(chunk)
-            view[got : got + count] = chunk
-        if count == 0:
-            break
-        got += count
-    return got
-
-
 def atomic_write(path: str | Path, parts: Sequence[Any]) -> None:
     """Write ``parts`` (bytes-like) to a fresh temp file beside ``path``, then rename it over ``path``."""
     path = Path(path)
