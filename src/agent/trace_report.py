@@ -64,7 +64,8 @@ def _summary(event_type: str, d: Mapping[str, Any]) -> str:
                     f"finish={d.get('finish_reason', '?')} {_ms(d.get('duration_ms'))} "
                     f"text: {_excerpt(d.get('output', d.get('text', '')))}")
         case EventType.ASSISTANT_ACTION_PARSED:
-            calls = d.get("calls") or []
+            calls = d.get("calls")
+            calls = calls if isinstance(calls, (list, tuple)) else []  # a reader never trusts a field's type
             names = ",".join(str(c.get("tool", c.get("name", "?"))) if isinstance(c, dict) else str(c)
                              for c in calls)
             reason = f" {d['reason']}" if d.get("reason") else ""
