@@ -799,8 +799,6 @@ class CompiledParameters:
     """Exact validity check for the common keywords (`_fast_check`), or None."""
 
 
-_Compiled = CompiledParameters
-
 
 def check_parameters_schema(tool_name: str, schema: object) -> None:
     """Refuse a parameters schema that is not a valid Draft 2020-12 schema of an object.
@@ -820,7 +818,7 @@ def compile_parameters(tool_name: str, schema: object) -> CompiledParameters:
     return _compile(tool_name, schema)
 
 
-def _compile(tool_name: str, schema: object) -> _Compiled:
+def _compile(tool_name: str, schema: object) -> CompiledParameters:
     if not isinstance(schema, Mapping):
         raise ToolDefinitionError(tool_name, f"parameters must be a JSON Schema object, got {type(schema).__name__}")
     try:
@@ -831,7 +829,7 @@ def _compile(tool_name: str, schema: object) -> _Compiled:
 
 
 @functools.lru_cache(maxsize=512)
-def _compiled(tool_name: str, schema_text: str) -> _Compiled:
+def _compiled(tool_name: str, schema_text: str) -> CompiledParameters:
     schema = json.loads(schema_text)
     try:
         Draft202012Validator.check_schema(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
@@ -845,7 +843,7 @@ def _compiled(tool_name: str, schema_text: str) -> _Compiled:
                                              f"got type {json.dumps(root_type)}")
     closed = close_schema(schema)
     validator = _StrictValidator(closed, format_checker=FORMAT_CHECKER)
-    return _Compiled(validator=validator, schema_sha256=_sha256_text(schema_text), fast=_fast_check(closed))
+    return CompiledParameters(validator=validator, schema_sha256=_sha256_text(schema_text), fast=_fast_check(closed))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1157,24 +1155,21 @@ def validate_arguments(tool_name: str, schema: Mapping[str, Any] | CompiledParam
         raise ValueError(f"max_nodes and max_string_bytes must be positive, got {max_nodes}, {max_string_bytes}")
     compiled = schema if isinstance(schema, CompiledParameters) else _compile(tool_name, schema)
 
-    def failed(errors: list[tuple[tuple[str | int, ...], ArgumentError]]) -> ArgumentErrors:
-        return _failed(tool_name, errors)
-
     if isinstance(raw, (str, bytes, bytearray)):
         raw, parse_error = _parse_text(raw)
         if parse_error is not None:
-            return failed([((), parse_error)])
+            return _failed(tool_name, [((), parse_error)])
     if not isinstance(raw, Mapping):
-        return failed([((), ArgumentError(path="", kind=ValidationErrorKind.NOT_AN_OBJECT,
-                                          reason=f"arguments must be a JSON object, got {_json_type(raw)}"))])
+        return _failed(tool_name, [((), ArgumentError(path="", kind=ValidationErrorKind.NOT_AN_OBJECT,
+                                                    reason=f"arguments must be a JSON object, got {_json_type(raw)}"))])
     walk = _Walk(max_depth=max_depth, max_nodes=max_nodes, max_string_bytes=max_string_bytes)
     try:
         plain = walk.copy(raw, (), 0)
     except _TooManyNodes:
-        return failed([((), ArgumentError(path="", kind=ValidationErrorKind.TOO_LONG,
-                                          reason=f"more than {max_nodes} values in the arguments"))])
+        return _failed(tool_name, [((), ArgumentError(path="", kind=ValidationErrorKind.TOO_LONG,
+                                                    reason=f"more than {max_nodes} values in the arguments"))])
     if walk.errors:
-        return failed(walk.errors)
+        return _failed(tool_name, walk.errors)
     if compiled.fast is not None:
         try:
             valid = compiled.fast(plain)
@@ -1186,11 +1181,11 @@ def validate_arguments(tool_name: str, schema: Mapping[str, Any] | CompiledParam
     try:
         mapped = [m for error in compiled.validator.iter_errors(plain) for m in _map_error(error)]
     except RecursionError:
-        return failed([((), ArgumentError(path="", kind=ValidationErrorKind.TOO_DEEP,
-                                          reason="arguments nested too deeply to validate"))])
+        return _failed(tool_name, [((), ArgumentError(path="", kind=ValidationErrorKind.TOO_DEEP,
+                                                    reason="arguments nested too deeply to validate"))])
     except Exception as exc:  # unresolvable $ref and other schema faults surface only while validating
         raise ToolDefinitionError(tool_name, f"parameters cannot be evaluated: {type(exc).__name__}: {exc}") from exc
     if mapped:
-        return failed(mapped)
+        return _failed(tool_name, mapped)
     return ValidatedArguments(_CONSTRUCTOR_TOKEN, tool_name=tool_name, plain=plain,
                               schema_sha256=compiled.schema_sha256)

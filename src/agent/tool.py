@@ -615,6 +615,7 @@ class ToolOutcome:
 
 
 def _held_lock() -> Any:
+    """A C-level lock created held: released once, by whoever finishes what others wait for."""
     lock = _thread.allocate_lock()
     lock.acquire()
     return lock
@@ -921,8 +922,7 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
     call_ctx = ToolContext(run_id=ctx.run_id, call_id=ctx.call_id, artifacts=recording,  # type: ignore[arg-type]
                            cancel=call_cancel, linked_runs=[])
     box: list[Any] = [None, None]  # [value, exception]
-    done = _thread.allocate_lock()
-    done.acquire()  # released by the worker once the job returned
+    done = _held_lock()  # released by the worker once the job returned
 
     def work() -> None:
         try:
@@ -956,26 +956,21 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
         linked = tuple(call_ctx.linked_runs)
         ctx.linked_runs.extend(linked)
     duration_ms = (time.perf_counter() - start) * 1000.0
+    common = {"duration_ms": duration_ms, "artifacts": artifacts, "linked_runs": linked, "started": True}
     if detach_kind is ResultErrorKind.TIMEOUT:
         return ToolOutcome(ok=False, error_kind=detach_kind, detail=f"tool {tool.name!r} did not finish within "
-                           f"{limit:g} s; the worker was detached and its result will be discarded",
-                           duration_ms=duration_ms, artifacts=artifacts, linked_runs=linked, started=True)
+                           f"{limit:g} s; the worker was detached and its result will be discarded", **common)
     if detach_kind is ResultErrorKind.CANCELLED:
         return ToolOutcome(ok=False, error_kind=detach_kind, detail="the run was cancelled while the tool was "
-                           "running; the worker was detached and its result will be discarded",
-                           duration_ms=duration_ms, artifacts=artifacts, linked_runs=linked, started=True)
+                           "running; the worker was detached and its result will be discarded", **common)
     exc = box[1]
     if exc is not None:
         if isinstance(exc, ToolFailure):
-            return ToolOutcome(ok=False, error_kind=exc.kind, detail=exc.detail, duration_ms=duration_ms,
-                               artifacts=artifacts, linked_runs=linked, started=True)
-        return ToolOutcome(ok=False, error_kind=ResultErrorKind.EXECUTION_FAILED, detail=_describe(exc),
-                           duration_ms=duration_ms, artifacts=artifacts, linked_runs=linked, started=True)
+            return ToolOutcome(ok=False, error_kind=exc.kind, detail=exc.detail, **common)
+        return ToolOutcome(ok=False, error_kind=ResultErrorKind.EXECUTION_FAILED, detail=_describe(exc), **common)
     try:
         value = json.loads(_RESULT_ENCODER.encode(box[0]))
     except Exception as exc:  # TypeError, ValueError, RecursionError, or whatever a hostile __iter__/items raises
         return ToolOutcome(ok=False, error_kind=ResultErrorKind.RESULT_NOT_SERIALIZABLE,
-                           detail=f"the tool returned a value that is not JSON: {_describe(exc)}",
-                           duration_ms=duration_ms, artifacts=artifacts, linked_runs=linked, started=True)
-    return ToolOutcome(ok=True, value=value, duration_ms=duration_ms, artifacts=artifacts, linked_runs=linked,
-                       started=True)
+                           detail=f"the tool returned a value that is not JSON: {_describe(exc)}", **common)
+    return ToolOutcome(ok=True, value=value, **common)
