@@ -872,8 +872,9 @@ def render_report(report: MaskBenchReport, *, corpus: Path | None = None, plot: 
         f"({report.n_untokenizable} skipped: not UTF-8). Per-schema limit {report.timeout_s:g} s per engine; "
         f"{report.jobs} worker process(es) at once, one engine each; run took {report.wall_s:.0f} s; "
         f"timings are {_CLOCK_WORDS[report.clock]}. "
-        "Compile = cold (ours: empty memory + disk cache, parse caches cleared: nothing carries over from earlier schemas). Mask = one per-token mask call "
-        "(ours `Matcher.fill_bitmask`, outlines-core `Guide.write_mask_into`, llguidance `fill_next_token_bitmask`: each fills a token bitmask), "
+        "Compile = cold (ours: empty memory + disk cache, parse caches cleared: nothing carries over from earlier "
+        "schemas). Mask = one per-token mask call (ours `Matcher.fill_bitmask`, outlines-core "
+        "`Guide.write_mask_into`, llguidance `fill_next_token_bitmask`: each fills a token bitmask), "
         "p50/p99 over every token of every instance of compiled schemas. Valid/invalid counts are over compiled "
         "schemas only.",
         markdown_table(headers, rows),

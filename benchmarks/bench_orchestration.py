@@ -199,7 +199,8 @@ def run_benchmark(*, runs: int = 200, warmup: int = 5) -> OrchestrationReport:
             n_events += len(sinks["emit"])
     return OrchestrationReport(
         runs=runs, steps_per_run=len(script), run_s=run_s, engine_s=engine_s, step_s=step_s,
-        phase_s=dict(phase_s), step_index_s=dict(step_index_s), trace_events_per_run=n_events / max(runs, 1), outcomes=dict(outcomes),
+        phase_s=dict(phase_s), step_index_s=dict(step_index_s), trace_events_per_run=n_events / max(runs, 1),
+        outcomes=dict(outcomes),
     )  # fmt: skip
 
 

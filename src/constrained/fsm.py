@@ -850,7 +850,9 @@ def _canonical_order(table: np.ndarray, accepting: np.ndarray) -> tuple[np.ndarr
     return mapping[table[old]], accepting[old]
 
 
-def _fingerprint(symbol_class: np.ndarray, class_table: np.ndarray, accepting: np.ndarray, names: tuple[str, ...]) -> str:
+def _fingerprint(
+    symbol_class: np.ndarray, class_table: np.ndarray, accepting: np.ndarray, names: tuple[str, ...]
+) -> str:
     """sha256 of the table in its canonical class form (a few columns instead of 256: ~10x less to hash)."""
     digest = hashlib.sha256(b"ember.dfa.v2\0")
     digest.update(np.array(class_table.shape, dtype="<i8").tobytes())

@@ -715,7 +715,8 @@ def _cached_group(pattern: str, open_pos: int, ecma: bool | str, allow_special: 
 
 
 def _remember_group(
-    pattern: str, open_pos: int, end: int, short_end: int, ecma: bool | str, allow_special: bool, node: Node, levels: int
+    pattern: str, open_pos: int, end: int, short_end: int, ecma: bool | str, allow_special: bool, node: Node,
+    levels: int,
 ) -> None:
     """Cache a successfully parsed group under the key `_cached_group` looks it up by."""
     global _group_cache_chars

@@ -841,7 +841,8 @@ class _Compiler:
             try:
                 body = _string_language(tuple(b for _, b in bodies), lo, hi)
             except GrammarTooLargeError as err:
-                keys = " and ".join(k for k, _ in bodies) + (" with minLength/maxLength" if lo or hi is not None else "")
+                keys = " and ".join(k for k, _ in bodies)
+                keys += " with minLength/maxLength" if lo or hi is not None else ""
                 raise GrammarTooLargeError(err.what, err.limit, f"{path}: {keys}: {err}") from None
             return None if body is None else f'"{body}"'
         return '"' + _rep(UNIT, lo, hi) + '"'
@@ -913,7 +914,8 @@ class _Compiler:
                     sub = props[name] if name in props else True
                     for pattern in matched:
                         sub = _conj(sub, key_patterns.schemas[pattern])
-                    sub_path = f"{path}/patternProperties/{_pointer_token(matched[0])}" if name not in props else sub_path
+                    if name not in props:
+                        sub_path = f"{path}/patternProperties/{_pointer_token(matched[0])}"
             value = self.compile(sub, sub_path, depth, trail)
             if value is None:
                 if name in required:

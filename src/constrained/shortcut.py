@@ -150,9 +150,9 @@ class StringBodyShortcut:
         self, transitions: np.ndarray, state: int, embedding: np.ndarray, trie: TokenTrie,
         out_ids: np.ndarray, out_next: np.ndarray, scratch: np.ndarray,
     ) -> tuple[np.ndarray, int, int]:  # fmt: skip
-        """``state``'s allowed tokens, walked with ``embedding`` (from `plan`): (bitmask of them all, how many of them are not pure — their
-        ids ascending and next states written to ``out_ids`` / ``out_next`` — and how many there are in all).
-        ``scratch``: int32 [vocab size], all -1 (restored)."""
+        """``state``'s allowed tokens, walked with ``embedding`` (from `plan`): (bitmask of them all, how many of
+        them are not pure — their ids ascending and next states written to ``out_ids`` / ``out_next`` — and how
+        many there are in all). ``scratch``: int32 [vocab size], all -1 (restored)."""
         bits = np.empty_like(self.pure_bits)
         n_found, count = _kernel.walk_template(
             transitions, int(transitions.shape[1]), state, self.body_transitions, embedding, self.pure_bits,
