@@ -67,6 +67,7 @@ from jsonschema._utils import find_evaluated_property_keys_by_schema
 from jsonschema._utils import uniq as _uniq
 
 from agent.errors import ToolDefinitionError
+from agent.json_text import plain_encoder
 from agent.results import ResultErrorKind, error_result
 
 __all__ = [
@@ -164,21 +165,13 @@ _CANONICAL_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, sort_keys=True,
 """Built once (``json.dumps`` with these options builds one per call); encoders keep no state between calls."""
 
 
-_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
-_CANONICAL_TREE: Final = (_c_make_encoder(None, _CANONICAL_ENCODER.default, json.encoder.encode_basestring, None,
-                                          ":", ",", True, False, False) if _c_make_encoder is not None else None)
-"""The C encoder behind `_CANONICAL_ENCODER`, called directly for the plain trees `_Walk` builds (acyclic by
-construction, so its circular-reference markers are not needed)."""
+_canonical_tree: Final = plain_encoder(_CANONICAL_ENCODER)
+"""`canonical_json` of the plain trees `_Walk` builds (acyclic by construction)."""
 
 
 def canonical_json(value: Any) -> str:
     """Compact, key-sorted, UTF-8 JSON text: the form hashes are taken over."""
     return _CANONICAL_ENCODER.encode(value)
-
-
-def _canonical_tree(plain: dict[str, Any]) -> str:
-    """`canonical_json` of a walked arguments object."""
-    return "".join(_CANONICAL_TREE(plain, 0)) if _CANONICAL_TREE is not None else canonical_json(plain)
 
 
 def _sha256_text(text: str) -> str:

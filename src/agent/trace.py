@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from agent.json_text import plain_encoder
+
 __all__ = [
     "MAX_LINE_BYTES",
     "TERMINAL_EVENTS",
@@ -80,12 +82,9 @@ _LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allo
 """Built once: ``json.dumps`` with these options builds an encoder per call (stateless, so shared safely)."""
 _json_string = json.encoder.encode_basestring
 """A str as JSON text, exactly as `_LINE_ENCODER` writes it (``ensure_ascii=False``)."""
-_c_encoder = getattr(json.encoder, "c_make_encoder", None)
-_DATA_CHUNKS = (_c_encoder(None, _LINE_ENCODER.default, _json_string, None, ":", ",", False, False, False)
-                if _c_encoder is not None else None)
-"""The C encoder behind `_LINE_ENCODER`, built once and called directly on a dict (``JSONEncoder.encode``
-rebuilds it per call). Without circular-reference markers: circular data ends in RecursionError, and `_encode`
-then reports it."""
+_data_text = plain_encoder(_LINE_ENCODER)
+"""`_LINE_ENCODER.encode` for an event's data dict; circular data ends in RecursionError, and `_encode` then
+reports it."""
 
 
 class EventType(enum.StrEnum):
@@ -386,7 +385,7 @@ class TraceRecorder:
                 return None
             self._prefix_run_id = run_id
         try:
-            body = "".join(_DATA_CHUNKS(data, 0)) if _DATA_CHUNKS is not None else _LINE_ENCODER.encode(data)
+            body = _data_text(data)
         except (TypeError, ValueError, RecursionError):
             return None  # `_encode` reports it
         try:
