@@ -238,11 +238,18 @@ def symbol_classes(transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     columns = np.ascontiguousarray(transitions.T, dtype=np.int32)
     keys = columns.view(np.dtype((np.void, columns.shape[1] * 4))).reshape(-1)  # one opaque key per column
+    class_of, first = _classes_by_first(keys)
+    return class_of, np.ascontiguousarray(transitions[:, first], dtype=np.int32)
+
+
+def _classes_by_first(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Equal keys share a class, numbered in order of first appearance: (int32 class of each key, the index of
+    each class's first key)."""
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(order.shape[0])
-    return rank[inverse].astype(np.int32), np.ascontiguousarray(transitions[:, first[order]], dtype=np.int32)
+    return rank[inverse.reshape(-1)].astype(np.int32), first[order]
 
 
 def next_hop(dfa: DFA) -> np.ndarray:
@@ -910,11 +917,7 @@ def _product(a: DFA, b: DFA, *, complement_b: bool, max_states: int) -> DFA | No
     if a.special_names or b.special_names:
         raise ValueError("language operations take byte automata (no special-token symbols)")
     joint = a.symbol_classes[:256].astype(np.int64) * (b.class_table.shape[1] + 1) + b.symbol_classes[:256]
-    _, first, inverse = np.unique(joint, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")  # joint classes numbered by their first byte (canonical order)
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    class_of_byte, first = rank[inverse.reshape(-1)], first[order]
+    class_of_byte, first = _classes_by_first(joint)  # joint classes numbered by their first byte
     table_a = a.class_table[:, a.symbol_classes[first]]
     table_b = b.class_table[:, b.symbol_classes[first]]
     accept_b = b.accepting
