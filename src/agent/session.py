@@ -129,6 +129,15 @@ class _Rejected:
     errors: tuple[ArgumentError, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class _Executed:
+    """A call's outcome and its result text, bounded once for both the trace and the reinjection."""
+
+    outcome: ToolOutcome
+    content: str
+    truncated: bool
+
+
 @dataclass(kw_only=True)
 class _Run:
     """Mutable state of one run; only the loop and its step functions touch it."""
@@ -144,8 +153,6 @@ class _Run:
     n_call_ids: int = 0
     model_step: str = ""
     call_ids: list[str] = field(default_factory=list)
-    contents: dict[str, tuple[ToolOutcome, str, bool]] = field(default_factory=dict)
-    """Per executed call: its outcome's bounded result text, rendered once for the trace and the reinjection."""
 
 
 class Session:
@@ -265,12 +272,12 @@ class Session:
                     self._reinject(run, call_id, call, checked)
                     continue
                 # -- execute --
-                outcome = self._execute(run, call_id, checked)
+                executed = self._execute(run, call_id, checked)
                 if ending := self._cancel_point(run, "execute"):
-                    run.trace.result_uncommitted(call_id, checked.tool.name, outcome, run.cancel)
+                    run.trace.result_uncommitted(call_id, checked.tool.name, executed.outcome, run.cancel)
                     return ending
                 # -- reinject --
-                self._reinject(run, call_id, call, outcome)
+                self._reinject(run, call_id, call, executed)
 
     # -- steps ---------------------------------------------------------------------------------------------------
 
@@ -410,7 +417,7 @@ class Session:
         run.trace.call_rejected(call_id, accepted.tool.name, rejected, raw=None)
         return rejected
 
-    def _execute(self, run: _Run, call_id: str, accepted: _Accepted) -> ToolOutcome:
+    def _execute(self, run: _Run, call_id: str, accepted: _Accepted) -> _Executed:
         tool, step = accepted.tool, _tool_step(call_id)
         timeout_s = self.limits.tool_timeout(tool.timeout_s, self._usage(run))
         ctx = ToolContext(run_id=run.run_id, call_id=call_id, artifacts=self.artifacts, cancel=run.cancel,
@@ -419,24 +426,19 @@ class Session:
         outcome = execute_tool(tool, accepted.args, ctx, timeout_s=timeout_s, idempotency=self.idempotency)
         result = outcome.to_result()
         content, truncated = results.result_content(result, max_bytes=self.limits.max_result_bytes)
-        run.contents[call_id] = (outcome, content, truncated)  # what `_reinject` commits: rendered once
         run.trace.execution_finished(call_id, tool.name, outcome, result, content, truncated)
         if not outcome.replayed:
             for ref in outcome.artifacts:
                 run.trace.artifact_written(step, call_id, tool.name, ref)
-        return outcome
+        return _Executed(outcome, content, truncated)
 
-    def _reinject(self, run: _Run, call_id: str, call: ToolCall, result: ToolOutcome | _Rejected) -> None:
-        """Bound the result, render it through the codec and commit it as the call's tool message."""
-        rendered = run.contents.pop(call_id, None)
+    def _reinject(self, run: _Run, call_id: str, call: ToolCall, result: _Executed | _Rejected) -> None:
+        """Render the bounded result through the codec and commit it as the call's tool message."""
         if isinstance(result, _Rejected):
             kind, ok = EntryKind.TOOL_REJECTION, False
             content, truncated = results.result_content(result.result, max_bytes=self.limits.max_result_bytes)
-        elif rendered is not None and rendered[0] is result:
-            kind, ok, content, truncated = EntryKind.TOOL_RESULT, result.ok, rendered[1], rendered[2]
         else:
-            kind, ok = EntryKind.TOOL_RESULT, result.ok
-            content, truncated = results.result_content(result.to_result(), max_bytes=self.limits.max_result_bytes)
+            kind, ok, content, truncated = EntryKind.TOOL_RESULT, result.outcome.ok, result.content, result.truncated
         message = self.engine.codec.tool_result_message(call, content)
         run.ledger.commit(kind, message, step=_tool_step(call_id), call_ids=(call_id,), tool=call.name or None,
                           ok=ok, truncated=truncated)
