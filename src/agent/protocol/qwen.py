@@ -47,17 +47,22 @@ class QwenCodec(Codec):
     id = "qwen2.5-tool-call-v1"
     stop_token_names = ("<|im_end|>", "<|endoftext|>")
 
-    def __init__(self, *, family: str = "qwen2.5", special_tags: bool = True, note: str = "") -> None:
+    def __init__(self, *, family: str = "qwen2.5", special_tags: bool = True, note: str = "",
+                 default_system: str | None = QWEN_DEFAULT_SYSTEM) -> None:
         """
         Args:
             family: label for traces (``"qwen2.5"``, or ``"chatml"`` for a plain ChatML model given this codec).
             special_tags: ``<tool_call>``/``</tool_call>`` are special tokens of the vocabulary (true for Qwen2.5);
                 false writes them as literal text in the grammar.
             note: caveat shown to users (see `Codec.note`).
+            default_system: the system text rendered when the conversation has no system message — Qwen2.5's
+                own by default; a plain ChatML model passes its template's (SmolLM2's names SmolLM), or ``None``
+                for a template that inserts none (then no system turn is rendered unless tools need one).
         """
         self.family = family
         self.special_tags = special_tags
         self.note = note
+        self.default_system = default_system
 
     def __repr__(self) -> str:
         return f"QwenCodec(family={self.family!r}, special_tags={self.special_tags})"
@@ -82,19 +87,20 @@ class QwenCodec(Codec):
         out = SegmentBuilder()
         defs = tool_definitions(tools or ())
         has_system = msgs[0]["role"] == "system"
-        out.trusted("<|im_start|>system\n")
-        if has_system:
-            out.untrusted(content_text(msgs[0], 0))
-        else:
-            out.trusted(QWEN_DEFAULT_SYSTEM)
-        if defs:
-            out.trusted(_TOOLS_HEAD)
-            for tool in defs:
-                out.trusted("\n")
-                out.untrusted(tojson(tool))
-            out.trusted(_TOOLS_TAIL)
-        else:
-            out.trusted("<|im_end|>\n")
+        if has_system or defs or self.default_system is not None:
+            out.trusted("<|im_start|>system\n")
+            if has_system:
+                out.untrusted(content_text(msgs[0], 0))
+            elif self.default_system is not None:
+                out.trusted(self.default_system)
+            if defs:
+                out.trusted(_TOOLS_HEAD)
+                for tool in defs:
+                    out.trusted("\n")
+                    out.untrusted(tojson(tool))
+                out.trusted(_TOOLS_TAIL)
+            else:
+                out.trusted("<|im_end|>\n")
         for i, msg in enumerate(msgs):
             role, calls = msg["role"], msg.get("tool_calls")
             if role == "user" or (role == "system" and i > 0) or (role == "assistant" and not calls):
