@@ -296,7 +296,7 @@ def _compiler_sources() -> list[str]:
     from constrained import _fsm, _pattern, regex, schema
 
     files = [str(module.__file__) for module in (schema, regex, fsm, _pattern, _fsm)]
-    formats = getattr(schema, "_FORMAT_DIR", None)  # grammars/formats/*.regex: the string formats' patterns
+    formats = getattr(schema, "_FORMAT_DIR", None)  # constrained/grammars/formats/*.regex: the formats' patterns
     if formats is not None:
         files.extend(str(path) for path in sorted(Path(formats).glob("*")) if path.is_file())
     return files

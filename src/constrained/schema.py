@@ -12,7 +12,7 @@ unenforced constraint is a lie about the output. docs/schema-coverage.md is the 
         │            (allOf and siblings are MERGED structurally by _merge, never concatenated)
         ▼
     _compile_flat: enum/const (finite, filtered by a real validator) or one branch per JSON type
-        │  string (units, formats from grammars/formats/*.regex, ECMA `pattern` via regex.py)
+        │  string (units, formats from constrained/grammars/formats/*.regex, ECMA `pattern` via regex.py)
         │  integer / number (exact digit-range regexes)   object / array (recurse, depth-bounded)
         ▼
     pattern string (Python-`re`-compatible: explicit classes, no \\d; except the ``(?@...)`` automata embedded
@@ -121,9 +121,10 @@ _ALL_TYPE_NAMES = frozenset(_TYPES) | {"integer"}
 
 # -- format table -----------------------------------------------------------------------------------
 
-_FORMAT_DIR = pathlib.Path(__file__).resolve().parents[2] / "grammars" / "formats"
+_FORMAT_DIR = pathlib.Path(__file__).resolve().parent / "grammars" / "formats"
+"""The format patterns: package data of ``constrained`` (shipped in the wheel; see grammars/README.md)."""
 STRING_FORMATS = ("date", "time", "date-time", "uuid", "email", "ipv4", "uri")
-"""String formats enforced, each from grammars/formats/<name>.regex (the decoded string's pattern)."""
+"""String formats enforced, each from constrained/grammars/formats/<name>.regex (the decoded string's pattern)."""
 _INTEGER_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 _NOOP_FORMATS = frozenset({"float", "double", "password"})
 """OpenAPI hints with no constraint on a JSON value beyond its type."""
