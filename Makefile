@@ -12,7 +12,8 @@ MODELS := qwen2.5-coder-0.5b-instruct smollm2-135m-instruct gemma3-270m llama3-v
 
 .PHONY: demo test fuzz bench install models clean
 
-$(STAMP): pyproject.toml setup.py src/constrained/_kernel.c src/constrained/_fsm.c
+$(STAMP): pyproject.toml setup.py src/constrained/_kernel.c src/constrained/_fsm.c src/constrained/_pattern.c \
+          src/constrained/_native.h
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
 	$(BIN)/python -m pip install --progress-bar off -e '.[dev,bench]'
@@ -37,4 +38,4 @@ bench: $(STAMP)
 	$(BIN)/ember bench all
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info src/constrained/_kernel*.so src/constrained/_fsm*.so
+	rm -rf $(VENV) build src/*.egg-info src/constrained/_kernel*.so src/constrained/_fsm*.so src/constrained/_pattern*.so
