@@ -274,7 +274,7 @@ class _Runner:
         self.model.rollback(keep)
 
     def _own(self, config: str, *, cold: bool) -> tuple[bytes, int, int, bool]:
-        from constrained.decode import FinishReason, decode
+        from constrained.decoding import FinishReason, decode
 
         matcher = None if config == "own/free" else self.grammar.matcher(self.max_tokens)
         prompt = self.prompt if cold else self.prompt[-1:]

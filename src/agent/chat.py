@@ -40,7 +40,7 @@ class ChatModel:
                             seed: int | None = None, max_tokens: int = 256,
                             whitespace: str = "compact") -> list[Any]:
         """Validated objects (pydantic instances or dicts) constrained by ``schema``; see `constrained.generate`."""
-        from constrained.generate import generate
+        from constrained import generate
 
         return generate(self.model, schema, self.render_user_prompt(prompt), n=n, temperature=temperature,
                         seed=seed, max_tokens=max_tokens, whitespace=whitespace)

@@ -346,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as error:
         from constrained.errors import MaskError
-        from constrained.generate import GenerationError
+        from constrained import GenerationError
 
         if isinstance(error, _user_errors()) and not isinstance(error, (MaskError, GenerationError)):
             print(f"ember {args.command}: error: {error}", file=sys.stderr)

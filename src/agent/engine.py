@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent.errors import AgentError
 from agent.protocol.base import Codec, ToolChoice, ToolSpec
-from constrained.decode import decode
+from constrained.decoding import decode
 from constrained.grammar import Grammar, compile_regex
 from constrained.sampling import SamplingParams
 

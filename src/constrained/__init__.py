@@ -16,11 +16,11 @@ a mask failure raises `MaskError`; generation never continues unconstrained.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from constrained.decode import DecodeResult, DecodeTimings, FinishReason, decode
+from constrained.decoding import DecodeResult, DecodeTimings, FinishReason, decode
 from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLanguageError, GrammarTooLargeError,
                                 IncompatibleVocabularyError, InvalidSchemaError, MaskError, RegexSyntaxError,
                                 UnknownKeywordWarning, UnsupportedSchemaError)
-from constrained.generate import GenerationError, generate
+from constrained.structured import GenerationError, generate
 from constrained.grammar import Grammar, compile_json_schema, compile_regex
 from constrained.llama import LlamaModel
 from constrained.matcher import Matcher

@@ -9,7 +9,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from constrained.decode import FinishReason, decode
+from constrained.decoding import FinishReason, decode
 from constrained.errors import MaskError
 from constrained.grammar import compile_json_schema, compile_regex
 from constrained.sampling import SamplingParams

@@ -26,7 +26,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from constrained.decode import FinishReason, decode
+from constrained.decoding import FinishReason, decode
 from constrained.grammar import compile_json_schema
 
 pytestmark = pytest.mark.model

@@ -9,7 +9,7 @@ import pydantic
 import pytest
 
 from constrained.errors import BudgetTooSmallError
-from constrained.generate import generate
+from constrained import generate
 
 pytestmark = pytest.mark.model
 

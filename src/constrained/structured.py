@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Literal
 
-from .decode import DecodeResult, FinishReason, decode
+from .decoding import DecodeResult, FinishReason, decode
 from .errors import ConstrainedError
 from .sampling import SamplingParams
 
