@@ -328,7 +328,7 @@ def processor_hook_costs(runner: _Runner, *, repeats: int = 30) -> dict[str, flo
     view = np.frombuffer(data, dtype=dtype)
     ids = np.asarray(runner.prompt, dtype=np.intc)
     # a state inside the JSON structure right after the prompt: the start of the document
-    processor = LogitsProcessor(runner.grammar)
+    processor = LogitsProcessor(runner.grammar, max_tokens=None)  # the unbudgeted hook, as before the default budget
     processor(ids, logits.copy())  # record the prompt
 
     def hook(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:

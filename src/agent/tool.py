@@ -243,9 +243,12 @@ class Tool:
 
     @classmethod
     def from_function(cls, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
-                      kind: ToolKind = ToolKind.DATA, constrained: bool = False, timeout_s: float | None = None,
+                      kind: ToolKind = ToolKind.DATA, constrained: bool = True, timeout_s: float | None = None,
                       external: bool = False) -> Tool:
         """A tool from a typed Python function; the schema comes from its annotations.
+
+        Constrained by default: decoding forces the call's arguments to follow the derived schema, as ``ember
+        call`` does (``constrained=False`` leaves the arguments to the model and to validation alone).
 
         Each parameter needs an annotation pydantic can describe (``int``, ``float``, ``str``, ``bool``,
         ``list[X]``, ``dict[str, X]``, ``Literal[...]``, ``X | None``, pydantic models,
@@ -306,12 +309,12 @@ class Tool:
 
     @classmethod
     def from_pydantic(cls, model: type[pydantic.BaseModel], fn: Callable[..., Any], *, name: str | None = None,
-                      description: str | None = None, kind: ToolKind = ToolKind.DATA, constrained: bool = False,
+                      description: str | None = None, kind: ToolKind = ToolKind.DATA, constrained: bool = True,
                       timeout_s: float | None = None, external: bool = False) -> Tool:
         """A tool whose arguments are one pydantic model: ``fn(model_instance)`` or ``fn(model_instance, ctx)``.
 
         The name defaults to ``fn.__name__``; the description to the first paragraph of ``fn``'s docstring, else
-        the model's.
+        the model's. Constrained by default, like `from_function`.
 
         Raises:
             ToolDefinitionError: ``model`` is not a pydantic model or ``fn`` takes neither one nor two arguments.

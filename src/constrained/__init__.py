@@ -1,14 +1,21 @@
 """Constrained decoding for llama.cpp models: a grammar decides which tokens the model may emit next.
 
-Knows nothing of tools, sessions or chat templates. The data path, one module per arrow::
+Knows nothing of tools or sessions, and of chat templates only what `generate` needs: the GGUF's own template,
+rendered the way llama-cpp-python renders it. The data path, one module per arrow::
 
     GGUF ──vocabulary──► Vocabulary (exact token bytes, EOS, specials)
     JSON Schema ──schema──► pattern ──regex──► AST ──fsm──► byte DFA ─┐
                                                                      ├─index──► per-state token masks (C kernel,
     Vocabulary ──────────────────────────────────────────────────────┘            lazy, cached in memory + disk)
     Grammar (grammar: DFA + index, immutable) ──► Matcher (matcher: one sequence, budget-aware closing)
-    Matcher ──► LogitsProcessor (processor: llama-cpp-python hook)  or  decode (decode: the own loop over
-                LlamaModel (llama) with Sampler (sampling) and forced-token batching) ──► generate (generate)
+    Matcher ──► LogitsProcessor (processor: llama-cpp-python hook; completion_kwargs() gives create_completion
+                the processor's own budget)  or  decode (decoding: the own loop over LlamaModel (llama) with
+                Sampler (sampling) and forced-token batching)
+    llama_cpp.Llama | LlamaModel + output type + chat messages | prompt ──► generate (structured: GGUF chat
+                template, schema from pydantic / TypeAdapter / JSON Schema) ──► validated objects
+
+No submodule shares a name with a public function: ``constrained.generate`` is the function (module
+``constrained.structured``), ``constrained.decode`` the loop (module ``constrained.decoding``).
 
 Errors are typed (`errors`): an unsupported schema keyword raises `UnsupportedSchemaError(path, keyword)`,
 a mask failure raises `MaskError`; generation never continues unconstrained.
@@ -20,12 +27,12 @@ from constrained.decoding import DecodeResult, DecodeTimings, FinishReason, deco
 from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLanguageError, GrammarTooLargeError,
                                 IncompatibleVocabularyError, InvalidSchemaError, MaskError, RegexSyntaxError,
                                 UnknownKeywordWarning, UnsupportedSchemaError)
-from constrained.structured import GenerationError, generate
 from constrained.grammar import Grammar, compile_json_schema, compile_regex
 from constrained.llama import LlamaModel
 from constrained.matcher import Matcher
 from constrained.processor import LogitsProcessor
 from constrained.sampling import Sampler, SamplingParams
+from constrained.structured import ChatTemplateError, GenerationError, generate, render_chat_prompt
 from constrained.vocabulary import Vocabulary
 
 try:
@@ -35,6 +42,7 @@ except PackageNotFoundError:  # running from a source tree without an install
 
 __all__ = [
     "BudgetTooSmallError",
+    "ChatTemplateError",
     "ConstrainedError",
     "DecodeResult",
     "DecodeTimings",
@@ -60,4 +68,5 @@ __all__ = [
     "compile_regex",
     "decode",
     "generate",
+    "render_chat_prompt",
 ]

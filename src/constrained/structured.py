@@ -1,30 +1,37 @@
-"""generate(): schema in, validated objects out — guaranteed-parse structured output on top of the decode loop.
+"""generate(): an output type in, validated objects out — guaranteed-parse structured output over the decode loop.
 
-Owns the glue only: compile the schema once, decode ``n`` documents under a budget-aware matcher with forced
-batching, then parse and validate every document (pydantic ``model_validate_json``, or ``jsonschema`` for a
-dict schema). Refuses to return anything unvalidated: a document that fails to parse or validate raises
-``GenerationError`` carrying the text (with a correct grammar this signals a bug, not a model mistake).
+Owns the glue only: take the model a user has (a ``llama_cpp.Llama`` or a `LlamaModel`), turn chat messages into
+the prompt with the model's own chat template (GGUF metadata, rendered by llama-cpp-python's
+``Jinja2ChatFormatter``, the renderer its chat completion uses), compile the output type's schema once, decode
+``n`` documents under a budget-aware matcher with forced batching, then parse and validate every document.
+Refuses to return anything unvalidated: a document that fails to parse or validate raises ``GenerationError``
+carrying the text (with a correct grammar this signals a bug, not a model mistake). Refuses message content that
+would become control tokens (``<|im_end|>`` typed by a user): only the template may write those.
 
-    schema ──► compile_json_schema ──► Grammar ──┐
-    prompt ──► model.tokenize (trusted text) ────┼─► for each sample: reuse_prefix ─► decode(matcher) ─► validate
-                                                 └───────────────────────────────────────────────────────────┘
+    output type ──► JSON Schema + validator (dict: jsonschema · BaseModel · any type: pydantic.TypeAdapter)
+                       └─► compile_json_schema ──► Grammar ──┐
+    messages ──► GGUF chat template ──┐                      │
+    prompt (raw, used as given) ──────┴─► token ids ─────────┼─► per sample: reuse_prefix ─► decode ─► validate
+                                                             └───────────────────────────────────────────────┘
 """
 
 from __future__ import annotations
 
 import json
+import weakref
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .decoding import DecodeResult, FinishReason, decode
 from .errors import ConstrainedError
+from .llama import LlamaModel
 from .sampling import SamplingParams
+from .vocabulary import Vocabulary
 
 if TYPE_CHECKING:
-    import pydantic
+    import llama_cpp
 
-    from .llama import LlamaModel
-
-__all__ = ["generate", "GenerationError"]
+__all__ = ["ChatTemplateError", "GenerationError", "generate", "render_chat_prompt"]
 
 
 class GenerationError(ConstrainedError, RuntimeError):
@@ -40,25 +47,47 @@ class GenerationError(ConstrainedError, RuntimeError):
         super().__init__(f"{detail} (finish_reason={finish_reason}, text={text[:200]!r})")
 
 
+class ChatTemplateError(ConstrainedError, ValueError):
+    """Chat messages could not become a prompt: no template in the GGUF, the template refused the messages, or a
+    message's content would spell control tokens."""
+
+    def __init__(self, model: str, detail: str) -> None:
+        self.model = model
+        """The GGUF file name."""
+        self.detail = detail
+        """What went wrong, and what would work."""
+        super().__init__(f"{model}: {detail}")
+
+
 def generate(
-    model: LlamaModel,
-    schema: dict[str, Any] | type[pydantic.BaseModel],
-    prompt: str,
+    model: LlamaModel | llama_cpp.Llama,
+    schema: Any,
+    prompt: str | None = None,
     *,
+    messages: Sequence[Mapping[str, Any]] | None = None,
     n: int = 1,
     temperature: float = 0.0,
     seed: int | None = None,
     max_tokens: int = 256,
     whitespace: Literal["compact", "flexible"] = "compact",
 ) -> list[Any]:
-    """Generate ``n`` JSON documents matching ``schema`` after ``prompt``; return them validated.
+    """Generate ``n`` JSON documents of the output type ``schema``; return them parsed and validated.
+
+    Give either chat ``messages`` (rendered with the model's own chat template) or a raw ``prompt``.
 
     Args:
-        model: a loaded model.
-        schema: a JSON Schema dict, or a pydantic model class (its ``model_json_schema()`` constrains decoding,
-            and instances of it are returned).
-        prompt: exact text fed to the model, tokenized as trusted text (chat-template control tokens are parsed;
-            never put untrusted text here unescaped).
+        model: a loaded ``llama_cpp.Llama`` or `LlamaModel`. Its KV cache is reused across calls when the prompt
+            repeats (samples 2..n re-evaluate nothing of the prompt).
+        schema: the output type. A JSON Schema dict (plain JSON values are returned, checked with
+            ``jsonschema``); a pydantic model class (instances are returned); or any other type pydantic's
+            ``TypeAdapter`` handles (``int``, ``list[str]``, ``Literal[...]``, a dataclass, a ``TypedDict``…:
+            ``TypeAdapter(t).json_schema()`` constrains decoding and the adapter validates the result).
+        prompt: raw text fed to the model exactly as given, with BOS added when the model wants one. Control-token
+            text in it (``<|im_start|>``) is parsed as control tokens: apply a chat template yourself, and never
+            put untrusted text here unescaped. Use ``messages`` instead to have the template applied.
+        messages: OpenAI-format chat messages (``[{"role": "user", "content": "..."}]``), rendered with the
+            ``tokenizer.chat_template`` in the GGUF metadata plus the assistant generation prompt. Message content
+            is data: content that would tokenize to a control token raises `ChatTemplateError`.
         n: number of documents; sample ``i`` uses ``seed + i`` when a seed is given.
         temperature: 0 = greedy.
         seed: random seed for temperature > 0.
@@ -66,25 +95,30 @@ def generate(
         whitespace: ``compact`` or ``flexible`` JSON layout.
 
     Returns:
-        pydantic instances (for a model class) or plain JSON values (for a dict schema).
+        ``n`` values: model instances for a pydantic model class, plain JSON values for a dict schema, the
+        adapter's values for any other type. ``[city] = generate(...)`` takes the one of ``n=1``.
 
     Raises:
         BudgetTooSmallError: ``max_tokens`` cannot fit the shortest valid document.
         UnsupportedSchemaError: the schema uses a keyword the compiler cannot enforce.
+        ChatTemplateError: ``messages`` given but the model has no chat template, the template refused them, or
+            a message's content would spell a control token.
         GenerationError: a document failed to parse or validate.
+        TypeError: ``schema`` is not a type pydantic can describe, or neither/both of ``prompt`` and ``messages``.
     """
     from .grammar import compile_json_schema
 
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    llama_model = _as_llama_model(model)
     json_schema, validate = _schema_and_validator(schema)
-    grammar = compile_json_schema(json_schema, model.vocabulary, whitespace=whitespace)
-    prompt_ids = model.tokenize(prompt, add_bos=True, special=True)
+    prompt_ids = _prompt_ids(llama_model, prompt, messages)
+    grammar = compile_json_schema(json_schema, llama_model.vocabulary, whitespace=whitespace)
     results = []
     for index in range(n):
-        pending = model.reuse_prefix(prompt_ids)
+        pending = llama_model.reuse_prefix(prompt_ids)
         result = decode(
-            model,
+            llama_model,
             pending,
             matcher=grammar.matcher(max_tokens),
             max_tokens=max_tokens,
@@ -95,7 +129,105 @@ def generate(
     return results
 
 
-def _schema_and_validator(schema: dict[str, Any] | type[pydantic.BaseModel]) -> tuple[dict[str, Any], Any]:
+def render_chat_prompt(model: LlamaModel | llama_cpp.Llama, messages: Sequence[Mapping[str, Any]]) -> str:
+    """``messages`` through the model's own GGUF chat template, ending with the assistant generation prompt.
+
+    The text `generate` tokenizes (BOS included when the template writes it); useful to see what the model reads.
+
+    Raises:
+        ChatTemplateError: no template in the GGUF metadata, or the template refused the messages.
+    """
+    return _render(_as_llama_model(model), messages)
+
+
+# -- model and prompt ----------------------------------------------------------------------------------------------
+
+
+def _as_llama_model(model: Any) -> LlamaModel:
+    if isinstance(model, LlamaModel):
+        return model
+    import llama_cpp
+
+    if isinstance(model, llama_cpp.Llama):
+        return _wrap(model)
+    raise TypeError(f"model must be a llama_cpp.Llama or a constrained.LlamaModel, got {type(model).__name__}")
+
+
+def _wrap(llm: llama_cpp.Llama) -> LlamaModel:
+    """A `LlamaModel` over ``llm``. The wrapper is rebuilt per call (KV state lives in ``llm`` itself); the
+    vocabulary is read once per ``Llama`` (about a second for a 150k vocabulary) and forgotten with it."""
+    wrapper = LlamaModel(llm)
+    vocabulary = _VOCABULARIES.get(llm)
+    if vocabulary is None:
+        _VOCABULARIES[llm] = wrapper.vocabulary
+    else:
+        wrapper.__dict__["vocabulary"] = vocabulary  # what the cached_property would have computed
+    return wrapper
+
+
+_VOCABULARIES: weakref.WeakKeyDictionary[Any, Vocabulary] = weakref.WeakKeyDictionary()
+"""Vocabulary per live ``llama_cpp.Llama`` handed to `generate` (a Vocabulary holds no reference to its Llama)."""
+
+
+def _prompt_ids(model: LlamaModel, prompt: str | None, messages: Sequence[Mapping[str, Any]] | None) -> list[int]:
+    if (prompt is None) == (messages is None):
+        raise TypeError("give exactly one of prompt (raw text, used as given) or messages (chat messages, rendered "
+                        "with the model's chat template)")
+    if messages is None:
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be a str (pass chat messages as messages=[...]), got {type(prompt).__name__}")
+        return model.tokenize(prompt, add_bos=True, special=True)
+    if isinstance(messages, (str, bytes)) or not all(isinstance(m, Mapping) for m in messages):
+        raise TypeError('messages must be a list of {"role": ..., "content": ...} mappings')
+    # A rendered template carries its own BOS text where the model wants one (llama-cpp-python tokenizes chat
+    # prompts the same way: special tokens parsed, no BOS added).
+    ids = model.tokenize(_render(model, messages), add_bos=False, special=True)
+    neutral = model.tokenize(_render(model, [_neutral(m) for m in messages]), add_bos=False, special=True)
+    vocab = model.vocabulary
+    if [i for i in ids if vocab.is_special(i)] != [i for i in neutral if vocab.is_special(i)]:
+        raise ChatTemplateError(model.path.name, "a message's content contains control-token text (such as "
+                                "the template's own turn markers); message content is data and may not write "
+                                "control tokens: remove that text, or build and tokenize the prompt yourself")
+    return ids
+
+
+def _neutral(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The message with its text replaced by a word that spells no control token: the template's own specials
+    are what remains."""
+    neutral = dict(message)
+    content = neutral.get("content")
+    if isinstance(content, str):
+        neutral["content"] = "x" if content else ""
+    elif isinstance(content, list):
+        neutral["content"] = [{**part, "text": "x"} if isinstance(part, Mapping) and "text" in part else part
+                              for part in content]  # fmt: skip
+    return neutral
+
+
+def _render(model: LlamaModel, messages: Sequence[Mapping[str, Any]]) -> str:
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    template = model.chat_template
+    if not template:
+        raise ChatTemplateError(model.path.name, "the GGUF has no tokenizer.chat_template (a base model?): give a "
+                                "raw prompt= instead of messages=")
+    llm = model.llama
+
+    def text_of(token_id: int) -> str:
+        return model.token_bytes(token_id).decode("utf-8", "replace") if 0 <= token_id < model.n_vocab else ""
+
+    formatter = Jinja2ChatFormatter(template=template, eos_token=text_of(llm.token_eos()),
+                                    bos_token=text_of(llm.token_bos()), add_generation_prompt=True)  # fmt: skip
+    try:
+        return formatter(messages=[dict(m) for m in messages]).prompt
+    except Exception as error:  # jinja2 errors and the template's own raise_exception(...) (a ValueError)
+        raise ChatTemplateError(model.path.name, f"the chat template refused the messages: {error}") from error
+
+
+# -- output type ---------------------------------------------------------------------------------------------------
+
+
+def _schema_and_validator(schema: Any) -> tuple[dict[str, Any], Any]:
     if isinstance(schema, dict):
         import jsonschema
 
@@ -112,8 +244,17 @@ def _schema_and_validator(schema: dict[str, Any] | type[pydantic.BaseModel]) -> 
             return value
 
         return schema, validate_dict
-    model_class = schema
-    return model_class.model_json_schema(), model_class.model_validate_json
+    import pydantic
+
+    if isinstance(schema, type) and issubclass(schema, pydantic.BaseModel):
+        return schema.model_json_schema(), schema.model_validate_json
+    try:
+        adapter = pydantic.TypeAdapter(schema)
+        return adapter.json_schema(), adapter.validate_json
+    except (pydantic.PydanticUserError, TypeError) as error:
+        raise TypeError(f"schema must be a JSON Schema dict, a pydantic model class or a type pydantic.TypeAdapter "
+                        f"can describe (int, list[str], a dataclass...); {schema!r} is none of them: {error}"
+                        ) from error
 
 
 def _validated(result: DecodeResult, validate: Any) -> Any:

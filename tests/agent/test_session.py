@@ -780,7 +780,7 @@ def test_model_turn_fields_reach_the_trace(kit: Kit) -> None:
     assert started["prompt"] == engine.calls[0].prompt and started["max_tokens"] == 256
     assert finished["n_prompt_tokens"] == len(engine.calls[0].prompt)
     assert finished["n_output_tokens"] == len("ok") and finished["output"] == "ok"
-    assert finished["constrained"] is False
+    assert finished["constrained"] is True  # the kit's tools are Tool.from_function: constrained by default
 
 
 def test_scripted_turn_type_is_a_model_turn() -> None:

@@ -228,6 +228,16 @@ def test_from_pydantic_hands_the_function_a_model_instance():
     assert run(tool, {"query": "ann"}).value == ["ann", 10, "call-1"]
 
 
+def test_typed_function_and_pydantic_tools_are_constrained_unless_turned_off():
+    def search(q: Search) -> list:
+        return [q.query]
+
+    assert Tool.from_function(order).constrained and Tool.from_function(order).spec().constrained
+    assert Tool.from_pydantic(Search, search).constrained
+    assert not Tool.from_function(order, constrained=False).constrained
+    assert not Tool.from_pydantic(Search, search, constrained=False).spec().constrained
+
+
 def test_from_openai_accepts_wrapped_and_bare_definitions():
     body = {"name": "add", "description": "Add.", "parameters": ADD_SCHEMA}
     wrapped = Tool.from_openai({"type": "function", "function": body}, add)
