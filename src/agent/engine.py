@@ -84,16 +84,18 @@ class TurnEngine(Protocol):
 
     def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
                  tool_choice: ToolChoice, max_tokens: int, cancel: Any = None,
-                 on_text: Callable[[str], None] | None = None, final_pattern: str | None = None) -> ModelTurn:
+                 on_text: Callable[[str], None] | None = None, final_pattern: str | None = None,
+                 parallel_calls: bool = False) -> ModelTurn:
         """Generate one assistant turn against the committed ``messages``; the turn stays speculative.
 
         ``cancel`` is any object with ``is_set()``; a tripped cancel ends the turn with finish_reason
         ``cancelled``. ``on_text`` receives decoded text pieces as they are generated (streaming).
-        ``final_pattern``, when given, is the pattern any final-answer text of the turn must match."""
+        ``final_pattern``, when given, is the pattern any final-answer text of the turn must match.
+        ``parallel_calls`` lets the turn's grammar hold several calls (`Codec.tool_call_grammar`)."""
         ...
 
     def prepare(self, tools: Sequence[ToolSpec], tool_choices: Sequence[ToolChoice],
-                final_pattern: str | None = None) -> None:
+                final_pattern: str | None = None, parallel_calls: bool = False) -> None:
         """Compile whatever the given tool choices will need (tool-call grammars), so registration fails early on
         an unsupported schema and the first turn pays no compile."""
         ...
@@ -148,7 +150,8 @@ class ChatModelEngine:
 
     def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
                  tool_choice: ToolChoice = "auto", max_tokens: int, cancel: Any = None,
-                 on_text: Callable[[str], None] | None = None, final_pattern: str | None = None) -> ModelTurn:
+                 on_text: Callable[[str], None] | None = None, final_pattern: str | None = None,
+                 parallel_calls: bool = False) -> ModelTurn:
         """Render, reuse the KV prefix, decode one speculative turn. See `TurnEngine.run_turn`.
 
         Raises:
@@ -164,7 +167,7 @@ class ChatModelEngine:
         reused = len(prompt) - len(rest)
         self._committed = len(prompt)
         self._pending = True
-        grammar = self._grammar(tools, tool_choice, final_pattern)
+        grammar = self._grammar(tools, tool_choice, final_pattern, parallel_calls)
         on_token = None
         if on_text is not None:
             on_token = _TextStream(on_text).on_token
@@ -222,21 +225,22 @@ class ChatModelEngine:
         return ids
 
     def prepare(self, tools: Sequence[ToolSpec], tool_choices: Sequence[ToolChoice],
-                final_pattern: str | None = None) -> None:
+                final_pattern: str | None = None, parallel_calls: bool = False) -> None:
         """Compile (or load from the disk cache) the tool-call grammar of every choice. See `TurnEngine.prepare`."""
         for choice in dict.fromkeys(tool_choices):
-            self._grammar(tools, choice, final_pattern)
+            self._grammar(tools, choice, final_pattern, parallel_calls)
 
-    def _grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice,
-                 final_pattern: str | None = None) -> Grammar | None:
+    def _grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice, final_pattern: str | None = None,
+                 parallel_calls: bool = False) -> Grammar | None:
         """The compiled tool-call grammar, or None when decoding is free (no constrained tool, choice auto, no
         final-answer pattern)."""
         if tool_choice == "auto" and final_pattern is None and not any(t.constrained for t in tools):
             return None
-        key = _spec_key(tools, tool_choice) + (final_pattern or "")
+        key = _spec_key(tools, tool_choice) + f"|{parallel_calls}|" + (final_pattern or "")
         grammar = self._grammars.get(key)
         if grammar is None:
-            pattern = self.codec.tool_call_grammar(list(tools), tool_choice, final_pattern=final_pattern)
+            pattern = self.codec.tool_call_grammar(list(tools), tool_choice, parallel_calls=parallel_calls,
+                                                   final_pattern=final_pattern)
             grammar = compile_regex(pattern, self.model.vocabulary, allow_special=True)
             self._grammars[key] = grammar
         return grammar

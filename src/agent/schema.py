@@ -71,6 +71,7 @@ from agent.json_text import plain_encoder
 from agent.results import ResultErrorKind, error_result
 
 __all__ = [
+    "close_for_grammar",
     "ArgumentError",
     "ArgumentErrors",
     "FORMAT_CHECKER",
@@ -478,6 +479,32 @@ def close_schema(schema: Any) -> Any:
     should declare ``additionalProperties`` themselves.
     """
     return _close(schema, closing=True)
+
+
+def close_for_grammar(schema: Any) -> Any:
+    """`close_schema` in the keywords a grammar compiler reads: ``additionalProperties: false`` wherever closing
+    adds ``unevaluatedProperties: false`` to an object that applies no other schema in place (no ``allOf``,
+    ``anyOf``, ``oneOf`` or ``$ref`` beside its properties, where the two keywords differ). So a constrained call
+    cannot spell an unknown field that validation would reject; where the keywords differ the grammar stays as
+    declared and validation alone rejects the unknown field."""
+    return _unevaluated_as_additional(close_schema(schema))
+
+
+_VALUES: Final = frozenset({"const", "enum", "default", "examples"})
+"""Keywords whose value is instance data, not a schema."""
+
+
+def _unevaluated_as_additional(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_unevaluated_as_additional(v) for v in node]
+    if not isinstance(node, Mapping):
+        return node
+    out = {k: v if k in _VALUES else _unevaluated_as_additional(v) for k, v in node.items()}
+    if out.get("unevaluatedProperties") is False and "additionalProperties" not in node:
+        del out["unevaluatedProperties"]
+        if not any(k in node for k in ("allOf", "anyOf", "oneOf", "$ref")):
+            out["additionalProperties"] = False
+    return out
 
 
 _KEEP_FALSE: Final = frozenset({"items", "additionalProperties", "unevaluatedProperties", "unevaluatedItems"})

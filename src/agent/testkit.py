@@ -66,6 +66,8 @@ class ScriptedCall:
     """The codec's rendering of ``messages`` and ``tools`` (what a real model would have seen)."""
     final_pattern: str | None = None
     """The final-answer pattern the session asked the engine to enforce, if any."""
+    parallel_calls: bool = False
+    """Whether the session let the turn hold several calls."""
 
 
 @dataclass(kw_only=True)
@@ -105,20 +107,22 @@ class ScriptedEngine:
         self._pending = False
 
     def prepare(self, tools: Sequence[ToolSpec], tool_choices: Sequence[ToolChoice],
-                final_pattern: str | None = None) -> None:
+                final_pattern: str | None = None, parallel_calls: bool = False) -> None:
         """Record what the session asked to precompile (a scripted engine has no grammars)."""
         self.prepared.append((tuple(t.name for t in tools), tuple(tool_choices), final_pattern))
 
     def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
                  tool_choice: ToolChoice = "auto", max_tokens: int, cancel: Any = None,
-                 on_text: Callable[[str], None] | None = None, final_pattern: str | None = None) -> ModelTurn:
+                 on_text: Callable[[str], None] | None = None, final_pattern: str | None = None,
+                 parallel_calls: bool = False) -> ModelTurn:
         """Replay the next turn against ``messages``. See `agent.engine.TurnEngine.run_turn`."""
         if self._pending:
             self.rollback()
         msgs = copy.deepcopy([dict(m) for m in messages])
         prompt = self.codec.render(msgs, list(tools) or None, add_generation_prompt=True)
         self.calls.append(ScriptedCall(messages=msgs, tools=tuple(tools), tool_choice=tool_choice,
-                                       max_tokens=max_tokens, prompt=prompt, final_pattern=final_pattern))
+                                       max_tokens=max_tokens, prompt=prompt, final_pattern=final_pattern,
+                                       parallel_calls=parallel_calls))
         index = len(self.calls) - 1
         if index >= len(self.turns):
             raise ScriptExhaustedError(len(self.turns))

@@ -14,15 +14,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.protocol.base import MalformedReason, MalformedToolCall, ToolCall
+from agent.protocol.base import MalformedReason, MalformedToolCall, ToolCall, ToolCalls
 
-__all__ = ["JSON_WS", "DIALECT_WS", "JsonFailure", "call_from_object", "decode_value", "is_carriable_name",
-           "malformed"]
+__all__ = ["FENCE_CLOSE", "FENCE_OPEN", "JSON_WS", "DIALECT_WS", "JsonFailure", "call_from_object", "decode_value",
+           "fenced_calls", "is_carriable_name", "malformed"]
 
 JSON_WS = " \t\n\r"
 """Whitespace JSON itself allows between tokens."""
 DIALECT_WS = " \t\n\r\f\v"
 """The regex dialect's ``\\s``: what codecs skip around envelopes, so grammar and parser agree on "blank"."""
+FENCE_OPEN, FENCE_CLOSE = "```json", "```"
+"""A Markdown JSON block: the call shape small models write most when a tool fits (see docs/codecs.md). Under a
+tool-calling turn ``FENCE_OPEN`` is a trigger like the family's tag: it always starts a call attempt."""
 
 
 class JsonFailure(Exception):
@@ -122,6 +125,50 @@ def call_from_object(obj: Any, *, args_key: str, wrong_key: str, raw: str, text:
         return malformed(MalformedReason.ARGUMENTS_NOT_OBJECT,
                          f"{args_key!r} is a JSON {_json_kind(arguments)}, expected an object", raw, text)
     return ToolCall(name=name, arguments=arguments, raw=raw)
+
+
+def fenced_calls(turn: str, start: int, *, args_key: str, wrong_key: str, prose: str,
+                 text: str) -> ToolCalls | MalformedToolCall:
+    """The calls of ``FENCE_OPEN`` blocks, the first one opening at ``start``, to the end of the turn.
+
+    A block holds one or more call objects separated by blanks (what the grammars emit), or one JSON array of
+    them; only blanks and further blocks may follow a block. JSON is decoded value by value, so a ``FENCE_CLOSE``
+    inside a string argument does not end the block.
+    """
+    calls: list[ToolCall] = []
+    pos = start
+    while True:
+        at = pos + len(FENCE_OPEN)
+        found = len(calls)
+        while True:
+            at = len(turn) - len(turn[at:].lstrip(DIALECT_WS))
+            if turn.startswith(FENCE_CLOSE, at):
+                break
+            if at == len(turn):
+                return malformed(MalformedReason.UNCLOSED_TAG, f"'{FENCE_OPEN}' at char {pos} is not closed "
+                                 f"before the end of the turn", turn[pos:], text)
+            try:
+                value, end = decode_value(turn, at)
+            except JsonFailure as exc:
+                return malformed(MalformedReason.INVALID_JSON, f"call at char {at} is not valid JSON: {exc}",
+                                 turn[at:], text)
+            for obj in value if isinstance(value, list) else [value]:
+                call = call_from_object(obj, args_key=args_key, wrong_key=wrong_key, raw=turn[at:end], text=text)
+                if isinstance(call, MalformedToolCall):
+                    return call
+                calls.append(call)
+            at = end
+        if len(calls) == found:
+            return malformed(MalformedReason.EMPTY_CALL, f"'{FENCE_OPEN}' block at char {pos} holds no call",
+                             turn[pos:at + len(FENCE_CLOSE)], text)
+        end = at + len(FENCE_CLOSE)
+        rest = turn[end:].lstrip(DIALECT_WS)
+        if not rest:
+            return ToolCalls(calls=tuple(calls), text=prose)
+        if not rest.startswith(FENCE_OPEN):
+            return malformed(MalformedReason.TRAILING_TEXT, f"text after the block ending at char {end}: "
+                             f"{rest[:40]!r}", turn[end:], text)
+        pos = len(turn) - len(rest)
 
 
 def _json_kind(value: Any) -> str:

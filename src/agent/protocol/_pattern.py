@@ -23,7 +23,6 @@ __all__ = ["ChoiceMode", "envelope_alternatives", "escape", "free_text", "resolv
 
 _META = set('\\.*+?()[]{}|^$-/"')
 _NAMED_CONTROLS = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f", "\v": "\\v"}
-_WS_CLASS = "".join(_NAMED_CONTROLS.get(c, c) for c in DIALECT_WS)
 
 
 def escape(text: str) -> str:
@@ -51,45 +50,105 @@ def special(name: str) -> str:
 def free_text(avoid: Sequence[str], *, first_not: str = "") -> str:
     """Any text in which none of the ``avoid`` words occurs (so the parser can never see a trigger in it).
 
+    Built as the automaton that tracks the longest suffix of the text that is a prefix of a word (Aho–Corasick,
+    a word's completion is dead), then written back as a pattern by state elimination, so the result stays plain
+    dialect (and Python ``re``) syntax that tests can sample from.
+
     Args:
-        avoid: words that all begin with the same character, which appears nowhere else in any of them
-            (true of ``<tool_call>``, ``</tool_call>``, ``<|python_tag|>``); none a prefix of another.
-        first_not: characters the first non-whitespace character may not be (Llama's bare-JSON trigger ``{``).
+        avoid: the trigger words (non-empty); they may share or repeat characters (``` ```json ```).
+        first_not: characters the first non-whitespace character may not be (the bare-call trigger ``{``).
     """
-    lead = avoid[0][0]
-    if any(not w or w[0] != lead or lead in w[1:] for w in avoid):
-        raise ValueError(f"avoid words must share a first character that appears nowhere else: {avoid!r}")
-    trie: dict[str, Any] = {}
-    for word in avoid:
-        node = trie
-        for ch in word[1:]:
-            node = node.setdefault(ch, {})
-    if any(_reaches_inner_end(trie, w[1:]) for w in avoid):
-        raise ValueError(f"one avoid word is a prefix of another: {avoid!r}")
+    if not avoid or any(not w for w in avoid):
+        raise ValueError(f"avoid words must be non-empty: {avoid!r}")
+    states, start = _avoiding_automaton(tuple(avoid), first_not)
+    return _eliminate(states, start)
 
-    def back(node: dict[str, Any]) -> str:  # from `node`, a path back to "nothing matched" without another lead
-        alts = [f"[^{escape(lead + ''.join(node))}]"]
-        alts += [escape(ch) + back(child) for ch, child in node.items() if child]
-        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
-    def partial(node: dict[str, Any]) -> str:  # from `node`, a path to any node still short of a whole word
-        alts = [escape(ch) + partial(child) for ch, child in node.items() if child]
-        return "(?:" + "|".join(alts) + ")?" if alts else ""
+_Edge = tuple[bool, frozenset[str]]  # (negated, chars): a character class
 
-    lead_e, p = escape(lead), partial(trie)
-    restart = f"{lead_e}(?:{p}{lead_e})*"
-    returning, ending = restart + back(trie), restart + p
-    body = f"(?:[^{lead_e}]|{returning})*(?:{ending})?"
+
+def _avoiding_automaton(avoid: tuple[str, ...], first_not: str) -> tuple[list[dict[Any, int]], int]:
+    """States as ``{char: target, None: default target}`` (a missing char or a target of -1 is dead)."""
+    prefixes = sorted({w[:i] for w in avoid for i in range(len(w))}, key=lambda p: (len(p), p))
+    index = {p: i for i, p in enumerate(prefixes)}  # "" is state 0; whole words are not states (dead)
+    alphabet = sorted({ch for w in avoid for ch in w} | (set(DIALECT_WS) | set(first_not) if first_not else set()))
+
+    def step(prefix: str, ch: str) -> int:
+        text = prefix + ch
+        if any(text.endswith(w) for w in avoid):
+            return -1
+        for cut in range(len(text) + 1):  # the longest suffix that is still a prefix of some word
+            if text[cut:] in index:
+                return index[text[cut:]]
+        raise AssertionError("the empty suffix is always a prefix")
+
+    states = [{None: 0, **{ch: step(p, ch) for ch in alphabet}} for p in prefixes]
     if not first_not:
-        return body
-    return f"[{_WS_CLASS}]*(?:[^{_WS_CLASS}{escape(first_not)}{lead_e}]{body}|{returning}{body}|{ending})?"
+        return states, 0
+    lead = {None: 0, **{ch: step("", ch) for ch in alphabet}}  # only blanks so far
+    lead.update({ch: len(states) for ch in DIALECT_WS})
+    lead.update({ch: -1 for ch in first_not})
+    return [*states, lead], len(states)
 
 
-def _reaches_inner_end(trie: dict[str, Any], word: str) -> bool:
-    node = trie
-    for ch in word:
-        node = node[ch]
-    return bool(node)
+def _class(edge: _Edge) -> str:
+    negated, chars = edge
+    body = "".join(escape(ch) for ch in sorted(chars))
+    if negated:
+        return f"[^{body}]"
+    return body if len(chars) == 1 else f"[{body}]"
+
+
+def _eliminate(states: list[dict[Any, int]], start: int) -> str:
+    """The pattern of every path from ``start`` (all states accept) by eliminating the other states."""
+    n = len(states)
+    final = n
+    edges: dict[tuple[int, int], str] = {}
+    for s, row in enumerate(states):
+        explicit = {ch for ch in row if ch is not None}
+        by_target: dict[int, set[str]] = {}
+        for ch in explicit:
+            if row[ch] >= 0:
+                by_target.setdefault(row[ch], set()).add(ch)
+        default = row[None]
+        for target, chars in by_target.items():
+            edge: _Edge = (False, frozenset(chars))
+            if target == default:
+                edge = (True, frozenset(explicit - chars))
+            edges[s, target] = _class(edge)
+        if default not in by_target:
+            edges[s, default] = _class((True, frozenset(explicit)))
+        edges[s, final] = ""
+
+    def alt(a: str | None, b: str) -> str:
+        if a is None or a == b:
+            return b
+        if a == "" or b == "":
+            return f"(?:{a or b})?"
+        return f"(?:{a}|{b})"
+
+    def star(a: str | None) -> str:
+        return f"(?:{a})*" if a else ""
+
+    remaining = [s for s in range(n) if s != start]
+    while remaining:
+        def cost(k: int) -> int:
+            ins = sum(1 for (i, j) in edges if j == k and i != k)
+            outs = sum(1 for (i, j) in edges if i == k and j != k)
+            return ins * outs
+        k = min(remaining, key=cost)
+        remaining.remove(k)
+        loop = star(edges.pop((k, k), None))
+        ins = [(i, e) for (i, j), e in edges.items() if j == k]
+        outs = [(j, e) for (i, j), e in edges.items() if i == k]
+        for i, _ in ins:
+            del edges[i, k]
+        for j, _ in outs:
+            del edges[k, j]
+        for i, e_in in ins:
+            for j, e_out in outs:
+                edges[i, j] = alt(edges.get((i, j)), f"{e_in}{loop}{e_out}")
+    return f"{star(edges.get((start, start)))}{edges.get((start, final), '')}"
 
 
 class ChoiceMode(enum.StrEnum):
@@ -135,14 +194,16 @@ def resolve_choice(tools: Sequence[ToolSpec] | None, tool_choice: ToolChoice) ->
 def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str) -> str:
     """``{"name": "<tool>", "<args_key>": <args>}`` for each tool, spaced exactly as the templates render calls.
 
-    Constrained tools get their schema's pattern; the others share "any JSON object". Both come from the schema
-    compiler (``constrained.schema.schema_to_pattern``, compact whitespace), imported here lazily.
+    Constrained tools get their schema's pattern, closed as validation closes it (`close_for_grammar`: an unknown
+    field is never spelled, since it would be rejected); the others share "any JSON object". Both come from the
+    schema compiler (``constrained.schema.schema_to_pattern``, compact whitespace), imported here lazily.
     """
+    from agent.schema import close_for_grammar
     from constrained.schema import schema_to_pattern
 
     sep = escape(f'", "{args_key}": ')
     loose = [escape(t.name) for t in tools if not t.constrained]
-    alts = [f"{escape(t.name)}{sep}{schema_to_pattern(t.parameters, whitespace='compact')}"
+    alts = [f"{escape(t.name)}{sep}{schema_to_pattern(close_for_grammar(t.parameters), whitespace='compact')}"
             for t in tools if t.constrained]
     if loose:
         names = loose[0] if len(loose) == 1 else "(?:" + "|".join(loose) + ")"

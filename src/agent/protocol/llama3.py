@@ -21,8 +21,9 @@ import datetime as _dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from agent.protocol._calls import DIALECT_WS, JsonFailure, call_from_object, decode_value, malformed
-from agent.protocol._pattern import ChoiceMode, envelope_alternatives, free_text, resolve_choice, special
+from agent.protocol._calls import (DIALECT_WS, FENCE_CLOSE, FENCE_OPEN, JsonFailure, call_from_object, decode_value,
+                                   fenced_calls, malformed)
+from agent.protocol._pattern import ChoiceMode, envelope_alternatives, escape, free_text, resolve_choice, special
 from agent.protocol._render import (SegmentBuilder, call_function, check_template_vars, content_text, role_of,
                                     tojson, tool_definitions)
 from agent.protocol.base import (Action, Codec, FinalText, MalformedReason, MalformedToolCall, MessageFormatError,
@@ -186,18 +187,22 @@ class Llama3Codec(Codec):
     # -- parse ---------------------------------------------------------------------------------------------------
 
     def parse(self, text: str) -> Action:
-        """Total. ``<|python_tag|>`` anywhere, or ``{`` as the first non-blank character, starts a call attempt."""
+        """Total. ``<|python_tag|>`` or a ````` ```json ````` block anywhere, or ``{`` as the first non-blank
+        character, starts a call attempt."""
         turn = text
         for stop in ("<|eot_id|>", "<|eom_id|>"):
             if turn.endswith(stop):
                 turn = turn[: -len(stop)]
                 break
-        tag = turn.find(_TAG)
-        if tag != -1:
-            return _parse_calls(turn, tag + len(_TAG), prose=turn[:tag], text=text)
+        tag, fence = turn.find(_TAG), turn.find(FENCE_OPEN)
         start = len(turn) - len(turn.lstrip(DIALECT_WS))
         if turn.startswith("{", start):
             return _parse_calls(turn, start, prose="", text=text)
+        if fence != -1 and (tag == -1 or fence < tag):
+            return fenced_calls(turn, fence, args_key="parameters", wrong_key="arguments", prose=turn[:fence],
+                                text=text)
+        if tag != -1:
+            return _parse_calls(turn, tag + len(_TAG), prose=turn[:tag], text=text)
         return FinalText(text=turn)
 
     # -- grammar -------------------------------------------------------------------------------------------------
@@ -207,21 +212,24 @@ class Llama3Codec(Codec):
         """The whole assistant turn; one call per turn whatever ``parallel_calls`` says (the official template
         renders only one).
 
-        auto: free text that neither starts with ``{`` nor spells ``<|python_tag|>``, optionally followed by
-        ``<|python_tag|>`` and a call; or a bare call. required / a tool name: an optional ``<|python_tag|>`` then
-        the call. none: the free text only. The turn then ends with an EOG token (``<|eot_id|>``/``<|eom_id|>``).
+        auto: free text that neither starts with ``{`` nor spells ``<|python_tag|>`` or ````` ```json `````,
+        optionally followed by ``<|python_tag|>`` and a call or by a ````` ```json ````` block holding one; or a
+        bare call. required / a tool name: an optional ``<|python_tag|>`` then the call. none: the free text only.
+        The turn then ends with an EOG token (``<|eot_id|>``/``<|eom_id|>``).
         """
         mode, callable_tools = resolve_choice(tools, tool_choice)
-        free = f"(?:{final_pattern})" if final_pattern else free_text([_TAG], first_not="{")
+        free = f"(?:{final_pattern})" if final_pattern else free_text([_TAG, FENCE_OPEN], first_not="{")
         if mode is ChoiceMode.NONE:
             return free
         call = envelope_alternatives(callable_tools, args_key="parameters")
         tag = special(_TAG) if self.python_tag else ""
         if mode is not ChoiceMode.AUTO:
             return f"(?:{tag})?{call}" if tag else call
-        tagged = f"(?:{tag}{call})?" if tag and not final_pattern else ""
-        alternatives = [f"{free}{tagged}", call] + ([f"{tag}{call}"] if tag and final_pattern else [])
-        return f"(?:{'|'.join(alternatives)})"
+        fenced = f"{escape(FENCE_OPEN)}\\n{call}\\n{escape(FENCE_CLOSE)}"
+        after = "|".join([f"{tag}{call}"] * bool(tag) + [fenced])
+        if final_pattern:
+            return f"(?:{free}|{call}|{after})"
+        return f"(?:{free}(?:{after})?|{call})"
 
 
 def _render_tools(out: SegmentBuilder, defs: list[Any]) -> None:

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.protocol._calls import (DIALECT_WS, JSON_WS, JsonFailure, call_from_object, decode_value, malformed)
+from agent.protocol._calls import (DIALECT_WS, FENCE_CLOSE, FENCE_OPEN, JSON_WS, JsonFailure, call_from_object,
+                                   decode_value, fenced_calls, malformed)
 from agent.protocol._pattern import ChoiceMode, envelope_alternatives, escape, free_text, resolve_choice, special
 from agent.protocol._render import (SegmentBuilder, call_function, check_template_vars, content_text, role_of,
                                     tojson, tool_definitions)
@@ -145,20 +146,25 @@ class QwenCodec(Codec):
     # -- parse ---------------------------------------------------------------------------------------------------
 
     def parse(self, text: str) -> Action:
-        """Total: prose with no tag is FinalText; tags with good JSON are ToolCalls; anything else is malformed.
+        """Total: prose with no trigger is FinalText; tags or ``FENCE_OPEN`` blocks with good JSON are ToolCalls;
+        anything else is malformed.
 
-        A turn whose first non-blank character is ``{`` is a call attempt too (a bare call): Qwen2.5-Coder models
-        often write the call object without the tags, and a JSON-looking turn is never silently taken as prose."""
+        Three shapes are call attempts: the ``<tool_call>`` tag, a Markdown ````` ```json ````` block (what
+        Qwen2.5-Coder writes under ``auto``), and a turn whose first non-blank character is ``{`` (a bare call,
+        also written without tags). A JSON-looking turn is never silently taken as prose."""
         turn = _without_stop(text, self.stop_token_names)
-        first_open, first_close = turn.find(_OPEN), turn.find(_CLOSE)
-        if first_close != -1 and (first_open == -1 or first_close < first_open):
+        first_open, first_close, fence = turn.find(_OPEN), turn.find(_CLOSE), turn.find(FENCE_OPEN)
+        if first_close != -1 and all(at == -1 or first_close < at for at in (first_open, fence)):
             return malformed(MalformedReason.UNOPENED_TAG,
                              f"'{_CLOSE}' at char {first_close} has no '{_OPEN}' before it",
                              turn[: first_close + len(_CLOSE)], text)
+        start = len(turn) - len(turn.lstrip(DIALECT_WS))
+        if turn.startswith("{", start):
+            return _bare_calls(turn, start, text)
+        if fence != -1 and (first_open == -1 or fence < first_open):
+            return fenced_calls(turn, fence, args_key="arguments", wrong_key="parameters",
+                                prose=_prose(turn[:fence]), text=text)
         if first_open == -1:
-            start = len(turn) - len(turn.lstrip(DIALECT_WS))
-            if turn.startswith("{", start):
-                return _bare_call(turn, start, text)
             return FinalText(text=turn)
         prose = turn[:first_open]
         calls: list[ToolCall] = []
@@ -177,7 +183,7 @@ class QwenCodec(Codec):
             calls.append(call)
             rest = turn[end:].lstrip(DIALECT_WS)
             if not rest:
-                return ToolCalls(calls=tuple(calls), text=prose[:-1] if prose.endswith("\n") else prose)
+                return ToolCalls(calls=tuple(calls), text=_prose(prose))
             if not rest.startswith(_OPEN):
                 return malformed(MalformedReason.TRAILING_TEXT,
                                  f"text after the call ending at char {end}: {rest[:40]!r}", turn[end:], text)
@@ -187,15 +193,17 @@ class QwenCodec(Codec):
 
     def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,
                           parallel_calls: bool = False, final_pattern: str | None = None) -> str:
-        """The whole assistant turn: free text that cannot spell a tag, then (per ``tool_choice``) calls.
+        """The whole assistant turn: free text that cannot spell a trigger, then (per ``tool_choice``) calls.
 
         Calls are ``<tool_call>\\n{"name": "<offered>", "arguments": <args>}\\n</tool_call>``; with
         ``parallel_calls`` several, separated by ``\\n``. Nothing may follow the last one (the engine's EOS,
-        ``<|im_end|>``, ends the turn). Under ``auto`` free text cannot start with ``{``: a turn that does is a bare
-        call, held to the same envelope (see `parse`), so the model's untagged calls are constrained too.
+        ``<|im_end|>``, ends the turn). Under ``auto`` the other two shapes the model writes (see `parse`) are held
+        to the same envelope from their first character on: a ````` ```json ````` block (its opening is a trigger
+        that free text cannot spell, so a fenced JSON block is always a constrained call, never an answer) and a
+        bare call (free text cannot start with ``{``).
         """
         mode, callable_tools = resolve_choice(tools, tool_choice)
-        free = f"(?:{final_pattern})" if final_pattern else free_text([_OPEN, _CLOSE], first_not="{")
+        free = f"(?:{final_pattern})" if final_pattern else free_text([_OPEN, _CLOSE, FENCE_OPEN], first_not="{")
         if mode is ChoiceMode.NONE:
             return free
         tag = special if self.special_tags else escape
@@ -203,10 +211,24 @@ class QwenCodec(Codec):
         call = f"{tag(_OPEN)}\\n{envelope}\\n{tag(_CLOSE)}"
         if mode is ChoiceMode.NAMED:
             return call
-        calls = f"{call}(?:\\n{call})*" if parallel_calls else call
+        calls = _several(call, parallel_calls)
         if mode is ChoiceMode.REQUIRED:
             return calls
-        return f"(?:{free}|{calls}|{envelope})" if final_pattern else f"(?:{free}(?:{calls})?|{envelope})"
+        fenced = f"{escape(FENCE_OPEN)}\\n{_several(envelope, parallel_calls)}\\n{escape(FENCE_CLOSE)}"
+        bare = _several(envelope, parallel_calls)
+        if final_pattern:
+            return f"(?:{free}|{calls}|{fenced}|{bare})"
+        return f"(?:{free}(?:{calls}|{fenced})?|{bare})"
+
+
+def _several(one: str, parallel_calls: bool) -> str:
+    """``one``, or with ``parallel_calls`` one or more of it separated by newlines."""
+    return f"{one}(?:\\n{one})*" if parallel_calls else one
+
+
+def _prose(text: str) -> str:
+    """The prose before the first call, without the one newline that separates it from the call."""
+    return text[:-1] if text.endswith("\n") else text
 
 
 def _without_stop(text: str, stops: Sequence[str]) -> str:
@@ -216,10 +238,30 @@ def _without_stop(text: str, stops: Sequence[str]) -> str:
     return text
 
 
-def _bare_call(turn: str, start: int, text: str) -> ToolCalls | MalformedToolCall:
-    """A call object written without tags, from ``start`` to the end of the turn (nothing may follow it)."""
-    call = _decode_call(turn[start:], turn[start:], text)
-    return call if isinstance(call, MalformedToolCall) else ToolCalls(calls=(call,), text="")
+def _bare_calls(turn: str, start: int, text: str) -> ToolCalls | MalformedToolCall:
+    """Call objects written without tags from ``start`` to the end of the turn, separated by blanks."""
+    calls: list[ToolCall] = []
+    pos = start
+    while pos < len(turn):
+        end = _object_end(turn, pos)
+        call = _decode_call(turn[pos:end], turn[pos:end], text)
+        if isinstance(call, MalformedToolCall):
+            return call
+        calls.append(call)
+        pos = len(turn) - len(turn[end:].lstrip(DIALECT_WS))
+        if pos < len(turn) and not turn.startswith("{", pos):
+            return malformed(MalformedReason.TRAILING_TEXT, f"text after the call ending at char {end}: "
+                             f"{turn[pos:pos + 40]!r}", turn[end:], text)
+    return ToolCalls(calls=tuple(calls), text="")
+
+
+def _object_end(turn: str, start: int) -> int:
+    """Where the JSON value at ``start`` ends, or the end of the turn when it does not decode (the whole rest is
+    then the malformed call's body)."""
+    try:
+        return decode_value(turn, start)[1]
+    except JsonFailure:
+        return len(turn)
 
 
 def _decode_call(body: str, raw: str, text: str) -> ToolCall | MalformedToolCall:

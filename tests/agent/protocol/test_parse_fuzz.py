@@ -32,6 +32,8 @@ TOOLS = [WEATHER, ECHO, NOTE]
 
 
 def _is_call_attempt(codec_key: str, text: str) -> bool:
+    if "```json" in text:
+        return True
     if codec_key.startswith("qwen"):
         return "<tool_call>" in text or "</tool_call>" in text
     return "<|python_tag|>" in text or text.lstrip(WS).startswith("{")
@@ -49,7 +51,7 @@ def _canonical(codec_key: str, name: str, args: dict) -> str:
 
 _fragments = st.sampled_from(["<tool_call>", "</tool_call>", "<|python_tag|>", "{", "}", '"name"', '"arguments"',
                               '"parameters"', ":", ",", ";", "\n", " ", '"', "[", "]", "<|im_end|>", "<|eot_id|>",
-                              "null", "1", "\\", "\ud800", "NaN"])
+                              "null", "1", "\\", "\ud800", "NaN", "```json", "```", "`"])
 _noise = st.lists(st.text(max_size=6) | _fragments, max_size=30).map("".join)
 
 
