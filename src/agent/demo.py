@@ -11,11 +11,15 @@ That is what lets a 0.5B model finish the workflow reliably; a wrong value still
 
     data/demo/*.md ─► sandbox ─► run_session(builtin tools, constrained calls) ─► trace.jsonl + artifacts/
                                                                               └─► verify_trace ─► report.html
+
+A rerun never destroys the previous run: its ``trace.jsonl``, ``report.html`` and ``artifacts/`` move to
+``previous/<time of that trace>/`` first (``force=True`` deletes them instead).
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,10 +47,48 @@ DEMO_PROMPT = ("Follow this plan, one step per turn:\n"
                "5. reply with exactly one line: DONE <the step 3 calculator result>%")
 
 
+_RUN_FILES = ("trace.jsonl", "report.html", "artifacts")
+"""What one demo run writes into ``out_dir`` (the sandbox ``experiments/`` is the demo's own input copy)."""
+
+
+def _set_aside_previous_run(out_dir: Path, *, force: bool, progress: Callable[[str], None] | None) -> None:
+    """Move a previous run's files to ``previous/<YYYYmmdd-HHMMSS>/`` (or delete them with ``force``)."""
+    present = [out_dir / name for name in _RUN_FILES if (out_dir / name).exists()]
+    if not present:
+        return
+    if force:
+        for path in present:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        return
+    trace_file = out_dir / "trace.jsonl"
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime((trace_file if trace_file.exists() else present[0])
+                                                            .stat().st_mtime))
+    target = out_dir / "previous" / stamp
+    n = 1
+    while target.exists():
+        n += 1
+        target = out_dir / "previous" / f"{stamp}-{n}"
+    target.mkdir(parents=True)
+    for path in present:
+        path.rename(target / path.name)
+    if progress is not None:
+        progress(f"previous demo run moved to {target}")
+
+
 def run_demo(*, model: str, out_dir: Path, n_threads: int | None = None,
-             progress: Callable[[str], None] | None = None) -> int:
-    """Run the workflow; exit status 0 only if the answer is right and the trace verifies."""
+             progress: Callable[[str], None] | None = None, n_ctx: int = 4096, force: bool = False) -> int:
+    """Run the workflow; exit status 0 only if the answer is right and the trace verifies.
+
+    A previous run in ``out_dir`` is moved to ``out_dir/previous/<time>/`` first, or deleted with ``force``."""
     out_dir = out_dir.resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        from agent.inputs import InputError
+
+        raise InputError(f"--out {out_dir}: exists and is not a directory")
+    _set_aside_previous_run(out_dir, force=force, progress=progress)
     sandbox = out_dir / "experiments"
     sandbox.mkdir(parents=True, exist_ok=True)
     for source in sorted(DEMO_DATA.glob("*.md")):
@@ -57,7 +99,8 @@ def run_demo(*, model: str, out_dir: Path, n_threads: int | None = None,
     result = run_session(model=model, tools="builtin", prompt=DEMO_PROMPT, trace_path=trace_path,
                          artifact_root=artifact_root, sandbox_root=sandbox, system_prompt=SYSTEM_PROMPT,
                          limits=AgentLimits(max_model_steps=8), tool_choice=TOOL_PLAN,
-                         final_pattern=FINAL_ANSWER_PATTERN, n_threads=n_threads, progress=progress)
+                         final_pattern=FINAL_ANSWER_PATTERN, n_threads=n_threads, progress=progress,
+                         n_ctx=n_ctx)
 
     report_path = out_dir / "report.html"
     events = trace.read_trace(trace_path).events

@@ -37,7 +37,9 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import mmap
 import os
+import struct
 import subprocess
 import sys
 import tarfile
@@ -57,6 +59,8 @@ __all__ = [
     "DEFAULT_MODEL",
     "models_dir",
     "model_path",
+    "check_gguf",
+    "gguf_chat_template",
     "list_models",
     "pull",
     "verify",
@@ -286,7 +290,8 @@ def model_path(name_or_path: str | os.PathLike[str], *, fetch: bool = True, prog
     spec = MODELS.get(text)
     if spec is None:
         candidate = Path(text).expanduser()
-        if candidate.suffix == ".gguf" and candidate.is_file():
+        if candidate.is_file() or candidate.suffix == ".gguf" or os.sep in text:
+            check_gguf(candidate, label=text)  # a local file: its magic is checked before anything loads it
             return candidate
         raise ModelStoreError(
             text,
@@ -316,6 +321,82 @@ def model_path(name_or_path: str | os.PathLike[str], *, fetch: bool = True, prog
             spec.name, f"not in the store ({target})", hint=f"run `ember models pull {spec.name}`"
         )
     return pull(spec.name, progress=progress)
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def check_gguf(path: str | os.PathLike[str], *, label: str | None = None) -> Path:
+    """``path`` if it is a readable file that starts with the GGUF magic bytes; else a one-line ModelStoreError
+    (missing, a directory, unreadable, or not GGUF — checked before llama.cpp is asked to load it)."""
+    path = Path(path)
+    name = label or os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except FileNotFoundError:
+        raise ModelStoreError(name, "no such file (and not a store name)",
+                              hint=f"known names: {', '.join(MODELS)}") from None
+    except IsADirectoryError:
+        raise ModelStoreError(name, "is a directory, not a GGUF file") from None
+    except OSError as error:
+        raise ModelStoreError(name, f"cannot be read: {error.strerror}") from None
+    if head[:4] != GGUF_MAGIC:
+        shown = "an empty file" if not head else f"starts with {head[:4]!r}"
+        raise ModelStoreError(name, f"not a GGUF file ({shown}, expected the magic bytes b'GGUF')")
+    return path
+
+
+_GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+"""Byte size of each fixed-size GGUF metadata value type (8 = string and 9 = array are variable)."""
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_chat_template(path: str | os.PathLike[str]) -> str | None:
+    """The ``tokenizer.chat_template`` string of a GGUF file's metadata, read without llama.cpp and without
+    loading weights; ``None`` when the file has none (a base model) or its metadata cannot be walked."""
+    return _gguf_string(Path(path), "tokenizer.chat_template")
+
+
+def _gguf_string(path: Path, wanted: str) -> str | None:
+    """One string value of a GGUF (v2/v3) header, found by walking the key/value section in place (mmap)."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data[:4] != GGUF_MAGIC or struct.unpack_from("<I", data, 4)[0] < 2:
+                return None
+            n_kv = struct.unpack_from("<Q", data, 16)[0]
+            at = 24
+            for _ in range(n_kv):
+                (key_len,) = struct.unpack_from("<Q", data, at)
+                key = data[at + 8:at + 8 + key_len]
+                (kind,) = struct.unpack_from("<I", data, at + 8 + key_len)
+                at += 12 + key_len
+                if kind == _GGUF_STRING and key == wanted.encode():
+                    (length,) = struct.unpack_from("<Q", data, at)
+                    return data[at + 8:at + 8 + length].decode("utf-8", "replace")
+                at = _gguf_skip(data, at, kind)
+    except (OSError, ValueError, struct.error, KeyError):
+        return None
+    return None
+
+
+def _gguf_skip(data: mmap.mmap, at: int, kind: int) -> int:
+    """The offset just past one metadata value of type ``kind`` starting at ``at``."""
+    if kind == _GGUF_STRING:
+        return at + 8 + struct.unpack_from("<Q", data, at)[0]
+    if kind != _GGUF_ARRAY:
+        return at + _GGUF_SCALAR[kind]
+    item, count = struct.unpack_from("<IQ", data, at)
+    at += 12
+    if item == _GGUF_STRING:
+        for _ in range(count):
+            at += 8 + struct.unpack_from("<Q", data, at)[0]
+        return at
+    if item == _GGUF_ARRAY:
+        for _ in range(count):
+            at = _gguf_skip(data, at, item)
+        return at
+    return at + _GGUF_SCALAR[item] * count
 
 
 def list_models() -> list[ModelInfo]:

@@ -10,7 +10,6 @@ trace event (or the events themselves as JSON lines with ``--json``).
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -21,38 +20,124 @@ from agent.artifact import ArtifactStore
 from agent.builtins import builtin_tools
 from agent.chat import load_chat_model
 from agent.engine import ChatModelEngine
+from agent.inputs import InputError, import_attr, one_line
 from agent.limits import AgentLimits
 from agent.protocol.base import ToolChoice
 from agent.session import RunResult, Session
 from agent.tool import Tool, ToolRegistry
-from agent.trace import PrivacyMode, TraceRecorder
+from agent.trace import PrivacyMode, TraceMisuseError, TraceRecorder, check_new_trace
 
-__all__ = ["load_tools", "run_session", "summarize_event"]
+__all__ = ["check_run_inputs", "load_tools", "run_session", "summarize_event", "view_event"]
 
 
 def load_tools(spec: str, *, sandbox_root: Path) -> list[Tool]:
     """``builtin`` → read_file / calculator / write_artifact; ``module:attr`` → a list of Tools (or a callable
-    returning one)."""
+    returning one).
+
+    Raises:
+        InputError: not ``builtin`` or ``module:attr``, the module or attribute is missing, importing or calling
+            it failed, or what it names is not a list of `agent.tool.Tool` (one line, naming ``--tools``).
+    """
     if spec == "builtin":
         return builtin_tools(sandbox_root)
-    module_name, sep, attr = spec.partition(":")
-    if not sep:
-        raise SystemExit(f"--tools must be 'builtin' or 'module:attr', got {spec!r}")
-    value = getattr(importlib.import_module(module_name), attr)
-    tools = value() if callable(value) and not isinstance(value, Tool) else value
-    if isinstance(tools, Tool):
-        tools = [tools]
-    if not all(isinstance(t, Tool) for t in tools):
-        raise SystemExit(f"{spec} must be a list of agent.tool.Tool objects")
-    return list(tools)
+    if ":" not in spec:
+        raise InputError(f"--tools {spec}: expected 'builtin' or module:attr")
+    value = import_attr(spec, "--tools")
+    if callable(value) and not isinstance(value, (Tool, type)):
+        try:
+            value = value()
+        except Exception as error:
+            raise InputError(f"--tools {spec}: calling it failed: {type(error).__name__}: {one_line(error)}") from None
+    tools = [value] if isinstance(value, Tool) else value
+    if isinstance(tools, (str, bytes, type)) or not hasattr(tools, "__iter__"):
+        kind = f"the class {tools.__name__}" if isinstance(tools, type) else f"a {type(tools).__name__}"
+        raise InputError(f"--tools {spec}: not a list of agent.tool.Tool (it is {kind})")
+    tools = list(tools)
+    bad = next((t for t in tools if not isinstance(t, Tool)), None)
+    if bad is not None:
+        raise InputError(f"--tools {spec}: not a list of agent.tool.Tool (it holds a {type(bad).__name__})")
+    return tools
+
+
+def _check_tool_choice(tool_choice: ToolChoice | Sequence[ToolChoice], registry: ToolRegistry) -> None:
+    plan = [tool_choice] if isinstance(tool_choice, str) else list(tool_choice)
+    if not plan:
+        raise InputError("--tool-choice: the plan is empty; give at least one choice")
+    for choice in plan:
+        if choice not in ("auto", "required", "none") and choice not in registry:
+            raise InputError(f"--tool-choice: {choice!r} names no tool; use auto, required, none or one of: "
+                             f"{', '.join(registry.names) or '(no tools)'}")
+
+
+def _check_final_pattern(pattern: str) -> None:
+    from constrained.errors import ConstrainedError
+    from constrained.fsm import compile_dfa
+
+    if pattern.startswith("{"):
+        raise InputError(f"--final-pattern {one_line(pattern, 60)}: must not start with '{{' (a turn starting with "
+                         "{ is read as a tool call)")
+    try:
+        compile_dfa(pattern)
+    except ConstrainedError as error:
+        raise InputError(f"--final-pattern {one_line(pattern, 60)}: {one_line(error)}") from None
+    except RecursionError:
+        raise InputError(f"--final-pattern {one_line(pattern, 60)}: nested too deeply") from None
+
+
+def check_run_inputs(*, trace_path: Path, sandbox: Path, artifact_root: Path | None, force: bool) -> None:
+    """The file and directory arguments of a run, before anything is loaded (see `run_session`).
+
+    Raises:
+        InputError: the trace file holds bytes (``force`` false) or is a directory; the sandbox is not a
+            directory; the artifact path is a file.
+    """
+    try:
+        check_new_trace(trace_path, replace=force)
+    except TraceMisuseError as error:
+        if trace_path.is_file():
+            raise InputError(f"--trace {trace_path}: already holds a trace ({trace_path.stat().st_size:,} bytes); "
+                             "refusing to overwrite it (give --force to replace it, or another --trace path)") from None
+        raise InputError(f"--trace {str(error)}") from None
+    if not sandbox.is_dir():
+        raise InputError(f"--sandbox {sandbox}: not a directory")
+    if artifact_root is not None and artifact_root.exists() and not artifact_root.is_dir():
+        raise InputError(f"--artifacts {artifact_root}: exists and is not a directory")
+
+
+_DURATION_DIGITS = {"duration_ms": 3, "elapsed_s": 6, "t_ms": 3}
+"""How the CLI's views round durations (to the microsecond); the trace file keeps them as recorded."""
+
+
+def _rounded(key: str, value: Any) -> Any:
+    digits = _DURATION_DIGITS.get(key)
+    if digits is None or not isinstance(value, float):
+        return value
+    return round(value, digits)
+
+
+def view_event(event: dict[str, Any]) -> dict[str, Any]:
+    """The event as ``ember run --json`` prints it: as recorded, with durations rounded to the microsecond."""
+    data = event.get("data")
+    shown = {k: _rounded(k, v) for k, v in event.items()}
+    if isinstance(data, dict):
+        shown["data"] = {k: _rounded(k, v) for k, v in data.items()}
+    return shown
 
 
 def summarize_event(event: dict[str, Any]) -> str:
-    """One human line for a trace event: seq, type, and the fields a reader looks for first."""
+    """One human line for a trace event: seq, type, and the fields a reader looks for first (durations in ms with
+    at most one decimal)."""
     data = event.get("data") or {}
     keys = ("tool", "ok", "kind", "action", "finish_reason", "n_output_tokens", "duration_ms", "artifact_id",
             "limit", "detail", "role")
-    shown = " ".join(f"{k}={json.dumps(data[k], ensure_ascii=False)}" for k in keys if k in data)
+
+    def shown_value(key: str) -> str:
+        value = data[key]
+        if key == "duration_ms" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return f"{value:.1f}" if value >= 0.1 or value == 0 else f"{value:.3f}"
+        return json.dumps(value, ensure_ascii=False)
+
+    shown = " ".join(f"{k}={shown_value(k)}" for k in keys if k in data)
     return f"[{event['seq']:>3}] {event['event_type']:<26} {shown}".rstrip()
 
 
@@ -91,19 +176,28 @@ def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_p
                 limits: AgentLimits | None = None, tool_choice: ToolChoice | Sequence[ToolChoice] = "auto",
                 final_pattern: str | None = None,
                 n_threads: int | None = None, progress: Callable[[str], None] | None = None,
-                echo: bool = True) -> RunResult:
-    """Run one session and return its typed result; the trace at ``trace_path`` is the record of it."""
+                echo: bool = True, n_ctx: int = 4096, force: bool = False) -> RunResult:
+    """Run one session and return its typed result; the trace at ``trace_path`` is the record of it.
+
+    Every input is checked before the model loads (`InputError`, one line naming the flag): the trace path (an
+    existing non-empty file is never overwritten unless ``force``; the recorder creates the file exclusively
+    either way), the sandbox and artifact directories, the tools, the tool-choice plan and the final pattern.
+    """
     sandbox = (sandbox_root or Path.cwd()).resolve()
-    artifacts = ArtifactStore(artifact_root or trace_path.parent / "artifacts")
+    check_run_inputs(trace_path=trace_path, sandbox=sandbox, artifact_root=artifact_root, force=force)
     registry = ToolRegistry(load_tools(tools, sandbox_root=sandbox) if isinstance(tools, str) else tools)
-    chat = load_chat_model(model, n_threads=n_threads, progress=progress)
+    _check_tool_choice(tool_choice, registry)
+    if final_pattern is not None:
+        _check_final_pattern(final_pattern)
+    chat = load_chat_model(model, n_ctx=n_ctx, n_threads=n_threads, progress=progress)
+    artifacts = ArtifactStore(artifact_root or trace_path.parent / "artifacts")  # creates the directory
 
     mid_line = False  # streamed model text not yet ended by a newline
 
     def show_event(event: dict[str, Any]) -> None:
         nonlocal mid_line
         if echo:
-            line = json.dumps(event, ensure_ascii=False) if json_output else summarize_event(event)
+            line = json.dumps(view_event(event), ensure_ascii=False) if json_output else summarize_event(event)
             print(("\n" if mid_line else "") + line, flush=True)
             mid_line = False
 
@@ -116,7 +210,7 @@ def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_p
 
     engine = _StreamingEngine(ChatModelEngine(chat.model, chat.codec), show_text)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
-    with _EchoingRecorder(trace_path, privacy=PrivacyMode(privacy), truncate=True, sink=show_event) as trace:
+    with _EchoingRecorder(trace_path, privacy=PrivacyMode(privacy), truncate=force, sink=show_event) as trace:
         session = Session(engine, registry, limits=limits or AgentLimits(), trace=trace, artifacts=artifacts,
                           system_prompt=system_prompt, tool_choice=tool_choice, final_pattern=final_pattern)
         result = session.run(prompt)

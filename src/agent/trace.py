@@ -18,7 +18,8 @@ terminal event last, every artifact produced by a traced tool execution and matc
 answer claiming a write that never ran).
 
 Refuses: emitting after a terminal event or after close (``TraceMisuseError``), non-JSON data, lines over
-``MAX_LINE_BYTES``, appending to a non-empty existing file, and reading a trace of an unknown schema *major*
+``MAX_LINE_BYTES``, writing into a non-empty existing file (the file is created with ``O_EXCL``; only
+``truncate=True`` replaces one), and reading a trace of an unknown schema *major*
 (``UnsupportedTraceSchemaError``). Versioning rule: ``ember.agent.trace.v1`` and ``ember.agent.trace.v1.<minor>``
 are readable by this module (a minor adds optional fields or event types, never changes a meaning); any other
 major is rejected. The schema, every event's data fields and the OpenTelemetry mapping are in ``docs/trace.md``.
@@ -61,6 +62,7 @@ __all__ = [
     "UnsupportedTraceSchemaError",
     "VerifyReport",
     "artifact_written_data",
+    "check_new_trace",
     "claims_artifact",
     "provenance_data",
     "read_trace",
@@ -239,7 +241,11 @@ class TraceRecorder:
                  privacy: PrivacyMode | str = PrivacyMode.FULL,
                  fsync: FsyncPolicy | str | bool = FsyncPolicy.TERMINAL, token_events: bool = False,
                  excerpt_chars: int = DEFAULT_EXCERPT_CHARS, truncate: bool = False) -> None:
-        """Open ``path`` for appending.
+        """Create ``path`` exclusively (``O_CREAT | O_EXCL``) and append to it.
+
+        Only ``truncate=True`` may replace an existing file. Without it, when the exclusive create finds the path
+        taken, a non-empty regular file is refused and left untouched; an empty one, or a non-regular one
+        (``/dev/null``, a FIFO), is appended to (nothing is there to lose). No other path truncates anything.
 
         Args:
             run_id: defaults to ``run-<uuid4 hex>``.
@@ -247,11 +253,11 @@ class TraceRecorder:
             fsync: a ``FsyncPolicy``; ``True`` means every event, ``False`` means none.
             token_events: keep ``EventType.TOKEN`` events (off: they are dropped).
             excerpt_chars: characters kept by ``PrivacyMode.SUMMARY``.
-            truncate: allow replacing an existing non-empty file (otherwise refused: one file, one run).
+            truncate: replace an existing non-empty file (otherwise refused: one file, one run).
 
         Raises:
             TraceWriteError: the file cannot be created or opened for writing.
-            TraceMisuseError: the file already holds events and ``truncate`` is false.
+            TraceMisuseError: the file already holds bytes and ``truncate`` is false.
         """
         self.path = Path(path)
         self.run_id = run_id if run_id is not None else f"run-{uuid.uuid4().hex}"
@@ -271,19 +277,26 @@ class TraceRecorder:
         self._prefix = ""
         """The line's constant head, up to ``"seq":``, for `_encode_fast` (built for ``_prefix_run_id``)."""
         self._prefix_run_id: object = None
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+        existed = False
         try:
-            self._fd = os.open(self.path, flags, 0o644)
+            try:
+                self._fd = os.open(self.path, flags | os.O_CREAT | (0 if truncate else os.O_EXCL), 0o644)
+            except FileExistsError:  # checked below: only an empty or non-regular file is taken as it is
+                existed = True
+                self._fd = os.open(self.path, flags)
         except OSError as e:
             raise TraceWriteError(f"cannot open trace {self.path} for writing: {e.strerror}", path=str(self.path),
                                   errno_code=e.errno, seq=None) from e
         st = os.fstat(self._fd)
         if stat.S_ISREG(st.st_mode) and st.st_size > 0:
-            if not truncate:
+            if truncate:  # the only way to replace a file
+                os.ftruncate(self._fd, 0)
+            elif existed:  # the exclusive create failed: the bytes were there before this recorder
                 os.close(self._fd)
-                raise TraceMisuseError(f"trace file {self.path} already holds {st.st_size} bytes; one file per run "
-                                       "(pass truncate=True to replace it)")
-            os.ftruncate(self._fd, 0)
+                raise TraceMisuseError(f"trace file {self.path} already holds {st.st_size} bytes; one file per "
+                                       "run, never overwritten (pass truncate=True to replace it)")
+            # else: this recorder created the file and a racing one appended since; append after it, never cut
         self._regular = stat.S_ISREG(st.st_mode)
 
     # -- public ---------------------------------------------------------------------------------------------------
@@ -558,6 +571,27 @@ def _read_stream(f: BinaryIO) -> TraceRead:
         else:
             events.append(parsed)
     return TraceRead(events=tuple(events), torn_tail=torn, problems=tuple(problems))
+
+
+def check_new_trace(path: str | os.PathLike[str], *, replace: bool = False) -> None:
+    """Refuse, before any work starts, a trace path that `TraceRecorder` would refuse: an existing non-empty
+    regular file (unless ``replace``) or a directory. The recorder checks again when it opens the file
+    (exclusively), so a file that appears in between is refused there too.
+
+    Raises:
+        TraceMisuseError: the path holds a non-empty file and ``replace`` is false, or is a directory.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise TraceMisuseError(f"{os.fspath(path)}: cannot be checked ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceMisuseError(f"{os.fspath(path)}: is a directory, not a trace file")
+    if stat.S_ISREG(st.st_mode) and st.st_size > 0 and not replace:
+        raise TraceMisuseError(f"{os.fspath(path)}: already holds {st.st_size:,} bytes; a trace is never "
+                               "overwritten (choose another path, or replace it explicitly)")
 
 
 def read_trace(source: str | os.PathLike[str] | BinaryIO | bytes) -> TraceRead:

@@ -25,12 +25,14 @@ __all__ = [
     "Action",
     "Codec",
     "FinalText",
+    "KNOWN_CODECS",
     "Llama3Codec",
     "MalformedReason",
     "MalformedToolCall",
     "MessageFormatError",
     "ProtocolError",
     "QwenCodec",
+    "SMOLLM2_DEFAULT_SYSTEM",
     "Segment",
     "TemplateVariableError",
     "ToolCall",
@@ -42,10 +44,18 @@ __all__ = [
     "UnknownCodecError",
     "codec_for",
     "codec_for_template",
+    "template_default_system",
 ]
 
 CHATML_NOTE = ("plain ChatML model without tool training or <tool_call> tokens: rendered and parsed with the Qwen2.5 "
-               "codec (its own default system prompt differs), tags written as text in the grammar")
+               "codec (with its own template's default system prompt), tags written as text in the grammar")
+SMOLLM2_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+"""The system prompt SmolLM2-Instruct's chat template inserts when a conversation has none (used when the codec is
+chosen by name; a loaded model's own template is read instead)."""
+_DEFAULT_SYSTEM_RE = re.compile(r"""<\|im_start\|>system(?:\\n|\n)((?:[^'"{}\\]|\\.)*?)<\|im_end\|>""")
+"""A ChatML template's default system turn: one string literal ``'<|im_start|>system\\n…<|im_end|>'`` (the
+newline written as an escape or as itself); a system turn built from ``messages[0]`` never matches."""
+_JINJA_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"'}
 
 _TEMPLATE_SHA256 = {  # the official templates (llama-cpp-python 0.3.36 sdist, models/templates/)
     "cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f": "qwen2.5",
@@ -54,6 +64,8 @@ _TEMPLATE_SHA256 = {  # the official templates (llama-cpp-python 0.3.36 sdist, m
 }
 _MODEL_NAMES = {"qwen2.5-coder-0.5b-instruct": "qwen2.5", "smollm2-135m-instruct": "chatml"}
 _KNOWN = ("qwen2.5", "llama3.1", "llama3.2", "llama3.3", *_MODEL_NAMES)
+KNOWN_CODECS = _KNOWN
+"""The family and model names `codec_for` knows (what `UnknownCodecError` lists)."""
 _NAME_RE = re.compile(r"^(?:meta-)?(?:(?P<qwen>qwen2\.5)|llama-?3\.(?P<llama>[123])|(?P<smol>smollm2))(?:$|[-_.])")
 
 
@@ -91,7 +103,7 @@ def codec_for_template(template: str, *, vocabulary: Any = None, label: str = "c
             family = "llama3.2" if "strftime_now" in template else "llama3.1"
         else:
             raise UnknownCodecError(label, _KNOWN, "its chat template is neither ChatML nor Llama 3.1+")
-    codec = _codec_for_family(family)
+    codec = _codec_for_family(family, template=template)
     if specials is not None:
         if isinstance(codec, QwenCodec) and "<tool_call>" not in specials:
             codec.special_tags = False
@@ -111,12 +123,22 @@ def _codec_for_name(name: str) -> Codec:
     return _codec_for_family(family)
 
 
-def _codec_for_family(family: str) -> Codec:
+def _codec_for_family(family: str, *, template: str | None = None) -> Codec:
     if family == "qwen2.5":
         return QwenCodec()
     if family == "chatml":
-        return QwenCodec(family="chatml", special_tags=False, note=CHATML_NOTE)
+        system = SMOLLM2_DEFAULT_SYSTEM if template is None else template_default_system(template)
+        return QwenCodec(family="chatml", special_tags=False, note=CHATML_NOTE, default_system=system)
     return Llama3Codec(family=family)
+
+
+def template_default_system(template: str) -> str | None:
+    """The default system prompt a ChatML chat template inserts when a conversation has none, or None when it
+    inserts none (e.g. SmolLM2's ``You are a helpful AI assistant named SmolLM, trained by Hugging Face``)."""
+    match = _DEFAULT_SYSTEM_RE.search(template)
+    if match is None:
+        return None
+    return re.sub(r"\\(.)", lambda m: _JINJA_ESCAPES.get(m[1], m[0]), match[1])
 
 
 def _describe(model: Any) -> str:
