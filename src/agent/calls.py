@@ -75,6 +75,10 @@ def cases_from_args(*, tools_file: str | None, prompt: str | None, cases_file: s
     return [{"id": "1", "messages": [{"role": "user", "content": prompt}], "tools": tools}]
 
 
+_ROLES = ("system", "user", "assistant", "tool", "ipython")
+"""The chat roles a codec renders (OpenAI's four; `ipython` is Llama 3's name for tool results)."""
+
+
 def _kind(value: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
@@ -87,6 +91,9 @@ def _check_messages(messages: Any, where: str) -> None:
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise InputError(f"{where}: messages[{i}] must be an object with a \"role\" string")
+        if message["role"] not in _ROLES:
+            raise InputError(f"{where}: messages[{i}] has role {message['role']!r}; expected one of "
+                             f"{', '.join(_ROLES)}")
 
 
 def _tool_name(definition: Any) -> str | None:

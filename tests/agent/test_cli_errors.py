@@ -252,10 +252,11 @@ GOOD_CASE = json.dumps({"id": "a", "messages": [{"role": "user", "content": "hi"
     ('{"messages": []}', '"messages" is empty'),
     ('{"messages": "hi"}', '"messages" must be a non-empty list'),
     ('{"messages": [{"content": "no role"}]}', 'messages[0] must be an object with a "role"'),
+    ('{"messages": [{"role": "robot", "content": "x"}]}', "messages[0] has role 'robot'"),
     ('{"messages": [{"role": "user", "content": "x"}], "tools": {"name": "a"}}', '"tools": must be a JSON array'),
     ('{"messages": [{"role": "user", "content": "x"}], "tool_choice": "nosuch"}', "names no offered tool"),
-], ids=["no-messages", "not-json", "not-object", "empty-messages", "string-messages", "no-role", "tools-object",
-        "bad-choice"])
+], ids=["no-messages", "not-json", "not-object", "empty-messages", "string-messages", "no-role", "bad-role",
+        "tools-object", "bad-choice"])
 def test_a_cases_line_that_is_not_a_case_is_named_by_file_and_line(capsys, tmp_path, bad_line, expected):
     cases = write(tmp_path / "cases.jsonl", f"{GOOD_CASE}\n\n{bad_line}\n{GOOD_CASE}\n")
     line = input_error(capsys, "call", "--cases", cases)
