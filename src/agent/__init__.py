@@ -19,7 +19,7 @@ Model-family syntax lives only in `agent.protocol`; mask internals only in `cons
 from agent.artifact import ArtifactRef, ArtifactStore
 from agent.cancel import CancelToken
 from agent.engine import ChatModelEngine, EngineError, ModelTurn, TurnEngine
-from agent.errors import AgentError
+from agent.errors import AgentError, ToolDefinitionError
 from agent.ledger import CommitLedger, EntryKind, LedgerEntry, LedgerError
 from agent.limits import AgentLimits, LimitBreach, LimitKind, RunUsage
 from agent.protocol import codec_for
@@ -28,9 +28,9 @@ from agent.protocol.base import (Action, Codec, FinalText, MalformedReason, Malf
 from agent.results import ResultErrorKind, error_result, ok_result
 from agent.schema import ArgumentError, ArgumentErrors, ValidatedArguments, validate_arguments
 from agent.session import LoopOutcome, RunResult, Session, SessionError
-from agent.tool import (ApprovalDecision, ApprovalPolicy, IdempotencyStore, Tool, ToolContext, ToolKind, ToolOutcome,
-                        ToolRegistry, default_policy, execute_tool)
-from agent.trace import PrivacyMode, TraceRecorder, read_trace, verify_trace
+from agent.tool import (ApprovalDecision, ApprovalPolicy, IdempotencyStore, Tool, ToolContext, ToolFailure, ToolKind,
+                        ToolOutcome, ToolRegistry, default_policy, execute_tool)
+from agent.trace import EventType, PrivacyMode, TraceRecorder, read_trace, verify_trace
 
 __all__ = [
     "Action",
@@ -48,6 +48,7 @@ __all__ = [
     "CommitLedger",
     "EngineError",
     "EntryKind",
+    "EventType",
     "FinalText",
     "IdempotencyStore",
     "LedgerEntry",
@@ -68,6 +69,8 @@ __all__ = [
     "ToolCall",
     "ToolCalls",
     "ToolContext",
+    "ToolDefinitionError",
+    "ToolFailure",
     "ToolKind",
     "ToolOutcome",
     "ToolRegistry",
