@@ -34,6 +34,7 @@ as ``tool_call_rejected`` and reinjected as ok:false results, so the model may r
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import hashlib
@@ -41,6 +42,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -54,7 +56,7 @@ from agent.limits import AgentLimits, LimitBreach, LimitKind, RunUsage
 from agent.protocol.base import Action, FinalText, MalformedToolCall, ToolCall, ToolCalls, ToolChoice
 from agent.results import ResultErrorKind
 from agent.schema import ArgumentError, ArgumentErrors, ValidatedArguments, validate_arguments
-from agent.tool import (ApprovalPolicy, IdempotencyStore, Tool, ToolContext, ToolOutcome, ToolRegistry,
+from agent.tool import (ApprovalPolicy, IdempotencyStore, Tool, ToolContext, ToolKind, ToolOutcome, ToolRegistry,
                         check_approval, default_policy, execute_tool)
 from agent.trace import (EventType, PrivacyMode, TraceError, TraceMisuseError, TraceRecorder, TraceWriteError,
                          artifact_written_data, provenance_data)
@@ -153,6 +155,10 @@ class _Run:
     n_call_ids: int = 0
     model_step: str = ""
     call_ids: list[str] = field(default_factory=list)
+    executed: dict[tuple[str, str], tuple[str, ToolOutcome]] = field(default_factory=dict)
+    """(tool, arguments sha256) → (call id, outcome) of every call this run started: a repeat replays it."""
+    repeated: bool = False
+    """The last tool-call turn repeated an executed call: the next turn answers in text (``none``)."""
 
 
 class Session:
@@ -162,7 +168,7 @@ class Session:
                  trace: TraceRecorder | None = None, artifacts: ArtifactStore | None = None,
                  approval: ApprovalPolicy = default_policy, system_prompt: str | None = None,
                  tool_choice: ToolChoice | Sequence[ToolChoice] = "auto", final_pattern: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 parallel_calls: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
         """Args:
             engine: the model seam (`ChatModelEngine`, or `testkit.ScriptedEngine` in tests).
             tools: the registry; the only tools that can ever run.
@@ -180,6 +186,10 @@ class Session:
             final_pattern: a pattern (engine regex dialect) the final answer text must match; the engine
                 enforces it by masking wherever the turn may be text. It must not start with ``{`` (a turn that
                 does is a call attempt).
+            parallel_calls: a turn may hold several calls; its data calls run concurrently, its actions one at
+                a time in call order, and every result is reinjected in call order. False keeps the strict
+                contract: one call per step (the turn's grammar holds one; any further call is rejected
+                unexecuted with ``limit_exceeded``).
             clock: seconds, monotonic; injectable so wall-time limits are testable without sleeping.
         """
         self.engine = engine
@@ -191,6 +201,7 @@ class Session:
         self.system_prompt = system_prompt
         self.tool_choice = tool_choice if isinstance(tool_choice, str) else tuple(tool_choice)
         self.final_pattern = final_pattern
+        self.parallel_calls = parallel_calls
         self.clock = clock
         self.idempotency = IdempotencyStore()
         """Shared by every run of this session: a retried action with the same key returns its first outcome."""
@@ -205,7 +216,8 @@ class Session:
         # Registering tools compiles their grammars now: an unsupported schema fails here, not mid-run, and the
         # first turn pays no compile. A single choice relaxes to "auto" after a call (see `_commit_turn`).
         relaxed = ("auto",) if isinstance(self.tool_choice, str) and self.tool_choice != "none" else ()
-        engine.prepare(self._specs, (*plan, *relaxed), final_pattern)
+        engine.prepare(self._specs, (*plan, *relaxed, *(("none",) if relaxed else ())), final_pattern,
+                       parallel_calls)
 
     # -- the loop ------------------------------------------------------------------------------------------------
 
@@ -247,6 +259,9 @@ class Session:
             # -- commit the assistant turn --
             call_ids = self._commit_turn(run, action)
             if isinstance(action, FinalText):
+                if not action.text.strip():
+                    return _Ending(outcome=LoopOutcome.FAILED, phase="finish", step=run.model_step,
+                                   detail="the model's final answer is empty")
                 return _Ending(outcome=LoopOutcome.COMPLETED, phase="finish", final_text=action.text,
                                step=run.model_step)
             if isinstance(action, MalformedToolCall):
@@ -254,12 +269,14 @@ class Session:
                 rejected = self._reject_malformed(run, call_ids[0], action)
                 self._reinject(run, call_ids[0], _malformed_as_call(action), rejected)
                 continue
-            for call_id, call in zip(call_ids, action.calls):
+            batch: list[tuple[str, ToolCall, _Accepted]] = []  # data calls waiting to run together
+            for n, (call_id, call) in enumerate(zip(call_ids, action.calls)):
                 # -- boundary: before a tool call --
                 if ending := self._before_tool_call(run, call_id, call):
-                    return ending
+                    return self._execute_batch(run, batch) or ending
                 # -- validate --
-                checked = self._validate(run, call_id, call)
+                checked = self._validate(run, call_id, call) if n == 0 or self.parallel_calls else \
+                    self._one_call_per_step(run, call_id, call)
                 if ending := self._cancel_point(run, "validate"):
                     return ending
                 # -- approve --
@@ -267,17 +284,20 @@ class Session:
                     checked = self._approve(run, call_id, checked)
                     if ending := self._cancel_point(run, "approve"):
                         return ending
+                if isinstance(checked, _Accepted) and checked.tool.kind is ToolKind.DATA:
+                    batch.append((call_id, call, checked))  # -- execute + reinject: with the other data calls --
+                    continue
+                if ending := self._execute_batch(run, batch):
+                    return ending
                 if isinstance(checked, _Rejected):
                     # -- reinject (rejection) --
                     self._reinject(run, call_id, call, checked)
                     continue
-                # -- execute --
-                executed = self._execute(run, call_id, checked)
-                if ending := self._cancel_point(run, "execute"):
-                    run.trace.result_uncommitted(call_id, checked.tool.name, executed.outcome, run.cancel)
+                # -- execute + reinject: an action alone, in call order --
+                if ending := self._execute_batch(run, [(call_id, call, checked)]):
                     return ending
-                # -- reinject --
-                self._reinject(run, call_id, call, executed)
+            if ending := self._execute_batch(run, batch):
+                return ending
 
     # -- steps ---------------------------------------------------------------------------------------------------
 
@@ -335,12 +355,15 @@ class Session:
         run.model_step = f"model-{run.steps}"
         if not isinstance(self.tool_choice, str):
             run.tool_choice = self._planned_choice(run.steps - 1)
+        elif run.repeated:  # the model repeated a call it has the result of: now it answers
+            run.tool_choice = "none"
         messages = run.ledger.messages()
         run.trace.model_call_started(run.model_step, self.engine, messages, self._specs, run.tool_choice,
                                      self.limits.max_output_tokens)
         try:
             turn = self.engine.run_turn(messages, tools=self._specs, tool_choice=run.tool_choice,
                                         max_tokens=self.limits.max_output_tokens, cancel=run.cancel,
+                                        parallel_calls=self.parallel_calls,
                                         **({"final_pattern": self.final_pattern} if self.final_pattern else {}))
         except Exception as e:  # engine faults (context overflow, decode errors) are a failed run, not a crash
             self.engine.rollback()
@@ -382,6 +405,7 @@ class Session:
                           call_ids=run.call_ids)
         if isinstance(action, ToolCalls) and isinstance(self.tool_choice, str) and run.tool_choice != "none":
             run.tool_choice = "auto"
+            run.repeated = False
         return list(run.call_ids)
 
     def _reject_malformed(self, run: _Run, call_id: str, action: MalformedToolCall) -> _Rejected:
@@ -417,19 +441,66 @@ class Session:
         run.trace.call_rejected(call_id, accepted.tool.name, rejected, raw=None)
         return rejected
 
-    def _execute(self, run: _Run, call_id: str, accepted: _Accepted) -> _Executed:
-        tool, step = accepted.tool, _tool_step(call_id)
+    def _one_call_per_step(self, run: _Run, call_id: str, call: ToolCall) -> _Rejected:
+        """`parallel_calls` off: a call after the turn's first is counted and traced, never executed."""
+        rejected = _rejection(ResultErrorKind.LIMIT_EXCEEDED, "one tool call per step: this call was not executed; "
+                              "call it again after reading the first call's result")
+        run.trace.call_rejected(call_id, call.name, rejected, raw=call.raw)
+        return rejected
+
+    def _execute_batch(self, run: _Run, batch: list[tuple[str, ToolCall, _Accepted]]) -> _Ending | None:
+        """Execute the calls (concurrently when there are several: they are data calls), then reinject every
+        result in call order; empties ``batch``. A cancel during execution commits none of the results."""
+        if not batch:
+            return None
+        jobs = [(call_id, accepted, self._start_execution(run, call_id, accepted)) for call_id, _, accepted in batch]
+        if len(jobs) == 1:
+            outcomes = [job() for _, _, job in jobs]
+        else:
+            with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="ember-data") as pool:
+                outcomes = list(pool.map(lambda job: job(), [job for _, _, job in jobs]))
+        executed = [self._finish_execution(run, call_id, accepted, outcome)
+                    for (call_id, accepted, _), outcome in zip(jobs, outcomes)]
+        calls = [call for _, call, _ in batch]
+        batch.clear()
+        for n, ((call_id, _, _), call, done) in enumerate(zip(jobs, calls, executed)):
+            if ending := self._cancel_point(run, "execute"):
+                for (left_id, accepted, _), left in zip(jobs[n:], executed[n:]):
+                    run.trace.result_uncommitted(left_id, accepted.tool.name, left.outcome, run.cancel)
+                return ending
+            # -- reinject --
+            self._reinject(run, call_id, call, done)
+        return None
+
+    def _start_execution(self, run: _Run, call_id: str, accepted: _Accepted) -> Callable[[], ToolOutcome]:
+        """Trace the start and return the execution itself. A call identical to one this run already executed
+        (same tool, same validated arguments) is not run again: its earlier outcome is replayed (see `_Run`)."""
+        tool = accepted.tool
         timeout_s = self.limits.tool_timeout(tool.timeout_s, self._usage(run))
+        run.trace.execution_started(call_id, tool, timeout_s)
+        earlier = run.executed.get((tool.name, accepted.args.sha256))
+        if earlier is not None:
+            return lambda: dataclasses.replace(earlier[1], replayed=True)
         ctx = ToolContext(run_id=run.run_id, call_id=call_id, artifacts=self.artifacts, cancel=run.cancel,
                           linked_runs=[])
-        run.trace.execution_started(call_id, tool, timeout_s)
-        outcome = execute_tool(tool, accepted.args, ctx, timeout_s=timeout_s, idempotency=self.idempotency)
+        return functools.partial(execute_tool, tool, accepted.args, ctx, timeout_s=timeout_s,
+                                 idempotency=self.idempotency)
+
+    def _finish_execution(self, run: _Run, call_id: str, accepted: _Accepted, outcome: ToolOutcome) -> _Executed:
+        tool, key = accepted.tool, (accepted.tool.name, accepted.args.sha256)
         result = outcome.to_result()
+        earlier = run.executed.get(key)
+        if earlier is not None and earlier[0] != call_id:
+            result["note"] = (f"identical to {earlier[0]}: its result is repeated, the tool was not run again; "
+                              "answer from the results you have")
+            run.repeated = True
+        elif outcome.started:
+            run.executed.setdefault(key, (call_id, outcome))
         content, truncated = results.result_content(result, max_bytes=self.limits.max_result_bytes)
         run.trace.execution_finished(call_id, tool.name, outcome, result, content, truncated)
         if not outcome.replayed:
             for ref in outcome.artifacts:
-                run.trace.artifact_written(step, call_id, tool.name, ref)
+                run.trace.artifact_written(_tool_step(call_id), call_id, tool.name, ref)
         return _Executed(outcome, content, truncated)
 
     def _reinject(self, run: _Run, call_id: str, call: ToolCall, result: _Executed | _Rejected) -> None:

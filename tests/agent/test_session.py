@@ -384,7 +384,9 @@ def test_idempotent_retry_runs_the_action_once_and_replays_the_first_outcome(kit
     result = session.run("record it")
     assert result.outcome is LoopOutcome.COMPLETED
     assert [name for name, _ in kit.executed] == ["record"]
-    assert reinjected(result, 0) == reinjected(result, 1) == {"ok": True, "result": "recorded hello"}
+    assert reinjected(result, 0) == {"ok": True, "result": "recorded hello"}
+    repeat = reinjected(result, 1)  # within one run the repeat says so: the model already has this result
+    assert repeat.pop("note").startswith("identical to call-1") and repeat == reinjected(result, 0)
     assert [f["replayed"] for f in kit.of(EventType.TOOL_EXECUTION_FINISHED)] == [False, True]
     kit.verify()
 
@@ -426,7 +428,7 @@ def test_tool_failure_and_timeout_are_results_not_crashes(kit: Kit) -> None:
 
 
 def test_step_limit_ends_the_run_before_another_model_turn(kit: Kit) -> None:
-    session, engine = kit.session([call("add", a=1, b=1)] * 5, limits=AgentLimits(max_model_steps=3))
+    session, engine = kit.session([call("add", a=n, b=1) for n in range(5)], limits=AgentLimits(max_model_steps=3))
     result = session.run("loop")
     assert result.outcome is LoopOutcome.LIMIT and result.limit is LimitKind.MODEL_STEPS
     assert result.steps == 3 and len(engine.calls) == 3 and len(kit.executed) == 3
@@ -449,7 +451,7 @@ def test_tool_call_limit_stops_before_the_call_that_would_exceed_it(kit: Kit) ->
     session, _ = kit.session([three, final("never")], limits=AgentLimits(max_tool_calls=2))
     result = session.run("three sums")
     assert result.outcome is LoopOutcome.LIMIT and result.limit is LimitKind.TOOL_CALLS
-    assert [args["a"] for _, args in kit.executed] == [1, 2]
+    assert sorted(args["a"] for _, args in kit.executed) == [1, 2]  # data calls: run together, in any order
     assert result.tool_calls == 2
     assert kinds(result) == ["system", "user", "assistant_tool_call", "tool_result", "tool_result"]
     (terminated,) = kit.of(EventType.RUN_TERMINATED)
@@ -476,7 +478,8 @@ def test_wall_time_is_checked_before_the_next_model_turn(kit: Kit) -> None:
 def test_wall_time_is_checked_before_each_tool_call(kit: Kit) -> None:
     clock = ManualClock()
     kit.on_execute = lambda name: clock.advance(6)
-    two = calls(("add", {"a": 1, "b": 1}), ("add", {"a": 2, "b": 2}))
+    two = calls(("record", {"note": "a", "idempotency_key": "a"}),  # actions: one at a time, in order
+                ("record", {"note": "b", "idempotency_key": "b"}))
     session, _ = kit.session([two, final("never")], limits=AgentLimits(max_wall_s=5), clock=clock)
     result = session.run("two")
     assert result.limit is LimitKind.WALL_TIME and len(kit.executed) == 1
@@ -667,12 +670,25 @@ def test_cancel_after_execution_before_commit_keeps_the_effect_and_drops_the_res
 def test_cancel_between_two_calls_of_one_turn_keeps_the_first_result_only(kit: Kit) -> None:
     token = CancelToken()
     trace = TrippingTrace(kit.trace_path, trip_on=EventType.TOOL_RESULT_COMMITTED, token=token)
-    two = calls(("add", {"a": 1, "b": 1}), ("add", {"a": 2, "b": 2}))
+    two = calls(("record", {"note": "a", "idempotency_key": "a"}),  # actions: one at a time, in order
+                ("record", {"note": "b", "idempotency_key": "b"}))
     session, _ = kit.session([two], trace=trace)
     result = session.run("two", cancel=token)
     assert result.outcome is LoopOutcome.CANCELLED
     assert kinds(result) == ["system", "user", "assistant_tool_call", "tool_result"]
     assert len(kit.executed) == 1
+
+
+def test_cancel_after_concurrent_data_calls_commits_only_the_results_before_it(kit: Kit) -> None:
+    token = CancelToken()
+    trace = TrippingTrace(kit.trace_path, trip_on=EventType.TOOL_RESULT_COMMITTED, token=token)
+    two = calls(("add", {"a": 1, "b": 1}), ("add", {"a": 2, "b": 2}))  # data: both ran before the cancel
+    session, _ = kit.session([two], trace=trace)
+    result = session.run("two", cancel=token)
+    assert result.outcome is LoopOutcome.CANCELLED and len(kit.executed) == 2
+    assert kinds(result) == ["system", "user", "assistant_tool_call", "tool_result"]
+    (uncommitted,) = kit.of(EventType.TOOL_RESULT_UNCOMMITTED)
+    assert uncommitted["call_id"] == "call-2" and uncommitted["effect_visible"] is True
 
 
 def test_cancel_from_another_thread_is_seen_at_the_next_boundary(kit: Kit) -> None:
@@ -804,7 +820,7 @@ def test_rejection_trace_keeps_the_validation_error_kinds(kit: Kit) -> None:
 
 def test_registering_tools_prepares_every_grammar_the_choices_will_need(kit: Kit) -> None:
     _, engine = kit.session([final("x")], tool_choice="required", final_pattern="[0-9]+")
-    assert engine.prepared == [(tuple(t.name for t in kit.tools()), ("required", "auto"), "[0-9]+")]
+    assert engine.prepared == [(tuple(t.name for t in kit.tools()), ("required", "auto", "none"), "[0-9]+")]
     _, planned = kit.session([final("x")], tool_choice=("add", "none"))
     assert planned.prepared[0][1] == ("add", "none")
 
@@ -837,3 +853,69 @@ def test_each_turn_gets_fresh_copies_of_the_committed_messages(tmp_path: Path) -
     assert not any("vandalised" in given or "injected" in given for given in engine.given)
     assert not any("vandalised" in json.dumps(m) or "injected" in json.dumps(m) for m in result.messages)
     assert [json.loads(given) for given in engine.given] == [result.messages[:n] for n in (2, 4, 6)]
+
+
+# -- several calls in one turn ------------------------------------------------------------------------------------
+
+
+def _meeting_tools(order: list[str]) -> list[Tool]:
+    """Two data tools that each wait for the other (they finish only if they run at the same time) and an action."""
+    meet = threading.Barrier(2, timeout=5)
+
+    def weather(city: str) -> str:
+        """Weather in a city."""
+        meet.wait()
+        order.append(f"weather:{city}")
+        return f"sunny in {city}"
+
+    def book(city: str) -> str:
+        """Book a trip (an action)."""
+        order.append(f"book:{city}")
+        return f"booked {city}"
+
+    return [Tool.from_function(weather), Tool.from_function(book, kind=ToolKind.ACTION)]
+
+
+def test_data_calls_of_one_turn_run_concurrently_and_actions_in_order(kit: Kit) -> None:
+    """Consecutive data calls run together; an action runs alone, after the calls before it (a read written after
+    a write still sees the write)."""
+    order: list[str] = []
+    turn = calls(("weather", {"city": "Oslo"}), ("weather", {"city": "Rome"}), ("book", {"city": "Oslo"}),
+                 ("book", {"city": "Rome"}))
+    engine = ScriptedEngine([turn, final("done")], CODEC)
+    session = Session(engine, ToolRegistry(_meeting_tools(order)), trace=TraceRecorder(kit.trace_path),
+                      limits=AgentLimits(max_output_tokens=1024))
+    result = session.run("plan")
+    assert result.outcome is LoopOutcome.COMPLETED  # the weather calls met: neither waited for the other to end
+    assert [o for o in order if o.startswith("book")] == ["book:Oslo", "book:Rome"]
+    assert [json.loads(m["content"])["result"] for m in result.messages if m["role"] == "tool"] == [
+        "sunny in Oslo", "sunny in Rome", "booked Oslo", "booked Rome"]  # reinjected in call order
+    assert engine.calls[0].parallel_calls
+    kit.verify()
+
+
+def test_one_call_per_step_rejects_the_turns_further_calls_unexecuted(kit: Kit) -> None:
+    two = calls(("add", {"a": 1, "b": 1}), ("add", {"a": 2, "b": 2}))
+    session, engine = kit.session([two, final("2")], parallel_calls=False)
+    result = session.run("two")
+    assert result.outcome is LoopOutcome.COMPLETED and kit.executed == [("add", {"a": 1, "b": 1})]
+    assert reinjected(result, 1)["kind"] == "limit_exceeded" and not engine.calls[0].parallel_calls
+    kit.verify()
+
+
+def test_a_repeated_call_replays_its_result_and_the_next_turn_must_answer(kit: Kit) -> None:
+    same = call("add", a=17.5, b=4.2)
+    session, engine = kit.session([same, same, final("21.7")])
+    result = session.run("add them")
+    assert result.outcome is LoopOutcome.COMPLETED and len(kit.executed) == 1
+    assert reinjected(result, 1)["note"].startswith("identical to call-1")
+    assert [c.tool_choice for c in engine.calls] == ["auto", "auto", "none"]
+    assert [f["replayed"] for f in kit.of(EventType.TOOL_EXECUTION_FINISHED)] == [False, True]
+    kit.verify()
+
+
+@pytest.mark.parametrize("text", ["", "  \n"])
+def test_an_empty_final_answer_is_not_completed(kit: Kit, text: str) -> None:
+    session, _ = kit.session([final(text)])
+    result = session.run("say something")
+    assert result.outcome is LoopOutcome.FAILED and "empty" in result.detail and result.final_text is None

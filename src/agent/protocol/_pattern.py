@@ -47,7 +47,7 @@ def special(name: str) -> str:
     return f"(?&{name})"
 
 
-def free_text(avoid: Sequence[str], *, first_not: str = "") -> str:
+def free_text(avoid: Sequence[str], *, first_not: str = "", nonempty: bool = False) -> str:
     """Any text in which none of the ``avoid`` words occurs (so the parser can never see a trigger in it).
 
     Built as the automaton that tracks the longest suffix of the text that is a prefix of a word (Aho–Corasick,
@@ -57,21 +57,25 @@ def free_text(avoid: Sequence[str], *, first_not: str = "") -> str:
     Args:
         avoid: the trigger words (non-empty); they may share or repeat characters (``` ```json ```).
         first_not: characters the first non-whitespace character may not be (the bare-call trigger ``{``).
+        nonempty: the text must hold a non-whitespace character (an empty answer is no answer).
     """
     if not avoid or any(not w for w in avoid):
         raise ValueError(f"avoid words must be non-empty: {avoid!r}")
-    states, start = _avoiding_automaton(tuple(avoid), first_not)
-    return _eliminate(states, start)
+    states, start = _avoiding_automaton(tuple(avoid), first_not, nonempty)
+    return _eliminate(states, start, rejecting={start} if nonempty else set())
 
 
 _Edge = tuple[bool, frozenset[str]]  # (negated, chars): a character class
 
 
-def _avoiding_automaton(avoid: tuple[str, ...], first_not: str) -> tuple[list[dict[Any, int]], int]:
-    """States as ``{char: target, None: default target}`` (a missing char or a target of -1 is dead)."""
+def _avoiding_automaton(avoid: tuple[str, ...], first_not: str,
+                        nonempty: bool) -> tuple[list[dict[Any, int]], int]:
+    """States as ``{char: target, None: default target}`` (a target of -1 is dead), and the start state: the
+    word-prefix states, and before them, when the text's start matters, a state for "only blanks so far"."""
     prefixes = sorted({w[:i] for w in avoid for i in range(len(w))}, key=lambda p: (len(p), p))
     index = {p: i for i, p in enumerate(prefixes)}  # "" is state 0; whole words are not states (dead)
-    alphabet = sorted({ch for w in avoid for ch in w} | (set(DIALECT_WS) | set(first_not) if first_not else set()))
+    lead_matters = bool(first_not) or nonempty
+    alphabet = sorted({ch for w in avoid for ch in w} | (set(DIALECT_WS) | set(first_not) if lead_matters else set()))
 
     def step(prefix: str, ch: str) -> int:
         text = prefix + ch
@@ -83,7 +87,7 @@ def _avoiding_automaton(avoid: tuple[str, ...], first_not: str) -> tuple[list[di
         raise AssertionError("the empty suffix is always a prefix")
 
     states = [{None: 0, **{ch: step(p, ch) for ch in alphabet}} for p in prefixes]
-    if not first_not:
+    if not lead_matters:
         return states, 0
     lead = {None: 0, **{ch: step("", ch) for ch in alphabet}}  # only blanks so far
     lead.update({ch: len(states) for ch in DIALECT_WS})
@@ -99,8 +103,9 @@ def _class(edge: _Edge) -> str:
     return body if len(chars) == 1 else f"[{body}]"
 
 
-def _eliminate(states: list[dict[Any, int]], start: int) -> str:
-    """The pattern of every path from ``start`` (all states accept) by eliminating the other states."""
+def _eliminate(states: list[dict[Any, int]], start: int, *, rejecting: set[int]) -> str:
+    """The pattern of every path from ``start`` to an accepting state (all but ``rejecting``), by eliminating the
+    other states."""
     n = len(states)
     final = n
     edges: dict[tuple[int, int], str] = {}
@@ -118,7 +123,8 @@ def _eliminate(states: list[dict[Any, int]], start: int) -> str:
             edges[s, target] = _class(edge)
         if default not in by_target:
             edges[s, default] = _class((True, frozenset(explicit)))
-        edges[s, final] = ""
+        if s not in rejecting:
+            edges[s, final] = ""
 
     def alt(a: str | None, b: str) -> str:
         if a is None or a == b:
@@ -148,7 +154,7 @@ def _eliminate(states: list[dict[Any, int]], start: int) -> str:
         for i, e_in in ins:
             for j, e_out in outs:
                 edges[i, j] = alt(edges.get((i, j)), f"{e_in}{loop}{e_out}")
-    return f"{star(edges.get((start, start)))}{edges.get((start, final), '')}"
+    return f"{star(edges.get((start, start)))}{edges[start, final]}"
 
 
 class ChoiceMode(enum.StrEnum):

@@ -35,6 +35,8 @@ LLAMA31_DATE = "26 Jul 2024"
 """The ``date_string`` the 3.1/3.3 template uses when none is given (3.2 uses today's date)."""
 
 _TAG = "<|python_tag|>"
+_TRIGGERS = (_TAG, FENCE_OPEN)
+"""What free text may never spell: each starts a call attempt (see `Llama3Codec.parse`)."""
 _BOS = "<|begin_of_text|>"
 _CALL_FORMAT = ('Respond in the format {"name": function name, "parameters": dictionary of argument name and its '
                 'value}.Do not use variables.\n\n')
@@ -215,12 +217,12 @@ class Llama3Codec(Codec):
         auto: free text that neither starts with ``{`` nor spells ``<|python_tag|>`` or ````` ```json `````,
         optionally followed by ``<|python_tag|>`` and a call or by a ````` ```json ````` block holding one; or a
         bare call. required / a tool name: an optional ``<|python_tag|>`` then the call. none: the free text only.
-        The turn then ends with an EOG token (``<|eot_id|>``/``<|eom_id|>``).
+        A text answer is never empty. The turn then ends with an EOG token (``<|eot_id|>``/``<|eom_id|>``).
         """
         mode, callable_tools = resolve_choice(tools, tool_choice)
-        free = f"(?:{final_pattern})" if final_pattern else free_text([_TAG, FENCE_OPEN], first_not="{")
+        answer = f"(?:{final_pattern})" if final_pattern else free_text(_TRIGGERS, first_not="{", nonempty=True)
         if mode is ChoiceMode.NONE:
-            return free
+            return answer
         call = envelope_alternatives(callable_tools, args_key="parameters")
         tag = special(_TAG) if self.python_tag else ""
         if mode is not ChoiceMode.AUTO:
@@ -228,8 +230,8 @@ class Llama3Codec(Codec):
         fenced = f"{escape(FENCE_OPEN)}\\n{call}\\n{escape(FENCE_CLOSE)}"
         after = "|".join([f"{tag}{call}"] * bool(tag) + [fenced])
         if final_pattern:
-            return f"(?:{free}|{call}|{after})"
-        return f"(?:{free}(?:{after})?|{call})"
+            return f"(?:{answer}|{call}|{after})"
+        return f"(?:{answer}|{free_text(_TRIGGERS, first_not='{')}(?:{after})|{call})"
 
 
 def _render_tools(out: SegmentBuilder, defs: list[Any]) -> None:

@@ -34,6 +34,8 @@ QWEN_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful
 """The system prompt the official template inserts when the conversation has none."""
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_TRIGGERS = (_OPEN, _CLOSE, FENCE_OPEN)
+"""What free text may never spell: each starts a call attempt (see `QwenCodec.parse`)."""
 _TOOLS_HEAD = ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
 _TOOLS_TAIL = ("\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
@@ -197,15 +199,15 @@ class QwenCodec(Codec):
 
         Calls are ``<tool_call>\\n{"name": "<offered>", "arguments": <args>}\\n</tool_call>``; with
         ``parallel_calls`` several, separated by ``\\n``. Nothing may follow the last one (the engine's EOS,
-        ``<|im_end|>``, ends the turn). Under ``auto`` the other two shapes the model writes (see `parse`) are held
+        ``<|im_end|>``, ends the turn). A text answer is never empty. Under ``auto`` the other two shapes the model writes (see `parse`) are held
         to the same envelope from their first character on: a ````` ```json ````` block (its opening is a trigger
         that free text cannot spell, so a fenced JSON block is always a constrained call, never an answer) and a
         bare call (free text cannot start with ``{``).
         """
         mode, callable_tools = resolve_choice(tools, tool_choice)
-        free = f"(?:{final_pattern})" if final_pattern else free_text([_OPEN, _CLOSE, FENCE_OPEN], first_not="{")
+        answer = f"(?:{final_pattern})" if final_pattern else free_text(_TRIGGERS, first_not="{", nonempty=True)
         if mode is ChoiceMode.NONE:
-            return free
+            return answer
         tag = special if self.special_tags else escape
         envelope = envelope_alternatives(callable_tools, args_key="arguments")
         call = f"{tag(_OPEN)}\\n{envelope}\\n{tag(_CLOSE)}"
@@ -217,8 +219,8 @@ class QwenCodec(Codec):
         fenced = f"{escape(FENCE_OPEN)}\\n{_several(envelope, parallel_calls)}\\n{escape(FENCE_CLOSE)}"
         bare = _several(envelope, parallel_calls)
         if final_pattern:
-            return f"(?:{free}|{calls}|{fenced}|{bare})"
-        return f"(?:{free}(?:{calls}|{fenced})?|{bare})"
+            return f"(?:{answer}|{calls}|{fenced}|{bare})"
+        return f"(?:{answer}|{free_text(_TRIGGERS, first_not='{')}(?:{calls}|{fenced})|{bare})"
 
 
 def _several(one: str, parallel_calls: bool) -> str:

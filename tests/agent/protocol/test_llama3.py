@@ -134,7 +134,7 @@ def test_llama_auto_grammar_is_free_text_then_tag_or_a_bare_call():
     rx = _python(codec.tool_call_grammar([CALC], "auto"))
     call = '{"name": "calc.eval", "parameters": {"expression":"1"}}'
     assert rx.fullmatch(call) and rx.fullmatch("<|python_tag|>" + call) and rx.fullmatch("Hm.<|python_tag|>" + call)
-    assert rx.fullmatch("Plain answer.") and rx.fullmatch("")
+    assert rx.fullmatch("Plain answer.") and not rx.fullmatch("") and not rx.fullmatch(" \n")  # no empty answer
     assert not rx.fullmatch("{not a call}")  # a leading "{" commits to a call
     assert rx.fullmatch("Hm. " + call) and isinstance(codec.parse("Hm. " + call), FinalText)  # prose, both agree
     assert not rx.fullmatch("<|python_tag|>" + call + " done")
