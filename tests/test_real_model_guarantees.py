@@ -228,3 +228,71 @@ def test_none_tool_choice_never_yields_a_call(qwen_engine):
         turn, action = _turn(qwen_engine, prompt, "none", max_tokens=12)
         assert isinstance(action, FinalText), f"{prompt!r} → {turn.text!r}"
         assert "<tool_call>" not in turn.text and "</tool_call>" not in turn.text
+
+
+def test_auto_turns_are_valid_calls_or_answers_and_the_constraint_engages(qwen_engine):
+    """Under ``auto`` (the default) the model decides between answering and calling; whatever it writes parses to
+    a non-empty answer or to calls whose arguments validate, and on tool prompts it does call (the issue this
+    guards: every call used to be written as a Markdown block and returned as prose)."""
+    called = 0
+    for prompt in PROMPTS:
+        turn, action = _turn(qwen_engine, prompt, "auto", max_tokens=96)
+        assert turn.constrained
+        if isinstance(action, ToolCalls):
+            called += 1
+            for call in action.calls:
+                checked = validate_arguments(call.name, PARAMETERS[call.name], call.arguments)
+                assert isinstance(checked, ValidatedArguments), f"{prompt!r} → {turn.text!r}: {checked}"
+        else:
+            assert isinstance(action, FinalText) and action.text.strip(), f"{prompt!r} → {turn.text!r}"
+    assert called >= len(PROMPTS) // 2
+
+
+# -- the call shapes the auto grammar takes, on the default model's own tokens --------------------------------
+
+def _walk(engine: ChatModelEngine, grammar, text: str) -> bool:
+    """Feed ``text`` as the model's tokenizer splits it (special tags as their tokens); True if all accepted."""
+    matcher = grammar.matcher(max_tokens=512)
+    return all(matcher.advance(t) for t in engine.model.tokenize(text, add_bos=False, special=True)) and \
+        matcher.is_accepting()
+
+
+CALL = '{"name": "add", "arguments": {"a":17,"b":25}}'
+CALL2 = '{"name": "get_weather", "arguments": {"city":"Oslo","unit":"celsius"}}'
+SHAPES = {
+    "tag": f"<tool_call>\n{CALL}\n</tool_call>",
+    "tags, parallel": f"<tool_call>\n{CALL}\n</tool_call>\n<tool_call>\n{CALL2}\n</tool_call>",
+    "fenced": f"```json\n{CALL}\n```",
+    "fenced after prose": f"I will add them.\n```json\n{CALL}\n```",
+    "fenced, parallel": f"```json\n{CALL}\n{CALL2}\n```",
+    "bare": CALL,
+    "bare, parallel": f"{CALL}\n{CALL2}",
+}
+PROSE = [
+    "JSON is a text format; a call would look like {\"name\": \"add\"} in a code block.",
+    "The add tool adds two integers, and get_weather returns the weather.",
+    "```python\nprint({'name': 'add'})\n```",
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_call_shape_the_trigger_accepts_is_a_constrained_call(qwen_engine, shape):
+    grammar = qwen_engine._grammar(TOOLS, "auto", parallel_calls=True)
+    assert _walk(qwen_engine, grammar, SHAPES[shape])
+    action = qwen_engine.codec.parse(SHAPES[shape])
+    assert isinstance(action, ToolCalls) and all(c.name in PARAMETERS for c in action.calls)
+    bad = SHAPES[shape].replace('"b":25', '"b":"25"')  # a wrong type is masked out in every shape
+    assert not _walk(qwen_engine, grammar, bad)
+    one_only = qwen_engine._grammar(TOOLS, "auto", parallel_calls=False)
+    assert _walk(qwen_engine, one_only, SHAPES[shape]) == ("parallel" not in shape)
+
+
+@pytest.mark.parametrize("text", PROSE)
+def test_prose_that_mentions_json_or_a_tool_name_stays_an_answer(qwen_engine, text):
+    assert _walk(qwen_engine, qwen_engine._grammar(TOOLS, "auto"), text)
+    assert isinstance(qwen_engine.codec.parse(text), FinalText)
+
+
+def test_a_json_block_is_never_an_answer_under_auto(qwen_engine):
+    """The fence opening is a trigger: a JSON block that is not a call cannot be written (docs/codecs.md)."""
+    assert not _walk(qwen_engine, qwen_engine._grammar(TOOLS, "auto"), 'Here:\n```json\n{"a": 1}\n```')

@@ -14,7 +14,7 @@ GGUF magic and the codec before the weights load).
     ember run        a full tool-calling session, writes a trace
     ember trace      show | verify | report a trace file
     ember bench      the benchmarks in benchmarks/
-    ember demo       the README's main job on the default model
+    ember demo       the README's main job on the default model (--auto: no per-turn plan)
 """
 
 from __future__ import annotations
@@ -250,7 +250,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from agent.demo import run_demo
 
     return run_demo(model=args.model, out_dir=Path(args.out), n_threads=args.threads, progress=_progress,
-                    n_ctx=args.n_ctx, force=args.force)
+                    n_ctx=args.n_ctx, force=args.force, auto=args.auto, temperature=args.temperature,
+                    seed=args.seed)
 
 
 # -- parser ---------------------------------------------------------------------------------------------------
@@ -402,6 +403,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory for the trace, report and artifacts; a previous run there is moved to "
                         "OUT/previous/TIME/ first")
     p.add_argument("--force", action="store_true", help="delete a previous run in --out instead of keeping it")
+    p.add_argument("--auto", action="store_true",
+                   help="the same task under tool_choice auto with no per-turn plan: the model decides each step")
+    p.add_argument("--temperature", type=_temperature, default=0.0, help="0 = greedy (default); must be >= 0")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (with --temperature)")
     _model_options(p)
     p.set_defaults(handler=_cmd_demo)
     return parser

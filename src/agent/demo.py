@@ -26,8 +26,9 @@ from pathlib import Path
 from agent import trace, trace_report
 from agent.limits import AgentLimits
 from agent.runner import run_session
+from constrained.sampling import SamplingParams
 
-__all__ = ["DEMO_PROMPT", "EXPECTED_ANSWER", "run_demo"]
+__all__ = ["AUTO_PROMPT", "DEMO_PROMPT", "EXPECTED_ANSWER", "run_demo"]
 
 DEMO_DATA = Path(__file__).parent / "data" / "demo"
 TOOL_PLAN = ("read_file", "read_file", "calculator", "write_artifact", "none")
@@ -37,6 +38,14 @@ EXPECTED_ANSWER = "DONE 21.57%"
 SYSTEM_PROMPT = ("You are a careful research assistant. You learn file contents only by calling read_file, compute "
                  "only with calculator, and create files only with write_artifact. Make exactly one tool call per "
                  "turn and follow the plan in order.")
+AUTO_SYSTEM_PROMPT = ("You are a careful research assistant. You learn file contents only by calling read_file, "
+                      "compute only with calculator, and create files only with write_artifact.")
+AUTO_PROMPT = ("The experiment summaries baseline_q4.md and tuned_q8.md each report a score. Read both files, compute "
+               "the improvement of the tuned score over the baseline score in percent with the calculator, "
+               "rounded to 2 decimals, write a short Markdown report named best-config.md with write_artifact "
+               "(the best configuration, both scores and the improvement), then reply with exactly one line: "
+               "DONE <improvement>%")
+"""``ember demo --auto``: the task, not a plan; which tool each turn calls is the model's decision."""
 DEMO_PROMPT = ("Follow this plan, one step per turn:\n"
                "1. read_file with path baseline_q4.md\n"
                "2. read_file with path tuned_q8.md\n"
@@ -79,8 +88,12 @@ def _set_aside_previous_run(out_dir: Path, *, force: bool, progress: Callable[[s
 
 
 def run_demo(*, model: str, out_dir: Path, n_threads: int | None = None,
-             progress: Callable[[str], None] | None = None, n_ctx: int = 4096, force: bool = False) -> int:
+             progress: Callable[[str], None] | None = None, n_ctx: int = 4096, force: bool = False,
+             auto: bool = False, temperature: float = 0.0, seed: int | None = None) -> int:
     """Run the workflow; exit status 0 only if the answer is right and the trace verifies.
+
+    ``auto`` runs the same task under ``tool_choice="auto"`` with no per-turn plan (`AUTO_PROMPT`): the model
+    chooses every step, as in the seed's run; the final answer keeps its ``DONE <number>%`` form.
 
     A previous run in ``out_dir`` is moved to ``out_dir/previous/<time>/`` first, or deleted with ``force``."""
     out_dir = out_dir.resolve()
@@ -96,11 +109,12 @@ def run_demo(*, model: str, out_dir: Path, n_threads: int | None = None,
     trace_path = out_dir / "trace.jsonl"
     artifact_root = out_dir / "artifacts"
 
-    result = run_session(model=model, tools="builtin", prompt=DEMO_PROMPT, trace_path=trace_path,
-                         artifact_root=artifact_root, sandbox_root=sandbox, system_prompt=SYSTEM_PROMPT,
-                         limits=AgentLimits(max_model_steps=8), tool_choice=TOOL_PLAN,
+    result = run_session(model=model, tools="builtin", prompt=AUTO_PROMPT if auto else DEMO_PROMPT,
+                         trace_path=trace_path, artifact_root=artifact_root, sandbox_root=sandbox,
+                         system_prompt=AUTO_SYSTEM_PROMPT if auto else SYSTEM_PROMPT,
+                         limits=AgentLimits(max_model_steps=8), tool_choice="auto" if auto else TOOL_PLAN,
                          final_pattern=FINAL_ANSWER_PATTERN, n_threads=n_threads, progress=progress,
-                         n_ctx=n_ctx)
+                         n_ctx=n_ctx, sampling=SamplingParams(temperature=temperature, seed=seed))
 
     report_path = out_dir / "report.html"
     events = trace.read_trace(trace_path).events

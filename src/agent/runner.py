@@ -26,6 +26,7 @@ from agent.protocol.base import ToolChoice
 from agent.session import RunResult, Session
 from agent.tool import Tool, ToolRegistry
 from agent.trace import PrivacyMode, TraceMisuseError, TraceRecorder, check_new_trace
+from constrained.sampling import SamplingParams
 
 __all__ = ["check_run_inputs", "load_tools", "run_session", "summarize_event", "view_event"]
 
@@ -176,7 +177,8 @@ def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_p
                 limits: AgentLimits | None = None, tool_choice: ToolChoice | Sequence[ToolChoice] = "auto",
                 final_pattern: str | None = None,
                 n_threads: int | None = None, progress: Callable[[str], None] | None = None,
-                echo: bool = True, n_ctx: int = 4096, force: bool = False) -> RunResult:
+                echo: bool = True, n_ctx: int = 4096, force: bool = False,
+                sampling: SamplingParams | None = None) -> RunResult:
     """Run one session and return its typed result; the trace at ``trace_path`` is the record of it.
 
     Every input is checked before the model loads (`InputError`, one line naming the flag): the trace path (an
@@ -208,7 +210,7 @@ def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_p
             sys.stdout.flush()
             mid_line = not piece.endswith("\n")
 
-    engine = _StreamingEngine(ChatModelEngine(chat.model, chat.codec), show_text)
+    engine = _StreamingEngine(ChatModelEngine(chat.model, chat.codec, sampling=sampling), show_text)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     with _EchoingRecorder(trace_path, privacy=PrivacyMode(privacy), truncate=force, sink=show_event) as trace:
         session = Session(engine, registry, limits=limits or AgentLimits(), trace=trace, artifacts=artifacts,
@@ -217,4 +219,6 @@ def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_p
     if echo and not json_output:
         print(("\n" if mid_line else "") + f"outcome: {result.outcome}"
               + (f" ({result.limit})" if result.limit else "") + (f" — {result.detail}" if result.detail else ""))
+        if result.final_text is not None:  # the answer on its own last line, for whoever reads the output
+            print(result.final_text.strip())
     return result

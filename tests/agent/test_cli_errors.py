@@ -336,7 +336,7 @@ def scripted_model(monkeypatch):
 
     codec = codec_for("qwen2.5")
     monkeypatch.setattr(agent.runner, "load_chat_model", lambda *a, **k: SimpleNamespace(model=None, codec=codec))
-    monkeypatch.setattr(agent.runner, "ChatModelEngine", lambda model, codec: ScriptedEngine(["The answer."], codec))
+    monkeypatch.setattr(agent.runner, "ChatModelEngine", lambda model, codec, **_: ScriptedEngine(["The answer."], codec))
 
 
 def test_run_force_replaces_an_existing_trace(capsys, tmp_path, scripted_model):
@@ -353,6 +353,12 @@ def test_run_force_replaces_an_existing_trace(capsys, tmp_path, scripted_model):
     kept = trace.read_bytes()
     input_error(capsys, "run", "hi", "--trace", str(trace))
     assert trace.read_bytes() == kept
+
+
+def test_run_prints_the_final_answer_on_its_own_last_line(capsys, tmp_path, scripted_model):
+    assert cli.main(["run", "hi", "--trace", str(tmp_path / "run.jsonl")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2].startswith("outcome: completed") and lines[-1] == "The answer."
 
 
 def test_run_json_view_rounds_durations_and_keeps_the_trace_as_recorded(capsys, tmp_path, scripted_model):
