@@ -6,7 +6,7 @@ the prompt with the model's own chat template (GGUF metadata, rendered by llama-
 ``n`` documents under a budget-aware matcher with forced batching, then parse and validate every document.
 Refuses to return anything unvalidated: a document that fails to parse or validate raises ``GenerationError``
 carrying the text (with a correct grammar this signals a bug, not a model mistake). Refuses message content that
-would become control tokens (``<|im_end|>`` typed by a user): only the template may write those.
+would become control tokens (a turn marker typed by a user): only the template may write those.
 
     output type ──► JSON Schema + validator (dict: jsonschema · BaseModel · any type: pydantic.TypeAdapter)
                        └─► compile_json_schema ──► Grammar ──┐
@@ -83,8 +83,8 @@ def generate(
             ``TypeAdapter`` handles (``int``, ``list[str]``, ``Literal[...]``, a dataclass, a ``TypedDict``…:
             ``TypeAdapter(t).json_schema()`` constrains decoding and the adapter validates the result).
         prompt: raw text fed to the model exactly as given, with BOS added when the model wants one. Control-token
-            text in it (``<|im_start|>``) is parsed as control tokens: apply a chat template yourself, and never
-            put untrusted text here unescaped. Use ``messages`` instead to have the template applied.
+            text in it (a template's turn markers) is parsed as control tokens: apply a chat template yourself, and
+            never put untrusted text here unescaped. Use ``messages`` instead to have the template applied.
         messages: OpenAI-format chat messages (``[{"role": "user", "content": "..."}]``), rendered with the
             ``tokenizer.chat_template`` in the GGUF metadata plus the assistant generation prompt. Message content
             is data: content that would tokenize to a control token raises `ChatTemplateError`.

@@ -191,7 +191,7 @@ def test_every_document_through_completion_kwargs_parses_and_validates_at_temper
     unbudgeted) ended 19 of 60 such documents truncated (3 open schemas, 20 seeds, 48 tokens)."""
     import jsonschema
 
-    grammar = constrained_grammar(smollm2_llama, OPEN_OBJECT)
+    grammar = _json_grammar(smollm2_llama, OPEN_OBJECT)
     prompt = "<|im_start|>user\nDescribe a city as a JSON object.<|im_end|>\n<|im_start|>assistant\n"
     processor = LogitsProcessor(grammar, max_tokens=40)
     for seed in range(8):
@@ -207,7 +207,7 @@ def test_the_default_budget_keeps_a_plain_create_completion_complete(smollm2_lla
     import jsonschema
     import llama_cpp
 
-    grammar = constrained_grammar(smollm2_llama, OPEN_OBJECT)
+    grammar = _json_grammar(smollm2_llama, OPEN_OBJECT)
     for seed in range(4):
         processor = LogitsProcessor(grammar)
         result = smollm2_llama.create_completion("A city as JSON:", temperature=1.0, seed=seed,
@@ -216,7 +216,7 @@ def test_the_default_budget_keeps_a_plain_create_completion_complete(smollm2_lla
         assert result["choices"][0]["finish_reason"] == "stop"
 
 
-def constrained_grammar(llm, schema):
+def _json_grammar(llm, schema):
     from constrained.grammar import compile_json_schema
 
     return compile_json_schema(schema, Vocabulary.from_llama(llm))
