@@ -34,7 +34,7 @@ from constrained.sampling import SamplingParams
 if TYPE_CHECKING:
     from constrained.llama import LlamaModel
 
-__all__ = ["ChatModelEngine", "ContextWindowError", "EngineError", "ModelTurn", "TurnEngine"]
+__all__ = ["ChatModelEngine", "ContextWindowError", "EngineError", "ModelTurn", "TurnEngine", "prompt_tools"]
 
 
 class EngineError(AgentError):
@@ -118,6 +118,13 @@ class TurnEngine(Protocol):
         ...
 
 
+def prompt_tools(tools: Sequence[ToolSpec], tool_choice: ToolChoice) -> list[ToolSpec]:
+    """The tools a turn's prompt offers: none under ``tool_choice="none"``. Shown tools it may not call, a small
+    model writes its call as prose anyway (measured: a JSON call object in a code block), so a turn that must
+    answer sees no tool definitions; the history, calls and results included, renders as before."""
+    return [] if tool_choice == "none" else list(tools)
+
+
 def _spec_key(tools: Sequence[ToolSpec], tool_choice: ToolChoice) -> str:
     return json.dumps([[t.name, t.description, t.parameters, t.constrained] for t in tools] + [tool_choice],
                       sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -160,7 +167,7 @@ class ChatModelEngine:
         started = time.perf_counter()
         if self._pending:  # an uncommitted turn is still in the KV: it was never accepted
             self.rollback()
-        prompt = self.prompt_tokens(messages, tools)
+        prompt = self.prompt_tokens(messages, prompt_tools(tools, tool_choice))
         if len(prompt) + max_tokens > self.model.n_ctx:
             raise ContextWindowError(len(prompt), max_tokens, self.model.n_ctx)
         rest = self.model.reuse_prefix(prompt)  # KV reuse: keeps the common prefix, ≥ 1 token left to evaluate

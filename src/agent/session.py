@@ -49,7 +49,7 @@ from typing import Any
 from agent import results
 from agent.artifact import ArtifactStore
 from agent.cancel import CancelToken
-from agent.engine import ModelTurn, TurnEngine
+from agent.engine import ModelTurn, TurnEngine, prompt_tools
 from agent.errors import AgentError
 from agent.ledger import CommitLedger, EntryKind, LedgerEntry
 from agent.limits import AgentLimits, LimitBreach, LimitKind, RunUsage
@@ -606,7 +606,7 @@ class _RunTrace:
                            tool_choice: str, max_tokens: int) -> None:
         if self._rec is None:
             return
-        prompt = engine.codec.render(messages, list(specs) or None, add_generation_prompt=True)
+        prompt = engine.codec.render(messages, prompt_tools(specs, tool_choice) or None, add_generation_prompt=True)
         self._emit(EventType.MODEL_CALL_STARTED, step, "model", {
             "n_messages": len(messages), "tool_choice": tool_choice, "max_tokens": max_tokens,
             "constrained_tools": [s.name for s in specs if s.constrained], "prompt": self._payload(prompt)})

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.engine import EngineError, ModelTurn
+from agent.engine import EngineError, ModelTurn, prompt_tools
 from agent.protocol.base import Codec, ToolChoice, ToolSpec
 
 __all__ = ["ManualClock", "ScriptedCall", "ScriptedEngine", "ScriptedTurn", "ScriptExhaustedError"]
@@ -119,7 +119,7 @@ class ScriptedEngine:
         if self._pending:
             self.rollback()
         msgs = copy.deepcopy([dict(m) for m in messages])
-        prompt = self.codec.render(msgs, list(tools) or None, add_generation_prompt=True)
+        prompt = self.codec.render(msgs, prompt_tools(tools, tool_choice) or None, add_generation_prompt=True)
         self.calls.append(ScriptedCall(messages=msgs, tools=tuple(tools), tool_choice=tool_choice,
                                        max_tokens=max_tokens, prompt=prompt, final_pattern=final_pattern,
                                        parallel_calls=parallel_calls))

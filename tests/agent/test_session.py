@@ -919,3 +919,11 @@ def test_an_empty_final_answer_is_not_completed(kit: Kit, text: str) -> None:
     session, _ = kit.session([final(text)])
     result = session.run("say something")
     assert result.outcome is LoopOutcome.FAILED and "empty" in result.detail and result.final_text is None
+
+
+def test_a_turn_that_must_answer_is_shown_no_tool_definitions(kit: Kit) -> None:
+    session, engine = kit.session([call("add", a=1, b=2), call("add", a=1, b=2), final("3")])
+    session.run("add")
+    shown = ["<tools>" in c.prompt for c in engine.calls]
+    assert [c.tool_choice for c in engine.calls] == ["auto", "auto", "none"] and shown == [True, True, False]
+    assert "<tool_call>" in engine.calls[2].prompt  # the history keeps its calls and results
