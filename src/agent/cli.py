@@ -221,7 +221,7 @@ def _artifact_root_for(args: argparse.Namespace) -> Path | None:
 
 # -- bench / demo ---------------------------------------------------------------------------------------------
 
-BENCHMARKS = ("masks", "decode", "orchestration", "flights", "tools")
+BENCHMARKS = ("masks", "decode", "orchestration", "flights", "tools", "bfcl")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -393,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_trace)
 
     p = sub.add_parser("bench", help="run a benchmark from benchmarks/ (results go to benchmarks/RESULTS.md)")
-    p.add_argument("name", help="masks | decode | orchestration | flights | tools | all")
+    p.add_argument("name", help="masks | decode | orchestration | flights | tools | bfcl | all")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
     p.set_defaults(handler=_cmd_bench)
 
