@@ -24,9 +24,13 @@ cancel after execution keeps the effect visible in the trace (``tool_execution_f
 emits ``tool_result_uncommitted`` and commits no tool message, so the committed messages stay a valid prefix.
 Every commit goes through `CommitLedger.commit`, which moves engine, ledger and trace together.
 
-Several calls in one turn are executed in order, each counted against ``max_tool_calls`` and each behind its own
-boundary. (The Rust original executed one call per step and only counted the rest; executing all of them keeps the
-assistant message and its results consistent, and the per-call boundary keeps the bound exact.)
+Several calls in one turn (``parallel_calls``, the default) are each validated, approved and counted against
+``max_tool_calls`` behind their own boundary, in call order. Consecutive data calls then run concurrently (they
+are read-only and retry-safe); an action runs alone, after every call before it, through approval and its
+idempotency key; every result is reinjected in call order. (The Rust original executed one call per step and
+only counted the rest; ``parallel_calls=False`` keeps that contract.) A call identical to one the run already
+executed (same tool, same validated arguments) replays that outcome with a note instead of running again, and
+the next turn must answer in text: a model that repeats a call has the result it asked for.
 
 Rejected calls (malformed, unknown tool, invalid arguments, denied by policy) never reach a tool: they are traced
 as ``tool_call_rejected`` and reinjected as ok:false results, so the model may repair them within the same limits.
@@ -275,8 +279,10 @@ class Session:
                 if ending := self._before_tool_call(run, call_id, call):
                     return self._execute_batch(run, batch) or ending
                 # -- validate --
-                checked = self._validate(run, call_id, call) if n == 0 or self.parallel_calls else \
-                    self._one_call_per_step(run, call_id, call)
+                if n and not self.parallel_calls:
+                    checked: _Accepted | _Rejected = self._one_call_per_step(run, call_id, call)
+                else:
+                    checked = self._validate(run, call_id, call)
                 if ending := self._cancel_point(run, "validate"):
                     return ending
                 # -- approve --
@@ -490,7 +496,7 @@ class Session:
         tool, key = accepted.tool, (accepted.tool.name, accepted.args.sha256)
         result = outcome.to_result()
         earlier = run.executed.get(key)
-        if earlier is not None and earlier[0] != call_id:
+        if outcome.replayed and earlier is not None:
             result["note"] = (f"identical to {earlier[0]}: its result is repeated, the tool was not run again; "
                               "answer from the results you have")
             run.repeated = True
@@ -606,7 +612,8 @@ class _RunTrace:
                            tool_choice: str, max_tokens: int) -> None:
         if self._rec is None:
             return
-        prompt = engine.codec.render(messages, prompt_tools(specs, tool_choice) or None, add_generation_prompt=True)
+        prompt = engine.codec.render(messages, prompt_tools(specs, tool_choice) or None,
+                                     add_generation_prompt=True)
         self._emit(EventType.MODEL_CALL_STARTED, step, "model", {
             "n_messages": len(messages), "tool_choice": tool_choice, "max_tokens": max_tokens,
             "constrained_tools": [s.name for s in specs if s.constrained], "prompt": self._payload(prompt)})

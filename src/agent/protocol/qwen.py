@@ -199,10 +199,10 @@ class QwenCodec(Codec):
 
         Calls are ``<tool_call>\\n{"name": "<offered>", "arguments": <args>}\\n</tool_call>``; with
         ``parallel_calls`` several, separated by ``\\n``. Nothing may follow the last one (the engine's EOS,
-        ``<|im_end|>``, ends the turn). A text answer is never empty. Under ``auto`` the other two shapes the model writes (see `parse`) are held
-        to the same envelope from their first character on: a ````` ```json ````` block (its opening is a trigger
-        that free text cannot spell, so a fenced JSON block is always a constrained call, never an answer) and a
-        bare call (free text cannot start with ``{``).
+        ``<|im_end|>``, ends the turn). A text answer is never empty. Under ``auto`` the other two shapes the
+        model writes (see `parse`) are held to the same envelope from their first character on: a ``` ```json ```
+        block (its opening is a trigger that free text cannot spell, so a fenced JSON block is always a
+        constrained call, never an answer) and a bare call (free text cannot start with ``{``).
         """
         mode, callable_tools = resolve_choice(tools, tool_choice)
         answer = f"(?:{final_pattern})" if final_pattern else free_text(_TRIGGERS, first_not="{", nonempty=True)
