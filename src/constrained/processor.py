@@ -84,6 +84,7 @@ class LogitsProcessor:
         self._eos = np.asarray(sorted(grammar.vocabulary.eos_token_ids), dtype=np.int32)
         self.error: MaskError | None = None
         """The failure that ended this generation, if any (llama-cpp-python swallows the raise itself)."""
+        self._issued = False
 
     def completion_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``Llama.create_completion`` (or ``__call__``) that make it one complete
@@ -94,11 +95,14 @@ class LogitsProcessor:
         unlimited, when it has no budget) and ``stop=[]`` (a stop string would cut a document the grammar is still
         writing; the grammar ends generation with EOS itself).
         Add sampling options beside it (``temperature``, ``seed``…); giving ``max_tokens`` or ``stop`` again is a
-        ``TypeError``, on purpose.
+        ``TypeError``, on purpose. Not ``logit_bias``: llama-cpp-python 0.3.x then drops every logits processor
+        (``LogitsProcessorList.extend`` returns None) and generates unconstrained; `raise_if_failed` reports a
+        processor that never ran.
         """
         import llama_cpp
 
         self.reset()
+        self._issued = True
         return {
             "logits_processor": llama_cpp.LogitsProcessorList([self]),
             "max_tokens": -1 if self.max_tokens is None else self.max_tokens + 1,
@@ -109,12 +113,17 @@ class LogitsProcessor:
         """Forget the sequence: the next call starts a new generation (its input_ids are the new prompt)."""
         self._prompt = None
         self.error = None
+        self._issued = False
         self.matcher.reset()
 
     def raise_if_failed(self) -> None:
-        """Raise the recorded `MaskError`, if the generation was stopped by one."""
+        """Raise the recorded `MaskError`, if the generation was stopped by one, or a `MaskError` if a generation
+        set up by `completion_kwargs` never called the processor (its output is unconstrained)."""
         if self.error is not None:
             raise self.error
+        if self._issued and self._prompt is None:
+            raise MaskError("the completion never called this LogitsProcessor, so its output is unconstrained "
+                            "(llama-cpp-python 0.3.x drops logits processors when logit_bias is given)")
 
     @property
     def generated_ids(self) -> tuple[int, ...]:

@@ -119,6 +119,19 @@ def test_completion_kwargs_give_the_completion_the_processors_own_budget_and_a_f
     assert LogitsProcessor(ab_grammar, max_tokens=None).completion_kwargs()["max_tokens"] == -1  # no limit either
 
 
+def test_a_completion_that_never_called_the_processor_is_reported(ab_grammar):
+    pytest.importorskip("llama_cpp")
+    processor = LogitsProcessor(ab_grammar)
+    processor.completion_kwargs()
+    with pytest.raises(MaskError, match="never called"):
+        processor.raise_if_failed()
+    processor.completion_kwargs()
+    processor(np.asarray([4], dtype=np.intc), np.zeros(5, dtype=np.float32))
+    processor.raise_if_failed()  # it ran: nothing to report
+    processor.reset()
+    processor.raise_if_failed()  # no generation was set up
+
+
 def test_a_grammar_longer_than_the_default_budget_is_refused_up_front_with_the_fix_named():
     vocab = Vocabulary.from_tokens([b"a", b"</s>"], eos_token_ids=[1], special_ids_by_name={"</s>": 1})
     grammar = compile_regex("a{20}", vocab)
@@ -200,6 +213,19 @@ def test_every_document_through_completion_kwargs_parses_and_validates_at_temper
         text = result["choices"][0]["text"]
         jsonschema.validate(json.loads(text), OPEN_OBJECT)
         assert result["choices"][0]["finish_reason"] == "stop", text
+
+
+@pytest.mark.model
+def test_logit_bias_that_makes_llama_cpp_drop_the_processor_never_passes_silently(smollm2_llama):
+    grammar = _json_grammar(smollm2_llama, OPEN_OBJECT)
+    processor = LogitsProcessor(grammar, max_tokens=8)
+    result = smollm2_llama.create_completion("A city as JSON:", temperature=0.0, logit_bias={0: 0.0},
+                                             **processor.completion_kwargs())  # fmt: skip
+    if processor.generated_ids:  # a llama-cpp-python that keeps the processor: the output is constrained
+        json.loads(result["choices"][0]["text"])
+    else:
+        with pytest.raises(MaskError, match="never called"):
+            processor.raise_if_failed()
 
 
 @pytest.mark.model
