@@ -113,4 +113,10 @@ assert record["action"] == "tool_calls", record
 assert record["calls"] and all(call["name"] == "get_weather" for call in record["calls"]), record
 EOF
 
+step "ember bench outside a checkout: one line, exit 2"
+status=0
+"$ember" bench masks 2>"$work/bench.err" || status=$?
+cat "$work/bench.err"
+[ "$status" = 2 ] && [ "$(wc -l <"$work/bench.err")" = 1 ] && grep -q "source repository" "$work/bench.err"
+
 step "OK"

@@ -227,15 +227,18 @@ BENCHMARKS = ("masks", "decode", "orchestration", "flights", "tools", "bfcl")
 def _cmd_bench(args: argparse.Namespace) -> int:
     import runpy
 
+    from agent.inputs import InputError
+
     root = Path(__file__).resolve().parents[2] / "benchmarks"
+    if not root.is_dir():
+        raise InputError("the benchmarks ship with the source repository, not the installed package: run "
+                         "`ember bench` (or `make bench`) from a checkout")
     if str(root) not in sys.path:  # where a script run directly finds its siblings (_common, studies_data, ...)
         sys.path.insert(0, str(root))
     names = BENCHMARKS if args.name == "all" else (args.name,)
     for name in names:
         script = root / f"bench_{name}.py"
         if not script.is_file():
-            from agent.inputs import InputError
-
             raise InputError(f"NAME {name}: no such benchmark (expected {script}); known: {', '.join(BENCHMARKS)}")
         sys.argv = [str(script), *args.extra]
         try:

@@ -62,7 +62,8 @@ def free_text(avoid: Sequence[str], *, first_not: str = "", nonempty: bool = Fal
     if not avoid or any(not w for w in avoid):
         raise ValueError(f"avoid words must be non-empty: {avoid!r}")
     states, start = _avoiding_automaton(tuple(avoid), first_not, nonempty)
-    return _eliminate(states, start, rejecting={start} if nonempty else set())
+    blank = set(range(start, len(states))) if nonempty else set()  # states reached by blanks only
+    return _eliminate(states, start, rejecting=blank)
 
 
 _Edge = tuple[bool, frozenset[str]]  # (negated, chars): a character class
@@ -71,7 +72,8 @@ _Edge = tuple[bool, frozenset[str]]  # (negated, chars): a character class
 def _avoiding_automaton(avoid: tuple[str, ...], first_not: str,
                         nonempty: bool) -> tuple[list[dict[Any, int]], int]:
     """States as ``{char: target, None: default target}`` (a target of -1 is dead), and the start state: the
-    word-prefix states, and before them, when the text's start matters, a state for "only blanks so far"."""
+    word-prefix states, then, when the text's start matters, a twin of each one reachable by blanks alone (the
+    text so far is blank), numbered from the start state on."""
     prefixes = sorted({w[:i] for w in avoid for i in range(len(w))}, key=lambda p: (len(p), p))
     index = {p: i for i, p in enumerate(prefixes)}  # "" is state 0; whole words are not states (dead)
     lead_matters = bool(first_not) or nonempty
@@ -89,10 +91,19 @@ def _avoiding_automaton(avoid: tuple[str, ...], first_not: str,
     states = [{None: 0, **{ch: step(p, ch) for ch in alphabet}} for p in prefixes]
     if not lead_matters:
         return states, 0
-    lead = {None: 0, **{ch: step("", ch) for ch in alphabet}}  # only blanks so far
-    lead.update({ch: len(states) for ch in DIALECT_WS})
-    lead.update({ch: -1 for ch in first_not})
-    return [*states, lead], len(states)
+    leads: dict[int, int] = {}  # word-prefix state -> its twin while the text is only blanks so far
+    todo = [0]
+    while todo:
+        q = todo.pop()
+        leads[q] = len(states) + len(leads)
+        todo += [t for ch in DIALECT_WS if (t := states[q][ch]) >= 0 and t not in leads and t not in todo]
+    lead_rows = []
+    for q in leads:  # in creation order, matching the numbering above
+        row = dict(states[q])
+        row.update({ch: leads[t] if (t := states[q][ch]) >= 0 else -1 for ch in DIALECT_WS})
+        row.update({ch: -1 for ch in first_not})
+        lead_rows.append(row)
+    return [*states, *lead_rows], leads[0]
 
 
 def _class(edge: _Edge) -> str:

@@ -186,3 +186,22 @@ def test_the_none_grammar_admits_exactly_the_texts_that_parse_as_prose(codec_key
     admitted = python_regex(codec.tool_call_grammar(TOOLS, "none")).fullmatch(text) is not None
     answered = isinstance(codec.parse(text), FinalText) and bool(text.strip(WS))  # an empty answer is no answer
     assert admitted == answered
+
+
+# -- free text: exactly the texts that spell no trigger --------------------------------------------------------------
+
+_word = st.text(alphabet="ab`<{ ", min_size=1, max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(_word, min_size=1, max_size=3), first_not=st.sampled_from(["", "{"]), nonempty=st.booleans(),
+       texts=st.lists(st.text(alphabet="ab`<{ \n", max_size=10), min_size=1, max_size=20))
+def test_free_text_admits_exactly_the_texts_without_a_trigger(words, first_not, nonempty, texts):
+    from agent.protocol._pattern import free_text
+
+    rx = re.compile(free_text(words, first_not=first_not, nonempty=nonempty))
+    for text in texts + ["".join(words), "x" + words[0] + "y"]:
+        body = text.lstrip(WS)
+        want = (not any(w in text for w in words) and not (first_not and body.startswith(first_not))
+                and not (nonempty and not body))
+        assert (rx.fullmatch(text) is not None) == want, (words, text)
