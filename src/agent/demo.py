@@ -40,11 +40,11 @@ SYSTEM_PROMPT = ("You are a careful research assistant. You learn file contents 
                  "turn and follow the plan in order.")
 AUTO_SYSTEM_PROMPT = ("You are a careful research assistant. You learn file contents only by calling read_file, "
                       "compute only with calculator, and create files only with write_artifact.")
-AUTO_PROMPT = ("The experiment summaries baseline_q4.md and tuned_q8.md each report a score. Read both files, compute "
-               "the improvement of the tuned score over the baseline score in percent with the calculator, "
-               "rounded to 2 decimals, write a short Markdown report named best-config.md with write_artifact "
-               "(the best configuration, both scores and the improvement), then reply with exactly one line: "
-               "DONE <improvement>%")
+AUTO_PROMPT = ("The experiment summaries baseline_q4.md and tuned_q8.md each report a score. Find out how much "
+               "better the tuned score is: read both files, compute round((tuned_score - baseline_score) / "
+               "baseline_score * 100, 2) with the calculator, write a short Markdown report named best-config.md "
+               "with write_artifact (the best configuration, both scores and the improvement), then reply with "
+               "exactly one line: DONE <improvement>%")
 """``ember demo --auto``: the task, not a plan; which tool each turn calls is the model's decision."""
 DEMO_PROMPT = ("Follow this plan, one step per turn:\n"
                "1. read_file with path baseline_q4.md\n"
