@@ -8,9 +8,9 @@ path must be a GGUF file (magic bytes), and a model that needs a tool codec must
     name | path ──models.model_path──► GGUF ──gguf_chat_template──► codec check ──LlamaModel.load──► model
                                                                                   └─codec_for(model)──► codec
 
-`generate` needs no tool format: a model without a codec (Gemma 3, any non-ChatML/Llama template) renders its
-prompt with its own chat template (jinja2, as llama-cpp-python does), and a base model without a template gets
-the prompt as it is.
+`generate` needs no tool format: its prompt is a chat message rendered with the model's own chat template
+(`constrained.generate(messages=...)`, so a model without a codec — Gemma 3, any other template — works too), and
+a base model without a template gets the prompt as it is.
 """
 
 from __future__ import annotations
@@ -39,25 +39,21 @@ class ChatModel:
     path: Path
     """The verified GGUF file."""
 
-    def render_user_prompt(self, prompt: str, *, system: str | None = None) -> str:
-        """The chat-templated prompt for a single user message, ready for generation: the codec's rendering, else
-        the GGUF's own chat template, else (a base model without one) ``prompt`` itself."""
-        messages = chat_messages(prompt, system)
-        if self.codec is not None:
-            return self.codec.render(messages, add_generation_prompt=True)
-        template = self.model.chat_template
-        if not template:
-            return prompt if system is None else f"{system}\n\n{prompt}"
-        return _render_template(self.model, template, messages)
-
     def generate_structured(self, schema: Any, prompt: str, *, n: int = 1, temperature: float = 0.0,
                             seed: int | None = None, max_tokens: int = 256,
                             whitespace: str = "compact") -> list[Any]:
-        """Validated objects (pydantic instances or dicts) constrained by ``schema``; see `constrained.generate`."""
+        """Validated objects (pydantic instances or dicts) constrained by ``schema``; see `constrained.generate`.
+
+        The prompt is a chat message rendered by the model's own template, so its text stays data (text that
+        would spell a control token is refused, `ChatTemplateError`); a base model without a template reads it
+        as it is."""
         from constrained import generate
 
-        return generate(self.model, schema, self.render_user_prompt(prompt), n=n, temperature=temperature,
-                        seed=seed, max_tokens=max_tokens, whitespace=whitespace)
+        options = {"n": n, "temperature": temperature, "seed": seed, "max_tokens": max_tokens,
+                   "whitespace": whitespace}
+        if self.model.chat_template:
+            return generate(self.model, schema, messages=chat_messages(prompt), **options)
+        return generate(self.model, schema, prompt, **options)
 
 
 def load_chat_model(name_or_path: str, *, n_ctx: int = 4096, n_threads: int | None = None,
@@ -100,23 +96,6 @@ def load_chat_model(name_or_path: str, *, n_ctx: int = 4096, n_threads: int | No
             raise
         chosen = None
     return ChatModel(model=model, codec=chosen, path=path)
-
-
-def _render_template(model: LlamaModel, template: str, messages: Sequence[dict[str, Any]]) -> str:
-    """``messages`` through the GGUF's own chat template (jinja2, as llama-cpp-python renders it), without the
-    template's leading BOS text: `generate` tokenizes with ``add_bos=True``."""
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-    vocab = model.vocabulary
-    llm = model.llama
-
-    def piece(token_id: int) -> str:
-        return model.token_bytes(token_id).decode("utf-8", "replace") if 0 <= token_id < len(vocab) else ""
-
-    bos, eos = piece(llm.token_bos()), piece(llm.token_eos())
-    prompt = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos,
-                                 add_generation_prompt=True)(messages=list(messages)).prompt
-    return prompt[len(bos):] if bos and prompt.startswith(bos) else prompt
 
 
 def chat_messages(prompt: str, system: str | None = None) -> Sequence[dict[str, Any]]:
