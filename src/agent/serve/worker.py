@@ -1,0 +1,373 @@
+"""The model worker: one loaded model, one thread, a bounded queue of jobs, each a speculative turn rolled back.
+
+Owns the order in which requests reach the model and everything that happens to one while it runs: the bounded
+queue (full: `ApiError` 429 with ``Retry-After``), the per-request deadline and the client's disconnect (both trip
+the turn's cancel; a cancelled turn stops at the next token), the prompt-length check before any evaluation, the
+disk prefix cache, the turn itself (`ChatModelEngine.run_turn` with the request's tools, choice and pattern), the
+content deltas a stream may show (`ProseGuard`: no call markup), and the parsed answer. Refuses to let requests see
+each other: after every job, whatever happened, the engine rolls the turn back. Never executes a tool.
+
+    submit(request) ─► queue (bounded) ─► thread: _run(job)
+        prompt ids ─► context check ─► prefix cache restore ─► engine.run_turn(on_text=deltas, cancel=job)
+        ─► parse (codec) ─► Done(Answer) | Failed(ApiError) | Gone      ─► engine.rollback() (always)
+    events reach the job's asyncio queue through its loop (call_soon_threadsafe)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.engine import ChatModelEngine, ContextWindowError, prompt_tools
+from agent.protocol.base import FinalText, MalformedToolCall, MessageFormatError, ProtocolError, ToolCalls
+from agent.protocol.streaming import ProseGuard
+from agent.serve.errors import ApiError
+from agent.serve.prefix_cache import PrefixCache
+from agent.serve.request import ChatRequest
+
+__all__ = ["Answer", "Delta", "Done", "Failed", "Gone", "Job", "ModelWorker", "ToolCallOut"]
+
+log = logging.getLogger("ember.serve")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCallOut:
+    """One call as the client receives it (a request to call, never executed here)."""
+
+    id: str
+    name: str
+    arguments: str
+    """The arguments object as a JSON string (OpenAI's wire form)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Answer:
+    """What a finished turn answers."""
+
+    content: str | None
+    """The prose or JSON answer; None for a turn that is only calls."""
+    tool_calls: tuple[ToolCallOut, ...] = ()
+    finish_reason: str = "stop"
+    """``stop``, ``length`` or ``tool_calls``."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens whose KV was reused (in process or from the disk prefix cache)."""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Content text a stream may show now."""
+
+    content: str
+
+
+@dataclass(frozen=True)
+class Done:
+    answer: Answer
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: ApiError
+
+
+@dataclass(frozen=True)
+class Gone:
+    """The client disconnected; the turn was cancelled and rolled back."""
+
+
+Event = Delta | Done | Failed | Gone
+
+
+@dataclass(eq=False)
+class Job:
+    """One request in the queue. Its ``is_set()`` is the turn's cancel signal."""
+
+    request: ChatRequest
+    loop: asyncio.AbstractEventLoop
+    deadline: float
+    """``time.monotonic()`` past which the turn is cancelled and answered 504."""
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    disconnected: threading.Event = field(default_factory=threading.Event)
+    stop_hit: bool = False
+    """A stop sequence appeared: the turn ends there (finish_reason ``stop``)."""
+
+    def cancel(self) -> None:
+        """The client is gone: stop generating at the next token."""
+        self.disconnected.set()
+
+    def is_set(self) -> bool:
+        return self.disconnected.is_set() or self.stop_hit or time.monotonic() > self.deadline
+
+    def emit(self, event: Event) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the event loop is closed: the server is shutting down
+            pass
+
+
+class ModelWorker:
+    """Owns the engine; runs one job at a time on its own thread."""
+
+    def __init__(self, engine: ChatModelEngine, *, model_ids: tuple[str, ...], max_queue: int = 16,
+                 timeout_s: float = 600.0, prefix_cache: PrefixCache | None = None) -> None:
+        if max_queue < 1:
+            raise ValueError(f"max_queue must be >= 1, got {max_queue}")
+        self.engine = engine
+        self.model_ids = model_ids
+        """Names the served model answers to; the first is its id in ``/v1/models``."""
+        self.max_queue = max_queue
+        """Jobs that may wait while one runs; one more is refused with 429."""
+        self.timeout_s = timeout_s
+        """Per-request deadline, from submission (queue wait included)."""
+        self.prefix_cache = prefix_cache
+        self.completed = 0
+        """Jobs finished (answered, failed or cancelled)."""
+        self.cancelled = 0
+        """Jobs whose client disconnected (their turn stopped and was rolled back)."""
+        self.last: Event | None = None
+        """The last job's final event (for tests and the benchmark)."""
+        self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
+        self._busy = threading.Event()
+        self._idle = threading.Condition()
+        self._mean_s = 1.0
+        self._thread = threading.Thread(target=self._loop, name="ember-model-worker", daemon=True)
+        self._thread.start()
+
+    # -- the client side ---------------------------------------------------------------------------------------
+
+    def submit(self, request: ChatRequest, loop: asyncio.AbstractEventLoop) -> Job:
+        """Queue a request.
+
+        Raises:
+            ApiError: 429 when the queue is full, with ``Retry-After`` estimated from recent jobs.
+        """
+        job = Job(request=request, loop=loop, deadline=time.monotonic() + self.timeout_s)
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            wait = max(1, math.ceil(self._mean_s * (self._queue.qsize() + 1)))
+            raise ApiError(429, f"the request queue is full ({self.max_queue} waiting); retry in about {wait} s",
+                           code="queue_full", headers={"Retry-After": str(wait)}) from None
+        return job
+
+    @property
+    def busy(self) -> bool:
+        """A job is running on the model now."""
+        return self._busy.is_set()
+
+    @property
+    def waiting(self) -> int:
+        """Jobs in the queue, not yet started."""
+        return self._queue.qsize()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no job runs or waits; False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self.busy and self._queue.empty(), timeout)
+
+    def close(self) -> None:
+        """Stop the thread after the jobs already queued."""
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    # -- the model side ----------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            self._busy.set()
+            started = time.monotonic()
+            try:
+                event = self._run(job)
+            finally:
+                self.engine.rollback()
+                self._mean_s = 0.8 * self._mean_s + 0.2 * (time.monotonic() - started)
+                self.completed += 1
+                with self._idle:
+                    self._busy.clear()
+                    self._idle.notify_all()
+            if isinstance(event, Gone):
+                self.cancelled += 1
+            self.last = event
+            job.emit(event)
+
+    def _run(self, job: Job) -> Event:
+        if job.disconnected.is_set():
+            return Gone()
+        try:
+            if job.is_set():
+                raise _deadline(self.timeout_s)
+            return Done(self._answer(job))
+        except ApiError as error:
+            return Failed(error)
+        except _ClientGone:
+            return Gone()
+        except Exception as error:  # a bug: answer 500, keep serving
+            log.exception("request failed")
+            return Failed(ApiError(500, f"internal error: {type(error).__name__}: {error}", code="internal_error"))
+
+    def _answer(self, job: Job) -> Answer:
+        request, engine = job.request, self.engine
+        model = engine.model
+        tools = list(request.tools)
+        shown = prompt_tools(tools, request.tool_choice)
+        try:
+            prompt = engine.prompt_tokens(request.messages, shown)
+        except (MessageFormatError, ProtocolError) as error:
+            index = getattr(error, "index", None)
+            raise ApiError(400, str(error), param="messages" if index is None else f"messages[{index}]",
+                           code="invalid_messages") from None
+        room = model.n_ctx - len(prompt)
+        max_tokens = request.max_tokens if request.max_tokens is not None else room
+        if max_tokens > room or room < 1:
+            raise _context_error(ContextWindowError(len(prompt), max_tokens, model.n_ctx), request)
+        prefix_len = self._prefix_len(request, shown, prompt)
+        if self.prefix_cache is not None:
+            self.prefix_cache.restore(model, prompt, prefix_len)
+        reused_before = _common(model.tokens, prompt)
+        deltas = _ContentStream(job, ProseGuard(engine.codec) if request.calls_possible else None)
+        engine.sampling = request.sampling
+        try:
+            turn = engine.run_turn(request.messages, tools=tools, tool_choice=request.tool_choice,
+                                   max_tokens=max_tokens, cancel=job, on_text=deltas.feed,
+                                   final_pattern=request.final_pattern, parallel_calls=request.parallel_calls)
+        except ContextWindowError as error:
+            raise _context_error(error, request) from None
+        except Exception as error:
+            from constrained.errors import BudgetTooSmallError
+
+            if isinstance(error, BudgetTooSmallError):
+                raise ApiError(400, f"max_tokens={error.budget} cannot fit the shortest answer the constraints "
+                               f"allow ({error.needed} tokens); raise max_tokens", param="max_tokens",
+                               code="max_tokens_too_small") from None
+            raise
+        if self.prefix_cache is not None and reused_before < prefix_len:
+            self.prefix_cache.save(model, prompt, prefix_len)
+        if turn.finish_reason == "cancelled" and not job.stop_hit:
+            if job.disconnected.is_set():
+                raise _ClientGone()
+            raise _deadline(self.timeout_s)
+        answer = self._parse(request, turn.text, deltas)
+        finish = answer.finish_reason if answer.tool_calls else ("length" if turn.finish_reason == "length"
+                                                                  else "stop")
+        deltas.finish(answer.content or "")
+        return Answer(content=answer.content, tool_calls=answer.tool_calls, finish_reason=finish,
+                      prompt_tokens=turn.n_prompt_tokens, completion_tokens=turn.n_output_tokens,
+                      cached_tokens=turn.n_reused_tokens, seconds=turn.seconds)
+
+    def _prefix_len(self, request: ChatRequest, shown: list[Any], prompt: list[int]) -> int:
+        """Prompt tokens shared by every request with these leading system messages and tools."""
+        if self.prefix_cache is None:
+            return 0
+        lead = []
+        for message in request.messages:
+            if message["role"] != "system":
+                break
+            lead.append(message)
+        try:
+            probe = self.engine.prompt_tokens([*lead, {"role": "user", "content": ""}], shown)
+        except ProtocolError:
+            return 0
+        return _common(probe, prompt)
+
+    def _parse(self, request: ChatRequest, text: str, deltas: _ContentStream) -> Answer:
+        """The finished turn as an answer: calls (ids minted here), prose, or the JSON document."""
+        if deltas.stop_at is not None:
+            return Answer(content=text[: deltas.stop_at])
+        if not request.calls_possible:
+            return Answer(content=text)
+        action = self.engine.codec.parse(text)
+        offered = {t.name for t in request.tools}
+        if isinstance(action, ToolCalls) and all(c.name in offered for c in action.calls):
+            calls = tuple(ToolCallOut(id=f"call_{secrets.token_hex(12)}", name=c.name,
+                                      arguments=json.dumps(c.arguments, ensure_ascii=False)) for c in action.calls)
+            return Answer(content=action.text or None, tool_calls=calls, finish_reason="tool_calls")
+        if isinstance(action, FinalText):
+            return Answer(content=action.text)
+        if request.final_pattern is not None:  # a JSON answer: under auto its "{" first looked like a bare call
+            return Answer(content=text)
+        detail = action.detail if isinstance(action, MalformedToolCall) else "a call to a tool that is not offered"
+        raise ApiError(500, f"the model's turn did not parse although it was constrained: {detail}",
+                       code="malformed_turn")
+
+
+class _ContentStream:
+    """Turns the growing turn text into content deltas: no call markup, nothing past a stop sequence."""
+
+    def __init__(self, job: Job, guard: ProseGuard | None) -> None:
+        self._job = job
+        self._guard = guard
+        self._stops = job.request.stop
+        self._hold = max((len(s) for s in self._stops), default=1) - 1
+        self._text = ""
+        self._sent = 0
+        self.stop_at: int | None = None
+        """Where a stop sequence begins in the turn text, once one appeared."""
+        self._emit: Callable[[Event], None] = job.emit if job.request.stream else (lambda event: None)
+
+    def feed(self, piece: str) -> None:
+        if self.stop_at is not None:
+            return
+        self._text += piece
+        if self._guard is not None:
+            safe = self._guard.safe_prefix(self._text)
+        elif self._stops:
+            found = [at for at in (self._text.find(s) for s in self._stops) if at != -1]
+            if found:
+                self.stop_at = min(found)
+                self._job.stop_hit = True
+                safe = self._text[: self.stop_at]
+            else:
+                safe = self._text[: len(self._text) - self._hold]
+        else:
+            safe = self._text
+        if len(safe) > self._sent:
+            self._emit(Delta(safe[self._sent:]))
+            self._sent = len(safe)
+
+    def finish(self, content: str) -> None:
+        """Send the rest of the final content (what was held back)."""
+        if not content.startswith(self._text[: self._sent]):
+            log.error("streamed content %r is not a prefix of the answer %r", self._text[: self._sent], content)
+        if len(content) > self._sent:
+            self._emit(Delta(content[self._sent:]))
+            self._sent = len(content)
+
+
+class _ClientGone(Exception):
+    """Internal: the turn was cancelled because the client left."""
+
+
+def _deadline(timeout_s: float) -> ApiError:
+    return ApiError(504, f"the request did not finish within the server's deadline of {timeout_s:g} s "
+                    "(queue wait included); nothing partial is returned", code="timeout")
+
+
+def _context_error(error: ContextWindowError, request: ChatRequest) -> ApiError:
+    param = "max_tokens" if request.max_tokens is not None and error.n_prompt_tokens < error.n_ctx else "messages"
+    return ApiError(400, f"the prompt is {error.n_prompt_tokens} tokens and max_tokens {error.max_tokens}; the "
+                    f"context window is {error.n_ctx} tokens (shorten the messages, lower max_tokens, or start the "
+                    "server with a larger --n-ctx)", param=param, code="context_length_exceeded")
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -1,0 +1,265 @@
+"""`ember serve` against the official openai SDK: a real server on a loopback port, the default model behind it.
+
+One model load for the module (qwen2.5-coder-0.5b-instruct, one thread); two apps share its worker, one with an
+API key. Every generation is short (small max_tokens). Protocol facts are asserted exactly; model quality only
+where the task leaves the default model no real choice.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx2 as httpx  # the HTTP client the openai SDK itself uses
+import jsonschema
+import pytest
+from pydantic import BaseModel
+
+from agent.serve import BackgroundServer, create_app, load_worker
+from agent.serve.worker import Gone
+
+openai = pytest.importorskip("openai")
+
+pytestmark = pytest.mark.model
+
+MODEL = "qwen2.5-coder-0.5b-instruct"
+KEY = "test-key-123"
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                     "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city"]}}}
+CLOCK = {"type": "function", "function": {
+    "name": "get_time", "description": "Current local time in a time zone",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+          "required": ["name", "age"], "additionalProperties": False}
+MARKUP = ("<tool_call>", "</tool_call>", "```json")
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory):
+    worker = load_worker(MODEL, n_ctx=2048, n_threads=1, max_queue=1,
+                         prefix_cache=tmp_path_factory.mktemp("kv"))
+    yield worker
+    worker.close()
+
+
+@pytest.fixture(scope="module")
+def server(worker):
+    with BackgroundServer(create_app(worker)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def keyed_server(worker):
+    with BackgroundServer(create_app(worker, api_key=KEY)) as running:
+        yield running
+
+
+@pytest.fixture()
+def client(server):
+    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+
+
+def ask(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def arguments_of(call) -> dict:
+    return json.loads(call.function.arguments)
+
+
+# -- endpoints and shapes ------------------------------------------------------------------------------------------
+
+
+def test_models_lists_the_one_served_model(client):
+    assert [m.id for m in client.models.list().data] == [MODEL]
+
+
+def test_strict_json_schema_answers_validate_and_report_usage(client):
+    for seed in (1, 2):
+        response = client.chat.completions.create(
+            model=MODEL, messages=ask("Invent a person."), max_tokens=40, temperature=0.9, seed=seed,
+            response_format={"type": "json_schema", "json_schema": {"name": "person", "strict": True,
+                                                                    "schema": PERSON}})
+        jsonschema.validate(json.loads(response.choices[0].message.content), PERSON)
+        assert response.choices[0].finish_reason == "stop"
+        assert response.usage.prompt_tokens > 0 and response.usage.completion_tokens > 0
+        assert response.usage.total_tokens == response.usage.prompt_tokens + response.usage.completion_tokens
+
+
+def test_parse_with_a_pydantic_model_returns_the_parsed_object(client):
+    class City(BaseModel):
+        name: str
+        country: str
+
+    response = client.chat.completions.parse(model=MODEL, messages=ask("Name a large city."), max_tokens=40,
+                                             response_format=City)
+    assert isinstance(response.choices[0].message.parsed, City)
+
+
+def test_tool_choice_required_is_a_call_whose_arguments_validate(client):
+    response = client.chat.completions.create(model=MODEL, messages=ask("Weather in Oslo?"), tools=[WEATHER],
+                                              tool_choice="required", max_tokens=40, parallel_tool_calls=False)
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_") and call.function.name == "get_weather"
+    jsonschema.validate(arguments_of(call), WEATHER["function"]["parameters"])
+    assert not choice.message.content
+
+
+def test_a_named_tool_choice_calls_that_tool_even_when_another_fits_better(client):
+    response = client.chat.completions.create(
+        model=MODEL, messages=ask("Weather in Oslo?"), tools=[WEATHER, CLOCK], max_tokens=40,
+        tool_choice={"type": "function", "function": {"name": "get_time"}})
+    [call] = response.choices[0].message.tool_calls
+    assert call.function.name == "get_time"
+    jsonschema.validate(arguments_of(call), CLOCK["function"]["parameters"])
+
+
+def test_auto_calls_the_fitting_tool_and_no_markup_reaches_content(client):
+    response = client.chat.completions.create(model=MODEL, messages=ask("What is the weather in Paris right now?"),
+                                              tools=[WEATHER, CLOCK], max_tokens=40)
+    message = response.choices[0].message
+    assert response.choices[0].finish_reason == "tool_calls"
+    assert message.tool_calls[0].function.name == "get_weather"
+    assert arguments_of(message.tool_calls[0])["city"] == "Paris"
+    assert not any(mark in (message.content or "") for mark in MARKUP)
+
+
+def test_a_tool_result_round_trip_answers_from_the_result(client):
+    """The result goes back by ``tool_call_id``; the answer turn is ``tool_choice="none"`` because under ``auto`` the
+    0.5B model calls the same tool again after its result (measured), which says nothing about the server."""
+    messages = [*ask("How warm is it in Paris? Answer in one sentence."),
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature_c": 17, "sky": "cloudy"}'}]
+    response = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], tool_choice="none",
+                                              max_tokens=40)
+    choice = response.choices[0]
+    assert choice.finish_reason in ("stop", "length") and not choice.message.tool_calls
+    assert "17" in choice.message.content
+    assert not any(mark in choice.message.content for mark in MARKUP)
+
+
+# -- streaming -----------------------------------------------------------------------------------------------------
+
+
+def _streamed(client, **request):
+    content, calls, finishes, usage = [], {}, [], None
+    for chunk in client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **request):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            content.append(choice.delta.content or "")
+            for part in choice.delta.tool_calls or ():
+                entry = calls.setdefault(part.index, {"id": None, "name": None, "arguments": ""})
+                if part.id:
+                    assert entry["id"] is None, "a call's id is sent once"
+                    entry["id"] = part.id
+                if part.function and part.function.name:
+                    assert entry["name"] is None, "a call's name is sent once"
+                    entry["name"] = part.function.name
+                if part.function and part.function.arguments:
+                    entry["arguments"] += part.function.arguments
+            if choice.finish_reason:
+                finishes.append(choice.finish_reason)
+    return "".join(content), [calls[i] for i in sorted(calls)], finishes, usage
+
+
+@pytest.mark.parametrize("request_", [
+    {"messages": ask("Say hello to Ada in one short sentence."), "max_tokens": 24},
+    {"messages": ask("What is the weather in Rome and in Madrid?"), "tools": [WEATHER, CLOCK], "max_tokens": 60},
+    {"messages": ask("Invent a person."), "max_tokens": 40,
+     "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON, "strict": True}}},
+], ids=["text", "tools", "json_schema"])
+def test_streamed_deltas_concatenate_to_the_non_streamed_answer(client, request_):
+    request_ = {"model": MODEL, "temperature": 0.8, "seed": 7, **request_}
+    whole = client.chat.completions.create(**request_)
+    content, calls, finishes, usage = _streamed(client, **request_)
+    message = whole.choices[0].message
+    assert content == (message.content or "")
+    assert [(c["name"], c["arguments"]) for c in calls] == [
+        (c.function.name, c.function.arguments) for c in message.tool_calls or ()]
+    assert all(c["id"] for c in calls)
+    assert finishes == [whole.choices[0].finish_reason]
+    assert usage.completion_tokens == whole.usage.completion_tokens
+    assert not any(mark in content for mark in MARKUP)
+
+
+# -- refusals ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("request_", "param", "needle"), [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "t", "strict": True, "schema": {
+        "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}},
+     "response_format.json_schema.schema", "uniqueItems"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"not": {"type": "string"}}}}}}]},
+     "tools[0].function.parameters", "'not' at #/properties/x"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "launch"}}},
+     "tool_choice", "launch"),
+    ({"n": 2}, "n", "n=2"),
+    ({"messages": ask("word " * 3000)}, "messages", "context window"),
+    ({"max_tokens": 2047}, "max_tokens", "context window"),
+], ids=["unsupported-response-schema", "unsupported-tool-schema", "unknown-tool", "n", "context", "max_tokens"])
+def test_what_cannot_be_enforced_is_a_400_in_openai_shape(client, request_, param, needle):
+    request_ = {"model": MODEL, "messages": ask("hi"), **request_}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(**request_)
+    error = caught.value.body
+    assert caught.value.status_code == 400
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param and needle in error["message"]
+
+
+def test_an_unknown_field_is_refused_not_ignored(client):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=ask("hi"), extra_body={"guided_json": {}})
+    assert caught.value.body["param"] == "guided_json"
+
+
+def test_with_an_api_key_a_request_without_it_is_401(keyed_server):
+    anonymous = openai.OpenAI(base_url=keyed_server.base_url, api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as caught:
+        anonymous.models.list()
+    assert caught.value.status_code == 401 and caught.value.body["code"] == "invalid_api_key"
+    assert httpx.get(keyed_server.base_url + "/models").status_code == 401
+    keyed = openai.OpenAI(base_url=keyed_server.base_url, api_key=KEY, max_retries=0)
+    assert [m.id for m in keyed.models.list().data] == [MODEL]
+
+
+# -- many clients --------------------------------------------------------------------------------------------------
+
+
+def test_a_full_queue_is_429_and_a_disconnect_cancels_and_rolls_back(server, worker):
+    long_story = {"model": MODEL, "messages": ask("Write a very long story about a lighthouse."),
+                  "max_tokens": 1000, "stream": True}
+    cancelled_before = worker.cancelled
+    with httpx.Client(base_url=server.base_url, timeout=120) as http:
+        with http.stream("POST", "/chat/completions", json=long_story) as running:
+            lines = running.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))  # it runs now
+            queued = threading.Thread(target=httpx.post, args=(server.base_url + "/chat/completions",),
+                                      kwargs={"json": {"model": MODEL, "messages": ask("hi"), "max_tokens": 2},
+                                              "timeout": 120})
+            queued.start()
+            for _ in range(400):
+                if worker.waiting == 1:
+                    break
+                threading.Event().wait(0.05)
+            assert worker.busy and worker.waiting == 1
+            refused = http.post("/chat/completions", json={"model": MODEL, "messages": ask("hi"), "max_tokens": 2})
+            assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+            assert refused.json()["error"]["code"] == "queue_full"
+        # leaving the block closes the stream: the client is gone
+        queued.join(timeout=120)
+    assert worker.wait_idle(timeout=120)
+    assert worker.cancelled == cancelled_before + 1
+    model = worker.engine.model
+    assert model.n_past <= worker.engine.committed_tokens  # the cancelled turn left nothing in the KV
+    assert not isinstance(worker.last, Gone)  # the queued request ran after the cancelled one
