@@ -257,8 +257,8 @@ def _walk(engine: ChatModelEngine, grammar, text: str) -> bool:
         matcher.is_accepting()
 
 
-CALL = '{"name": "add", "arguments": {"a":17,"b":25}}'
-CALL2 = '{"name": "get_weather", "arguments": {"city":"Oslo","unit":"celsius"}}'
+CALL = '{"name": "add", "arguments": {"a": 17, "b": 25}}'  # arguments spaced as the template renders them
+CALL2 = '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}'
 SHAPES = {
     "tag": f"<tool_call>\n{CALL}\n</tool_call>",
     "tags, parallel": f"<tool_call>\n{CALL}\n</tool_call>\n<tool_call>\n{CALL2}\n</tool_call>",
@@ -281,7 +281,7 @@ def test_every_call_shape_the_trigger_accepts_is_a_constrained_call(qwen_engine,
     assert _walk(qwen_engine, grammar, SHAPES[shape])
     action = qwen_engine.codec.parse(SHAPES[shape])
     assert isinstance(action, ToolCalls) and all(c.name in PARAMETERS for c in action.calls)
-    bad = SHAPES[shape].replace('"b":25', '"b":"25"')  # a wrong type is masked out in every shape
+    bad = SHAPES[shape].replace('"b": 25', '"b": "25"')  # a wrong type is masked out in every shape
     assert not _walk(qwen_engine, grammar, bad)
     one_only = qwen_engine._grammar(TOOLS, "auto", parallel_calls=False)
     assert _walk(qwen_engine, one_only, SHAPES[shape]) == ("parallel" not in shape)

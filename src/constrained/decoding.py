@@ -5,7 +5,8 @@ sampled token the matcher rejects raises ``MaskError``; an empty mask raises ``M
 
     ┌─► stop checks (cancel, grammar terminated, max_tokens)
     │     forced? (forced_batching and the grammar admits one continuation)
-    │        yes: tokenize the forced bytes canonically, matcher.advance each ─► append (no logits needed)
+    │        yes: tokenize the forced bytes canonically, matcher.advance each ─► append (no logits needed);
+    │             the last one is left to sampling when a longer allowed token starts with it (token healing)
     │        no : eval pending (one batch) ─► copy logits to scratch ─► matcher.apply_mask ─► sample
     │             ─► matcher.advance (False ⇒ MaskError)
     │     append: EOS ⇒ eos · stop id ⇒ stop_token · else pending += token, text += bytes, on_token(id, bytes)
@@ -244,7 +245,24 @@ def _forced_tokens(model: LlamaModel, matcher: Matcher, budget: int) -> list[int
             if n_done:
                 matcher.rollback(n_done)
             return []
+    if forced and candidates and _heals(model, matcher, candidates[-1]):
+        return candidates[:-1]
     return candidates
+
+
+def _heals(model: LlamaModel, matcher: Matcher, last: int) -> bool:
+    """Whether the model should choose the forced run's last token itself (token healing): the grammar also
+    allows a longer token that starts with its bytes and runs on into what the model writes next (``":[`` forced,
+    ``":["`` possible). Forcing the short one would hand the model a tokenization it never saw in training — it
+    then closes the array (``[]``) where it meant ``["criminal law"]``. When it heals, the matcher is left before
+    ``last``."""
+    matcher.rollback(1)
+    tokens = model.vocabulary.tokens
+    piece = tokens[last]
+    if any(len(tokens[t]) > len(piece) and tokens[t].startswith(piece) for t in matcher.allowed_token_ids().tolist()):
+        return True
+    matcher.advance(last)
+    return False
 
 
 def _valid_utf8_prefix(data: bytes) -> bytes:

@@ -153,7 +153,7 @@ def compile_regex(pattern: str, vocab: Vocabulary, *, allow_special: bool = Fals
 def compile_json_schema(
     schema: dict[str, Any] | str,
     vocab: Vocabulary,
-    whitespace: Literal["compact", "flexible"] = "compact",
+    whitespace: Literal["compact", "spaced", "flexible"] = "compact",
     *,
     unknown_keywords: Literal["warn", "error"] = "warn",
 ) -> Grammar:

@@ -54,7 +54,9 @@ __all__ = [
     "FRACTION_DIGITS",
 ]
 
-Whitespace = Literal["compact", "flexible"]
+Whitespace = Literal["compact", "spaced", "flexible"]
+"""``compact``: no insignificant whitespace; ``spaced``: json.dumps's default separators (``", "`` and ``": "``,
+nothing else), the layout chat templates' ``tojson`` writes; ``flexible``: a bounded blank in every slot."""
 
 # -- policy constants -------------------------------------------------------------------------------
 
@@ -530,9 +532,9 @@ class _Compiler:
                  unknown_keywords: str = "warn") -> None:
         self.root = root
         self.unknown_keywords = unknown_keywords
-        self.ws = "" if whitespace == "compact" else FLEXIBLE_WS
-        self.sep = f"{self.ws},{self.ws}"
-        self.colon = f"{self.ws}:{self.ws}"
+        self.ws = FLEXIBLE_WS if whitespace == "flexible" else ""
+        self.sep = ", " if whitespace == "spaced" else f"{self.ws},{self.ws}"
+        self.colon = ": " if whitespace == "spaced" else f"{self.ws}:{self.ws}"
         self.max_depth = max_depth
         self.any_value_depth = any_value_depth
         self._validator: Any = None
@@ -1185,8 +1187,9 @@ def schema_to_pattern(
 
     Args:
         schema: the schema, as a dict, a boolean schema, or JSON text.
-        whitespace: "compact" (no insignificant whitespace) or "flexible" (json.dumps separators and
-            indentation: each whitespace slot is nothing, one space, or a newline and ≤ 20 spaces).
+        whitespace: "compact" (no insignificant whitespace), "spaced" (exactly json.dumps's default separators
+            ``", "`` and ``": "``) or "flexible" (json.dumps separators and indentation: each whitespace slot is
+            nothing, one space, or a newline and ≤ 20 spaces).
         max_depth: most nested containers (objects/arrays) in an accepted document, root included.
             Deeper containers are never generated: an optional member that needs them is omitted, a
             required one makes its alternative unsatisfiable.
@@ -1206,8 +1209,8 @@ def schema_to_pattern(
     """
     if max_depth < 1 or any_value_depth < 0:
         raise ValueError("max_depth must be >= 1 and any_value_depth >= 0")
-    if whitespace not in ("compact", "flexible"):
-        raise ValueError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
+    if whitespace not in ("compact", "spaced", "flexible"):
+        raise ValueError(f"whitespace must be 'compact', 'spaced' or 'flexible', not {whitespace!r}")
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)

@@ -69,7 +69,7 @@ def generate(
     temperature: float = 0.0,
     seed: int | None = None,
     max_tokens: int = 256,
-    whitespace: Literal["compact", "flexible"] = "compact",
+    whitespace: Literal["compact", "spaced", "flexible"] = "compact",
 ) -> list[Any]:
     """Generate ``n`` JSON documents of the output type ``schema``; return them parsed and validated.
 

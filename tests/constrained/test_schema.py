@@ -167,7 +167,7 @@ HAND_WRITTEN = {
 }
 
 
-@pytest.mark.parametrize("whitespace", ["compact", "flexible"])
+@pytest.mark.parametrize("whitespace", ["compact", "spaced", "flexible"])
 @pytest.mark.parametrize("name", sorted(HAND_WRITTEN))
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
@@ -414,6 +414,21 @@ def test_flexible_whitespace_is_bounded_and_compact_has_none():
     assert matcher(schema, "flexible").fullmatch(json.dumps(value, ensure_ascii=False, indent=4))
     assert not matcher(schema, "flexible").fullmatch('{"age":' + " " * 2 + "3}")
     assert not matcher(schema, "flexible").fullmatch('{"age":\n' + " " * 21 + "3}")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_spaced_is_exactly_json_dumps_default_layout(data):
+    """Outside strings, every spaced match has exactly json.dumps's default layout (one space after each ``,``
+    and ``:``, no other blank), and json.dumps's output always matches."""
+    schema = HAND_WRITTEN["object"]
+    text = data.draw(st.from_regex(matcher(schema, "spaced"), fullmatch=True))
+    n = iter(range(10**6))
+    layout = re.sub(r'"(?:[^"\\]|\\.)*"', lambda _: f'"{next(n)}"', text)  # strings renamed: structure is left
+    assert layout == json.dumps(json.loads(layout)), text
+    value = {"name": "x", "age": 3, "tags": ["x", "y"], "nick": None}
+    assert matcher(schema, "spaced").fullmatch(json.dumps(value, ensure_ascii=False))
+    assert not matcher(schema, "spaced").fullmatch(compact(value))
 
 
 def test_string_length_counts_characters_not_escape_bytes():

@@ -213,16 +213,18 @@ def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str) -> str:
 
     Constrained tools get their schema's pattern, closed as validation closes it (`close_for_grammar`: an unknown
     field is never spelled, since it would be rejected); the others share "any JSON object". Both come from the
-    schema compiler (``constrained.schema.schema_to_pattern``, compact whitespace), imported here lazily.
+    schema compiler (``constrained.schema.schema_to_pattern``), imported here lazily, spaced as the templates
+    render arguments in history (``tojson``: ``", "`` and ``": "``): forced into compact JSON the default model
+    wrote ``"location":"https://…"`` where, spaced as it reads its own calls, it writes ``"location": "New York"``.
     """
     from agent.schema import close_for_grammar
     from constrained.schema import schema_to_pattern
 
     sep = escape(f'", "{args_key}": ')
     loose = [escape(t.name) for t in tools if not t.constrained]
-    alts = [f"{escape(t.name)}{sep}{schema_to_pattern(close_for_grammar(t.parameters), whitespace='compact')}"
+    alts = [f"{escape(t.name)}{sep}{schema_to_pattern(close_for_grammar(t.parameters), whitespace='spaced')}"
             for t in tools if t.constrained]
     if loose:
         names = loose[0] if len(loose) == 1 else "(?:" + "|".join(loose) + ")"
-        alts.append(f"{names}{sep}{schema_to_pattern({'type': 'object'}, whitespace='compact')}")
+        alts.append(f"{names}{sep}{schema_to_pattern({'type': 'object'}, whitespace='spaced')}")
     return escape('{"name": "') + "(?:" + "|".join(alts) + ")" + escape("}")

@@ -132,7 +132,7 @@ def _python(pattern: str) -> re.Pattern[str]:
 
 def test_llama_auto_grammar_is_free_text_then_tag_or_a_bare_call():
     rx = _python(codec.tool_call_grammar([CALC], "auto"))
-    call = '{"name": "calc.eval", "parameters": {"expression":"1"}}'
+    call = '{"name": "calc.eval", "parameters": {"expression": "1"}}'
     assert rx.fullmatch(call) and rx.fullmatch("<|python_tag|>" + call) and rx.fullmatch("Hm.<|python_tag|>" + call)
     assert rx.fullmatch("Plain answer.") and not rx.fullmatch("") and not rx.fullmatch(" \n")  # no empty answer
     assert not rx.fullmatch("{not a call}")  # a leading "{" commits to a call
@@ -146,7 +146,7 @@ def test_llama_auto_grammar_is_free_text_then_tag_or_a_bare_call():
 def test_llama_required_and_named_grammars_admit_no_prose():
     for choice in ("required", "calc.eval"):
         rx = _python(codec.tool_call_grammar([CALC], choice))
-        assert rx.fullmatch('{"name": "calc.eval", "parameters": {"expression":"1"}}')
+        assert rx.fullmatch('{"name": "calc.eval", "parameters": {"expression": "1"}}')
         assert not rx.fullmatch("ok")
 
 
@@ -171,7 +171,7 @@ def test_llama_python_tag_grammar_walks_on_a_vocabulary_that_names_the_tag():
         assert m.advance(b)
     assert tag in set(m.allowed_token_ids().tolist())
     assert m.advance(tag)
-    for b in b'{"name": "calc.eval", "parameters": {"expression":"2+2"}}':
+    for b in b'{"name": "calc.eval", "parameters": {"expression": "2+2"}}':
         assert m.advance(b), chr(b)
     assert m.is_accepting() and eot in set(m.allowed_token_ids().tolist())
     forced = compile_regex(codec.tool_call_grammar([CALC], "calc.eval"), vocab, allow_special=True).matcher()
@@ -193,7 +193,7 @@ def test_llama_bare_json_grammar_walks_on_the_llama3_fixture_vocabulary(local_st
         if len(vocab.tokens[i]) == 1:
             byte_ids.setdefault(vocab.tokens[i][0], i)
     m = grammar.matcher()
-    for b in b'{"name": "calc.eval", "parameters": {"expression":"2+2"}}':
+    for b in b'{"name": "calc.eval", "parameters": {"expression": "2+2"}}':
         assert m.advance(byte_ids[b]), chr(b)
     assert m.is_accepting()
     assert vocab.special_ids_by_name["<|eot_id|>"] in set(m.allowed_token_ids().tolist())

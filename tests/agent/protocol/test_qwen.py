@@ -175,7 +175,7 @@ def _python(pattern: str) -> re.Pattern[str]:
 
 def test_qwen_grammar_offers_only_the_named_tools_with_dots_escaped():
     rx = _python(codec.tool_call_grammar([CALC], "required"))
-    good = '<tool_call>\n{"name": "calc.eval", "arguments": {"expression":"1"}}\n</tool_call>'
+    good = '<tool_call>\n{"name": "calc.eval", "arguments": {"expression": "1"}}\n</tool_call>'
     assert rx.fullmatch(good)
     assert not rx.fullmatch(good.replace("calc.eval", "calcXeval"))
     assert not rx.fullmatch("Sure. " + good)  # required: no prose
@@ -202,17 +202,17 @@ def test_tool_choice_and_tool_names_are_checked():
 
 
 def test_qwen_final_pattern_replaces_free_text_but_calls_stay_possible():
-    good = '<tool_call>\n{"name": "calc.eval", "arguments": {"expression":"1"}}\n</tool_call>'
+    good = '<tool_call>\n{"name": "calc.eval", "arguments": {"expression": "1"}}\n</tool_call>'
     none = _python(codec.tool_call_grammar([CALC], "none", final_pattern=r"DONE [0-9]+%"))
     assert none.fullmatch("DONE 42%") and not none.fullmatch("DONE 42% and more") and not none.fullmatch(good)
     auto = _python(codec.tool_call_grammar([CALC], "auto", final_pattern=r"DONE [0-9]+%"))
     assert auto.fullmatch("DONE 7%") and auto.fullmatch(good)
-    assert auto.fullmatch('{"name": "calc.eval", "arguments": {"expression":"1"}}')  # a bare call
+    assert auto.fullmatch('{"name": "calc.eval", "arguments": {"expression": "1"}}')  # a bare call
     assert not auto.fullmatch("Sure, here you go")
 
 
 def test_qwen_grammar_holds_one_call_per_turn_unless_parallel_calls():
-    good = '<tool_call>\n{"name": "calc.eval", "arguments": {"expression":"1"}}\n</tool_call>'
+    good = '<tool_call>\n{"name": "calc.eval", "arguments": {"expression": "1"}}\n</tool_call>'
     assert not _python(codec.tool_call_grammar([CALC], "required")).fullmatch(good + "\n" + good)
     assert _python(codec.tool_call_grammar([CALC], "required", parallel_calls=True)).fullmatch(good + "\n" + good)
 
@@ -263,7 +263,7 @@ def test_qwen_grammar_walks_a_call_on_the_real_vocabulary(qwen_model):
     for b in b"Ok.\n":
         assert m.advance(byte_ids[b])
     assert m.advance(specials["<tool_call>"])
-    for b in '\n{"name": "calc.eval", "arguments": {"expression":"2+2"}}\n'.encode():
+    for b in '\n{"name": "calc.eval", "arguments": {"expression": "2+2"}}\n'.encode():
         assert m.advance(byte_ids[b]), chr(b)
     assert not m.is_accepting()
     assert m.advance(specials["</tool_call>"]) and m.is_accepting()
