@@ -365,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_non_negative_int, default=None, help="sample i uses seed + i (an integer >= 0)")
     p.add_argument("--max-tokens", type=_positive, default=256,
                    help="token budget per document; the grammar closes the document within it (default 256)")
-    p.add_argument("--whitespace", choices=["compact", "flexible"], default="compact",
+    p.add_argument("--whitespace", choices=["compact", "spaced", "flexible"], default="compact",
                    help="JSON layout the grammar allows (default compact)")
     p.add_argument("--json", action="store_true", help="one compact JSON document per line")
     _model_options(p)
