@@ -222,7 +222,7 @@ def _artifact_root_for(args: argparse.Namespace) -> Path | None:
 
 # -- bench / demo ---------------------------------------------------------------------------------------------
 
-BENCHMARKS = ("masks", "decode", "orchestration", "flights", "tools", "bfcl")
+BENCHMARKS = ("masks", "decode", "orchestration", "flights", "tools", "bfcl", "demo")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -420,7 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_trace)
 
     p = sub.add_parser("bench", help="run a benchmark from benchmarks/ (results go to benchmarks/RESULTS.md)")
-    p.add_argument("name", help="masks | decode | orchestration | flights | tools | bfcl | all")
+    p.add_argument("name", help="masks | decode | orchestration | flights | tools | bfcl | demo | all")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
     p.set_defaults(handler=_cmd_bench)
 
