@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from constrained.llama import LlamaModel
 
-__all__ = ["PrefixCache", "default_cache_dir"]
+__all__ = ["PrefixCache", "common_prefix_length", "default_cache_dir"]
 
 
 def default_cache_dir() -> Path:
@@ -59,7 +59,7 @@ class PrefixCache:
 
     def restore(self, model: LlamaModel, prompt: Sequence[int], prefix_len: int) -> bool:
         """Load the prefix's KV state when the model does not hold it already; True when it was loaded."""
-        if prefix_len < self.min_tokens or _common(model.tokens, prompt) >= prefix_len:
+        if prefix_len < self.min_tokens or common_prefix_length(model.tokens, prompt) >= prefix_len:
             return False
         prefix = list(prompt[:prefix_len])
         path = self.path_for(prefix)
@@ -106,7 +106,8 @@ class PrefixCache:
         return True
 
 
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
     n = 0
     for x, y in zip(a, b):
         if x != y:

@@ -31,7 +31,7 @@ from agent.engine import ChatModelEngine, ContextWindowError, prompt_tools
 from agent.protocol.base import FinalText, MalformedToolCall, MessageFormatError, ProtocolError, ToolCalls
 from agent.protocol.streaming import ProseGuard
 from agent.serve.errors import ApiError
-from agent.serve.prefix_cache import PrefixCache
+from agent.serve.prefix_cache import PrefixCache, common_prefix_length
 from agent.serve.request import ChatRequest
 
 __all__ = ["Answer", "Delta", "Done", "Failed", "Gone", "Job", "ModelWorker", "ToolCallOut"]
@@ -238,7 +238,7 @@ class ModelWorker:
         prefix_len = self._prefix_len(request, shown, prompt)
         if self.prefix_cache is not None:
             self.prefix_cache.restore(model, prompt, prefix_len)
-        reused_before = _common(model.tokens, prompt)
+        reused_before = common_prefix_length(model.tokens, prompt)
         deltas = _ContentStream(job, ProseGuard(engine.codec) if request.calls_possible else None)
         engine.sampling = request.sampling
         try:
@@ -282,7 +282,7 @@ class ModelWorker:
             probe = self.engine.prompt_tokens([*lead, {"role": "user", "content": ""}], shown)
         except ProtocolError:
             return 0
-        return _common(probe, prompt)
+        return common_prefix_length(probe, prompt)
 
     def _parse(self, request: ChatRequest, text: str, deltas: _ContentStream) -> Answer:
         """The finished turn as an answer: calls (ids minted here), prose, or the JSON document."""
@@ -362,12 +362,3 @@ def _context_error(error: ContextWindowError, request: ChatRequest) -> ApiError:
     return ApiError(400, f"the prompt is {error.n_prompt_tokens} tokens and max_tokens {error.max_tokens}; the "
                     f"context window is {error.n_ctx} tokens (shorten the messages, lower max_tokens, or start the "
                     "server with a larger --n-ctx)", param=param, code="context_length_exceeded")
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
