@@ -29,12 +29,19 @@ HEADING = "## Demo under auto: the seed's workflow with no per-turn plan (ember 
 
 def run_seed(seed: int, temperature: float, out: Path, model: str) -> dict:
     """One demo run; its outcome, final answer, tool calls made, trace verification and seconds."""
-    from agent import trace
-    from agent.demo import EXPECTED_ANSWER, run_demo
+    from agent.demo import run_demo
 
     started = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         run_demo(model=model, out_dir=out, n_threads=1, auto=True, temperature=temperature, seed=seed)
+    return summarize(seed, out, time.perf_counter() - started)
+
+
+def summarize(seed: int, out: Path, seconds: float | None) -> dict:
+    """What the run in ``out`` (a demo ``--out`` directory) did, read from its trace."""
+    from agent import trace
+    from agent.demo import EXPECTED_ANSWER
+
     events = trace.read_trace(out / "trace.jsonl").events
     end = events[-1]
     calls = [e.data["tool"] for e in events if e.event_type == "tool_execution_finished"]
@@ -42,7 +49,7 @@ def run_seed(seed: int, temperature: float, out: Path, model: str) -> dict:
     verified = trace.verify_trace(out / "trace.jsonl", artifact_root=out / "artifacts").ok
     return {"seed": seed, "outcome": end.data.get("outcome"), "answer": answer, "calls": calls,
             "verified": verified, "success": verified and (answer or "").strip() == EXPECTED_ANSWER,
-            "seconds": round(time.perf_counter() - started, 1)}
+            "seconds": round(seconds, 1) if seconds is not None else "—"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,12 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--existing", metavar="PATTERN", help="summarize demo directories already run with "
+                        "these settings instead, e.g. /tmp/demo-{seed} (runs nothing)")
     parser.add_argument("--no-write", action="store_true", help="print the section, leave RESULTS.md alone")
     args = parser.parse_args(argv)
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.seeds):
-            runs.append(run_seed(seed, args.temperature, Path(tmp) / f"seed-{seed}", args.model))
+            if args.existing:
+                runs.append(summarize(seed, Path(args.existing.format(seed=seed)), None))
+            else:
+                runs.append(run_seed(seed, args.temperature, Path(tmp) / f"seed-{seed}", args.model))
             print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     wins = sum(r["success"] for r in runs)
     rows = [[r["seed"], r["outcome"], f"`{r['answer']}`" if r["answer"] else "—", " → ".join(r["calls"]) or "—",
