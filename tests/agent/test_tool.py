@@ -29,7 +29,7 @@ from agent.tool import (
     default_policy,
     execute_tool,
 )
-from agent.tool import _POOL
+import agent.tool as tool_module
 
 ADD_SCHEMA = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
               "required": ["a", "b"], "additionalProperties": False}
@@ -452,7 +452,15 @@ def test_cancel_before_start_never_runs_the_tool():
 
 # -- workers ------------------------------------------------------------------------------------------------------
 
-def test_sequential_calls_reuse_one_parked_worker_thread_named_after_the_call():
+@pytest.fixture
+def fresh_pool(monkeypatch):
+    """A worker pool of the test's own: what earlier tests parked or left running (concurrent data calls,
+    detached workers still in their tools) cannot change which thread runs a call or how many pipes are open."""
+    monkeypatch.setattr(tool_module, "_POOL", tool_module._WorkerPool(tool_module._MAX_IDLE_WORKERS))
+    return tool_module._POOL
+
+
+def test_sequential_calls_reuse_one_parked_worker_thread_named_after_the_call(fresh_pool):
     seen = []
 
     def where(args, c):
@@ -500,7 +508,7 @@ def test_a_detached_worker_back_in_the_pool_completes_only_its_next_call():
     release.set()
     assert ended.wait(10)
     deadline = time.monotonic() + 10
-    while late[0] not in [w._thread.ident for w in _POOL._idle] and time.monotonic() < deadline:
+    while late[0] not in [w._thread.ident for w in tool_module._POOL._idle] and time.monotonic() < deadline:
         time.sleep(0.001)  # the worker parks itself once the late call returned
     ran_on = []
 
@@ -528,7 +536,7 @@ def test_many_calls_with_timeouts_between_them_each_get_their_own_result():
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open descriptors through /proc")
-def test_workers_beyond_the_parked_ones_end_and_close_their_wake_pipes():
+def test_workers_beyond_the_parked_ones_end_and_close_their_wake_pipes(fresh_pool):
     release = threading.Event()
     blocked = make(lambda args, c: release.wait(), timeout_s=0.01)
     before = len(os.listdir("/proc/self/fd"))
@@ -539,9 +547,9 @@ def test_workers_beyond_the_parked_ones_end_and_close_their_wake_pipes():
     finally:
         release.set()
     deadline = time.monotonic() + 10
-    while len(_POOL._live) > 8 and time.monotonic() < deadline:
+    while len(tool_module._POOL._live) > 8 and time.monotonic() < deadline:
         time.sleep(0.005)  # the ones that find the pool full end, closing their pipes
-    assert len(_POOL._idle) <= 8 and len(_POOL._live) <= 8
+    assert len(tool_module._POOL._idle) <= 8 and len(tool_module._POOL._live) <= 8
     assert len(os.listdir("/proc/self/fd")) <= before + 2 * 8
     assert run(make(), {"a": 1, "b": 2}).value == 3
 
