@@ -30,6 +30,8 @@ SHARED = REPO_ROOT.parent / "shared"
 MODES = {"constrained": True, "free": False}
 CATEGORIES = ("simple", "multiple", "parallel", "parallel_multiple", "irrelevance")
 COLUMNS = ("parse_fail", "no_call", "wrong_func", "wrong_count", "wrong_value")
+TARGETS = {"simple": 85, "multiple": 80, "parallel": 60, "parallel_multiple": 50, "irrelevance": 85}
+"""Accuracy (%) the constrained run should reach per category (issue 14); parse failures: 0."""
 
 
 def _scorer(path: Path) -> Any:
@@ -54,14 +56,14 @@ def run_mode(cases: list[dict[str, Any]], out: Path, *, model: str, constrained:
 
 
 def report(summaries: dict[str, dict[str, Any]], *, model: str, seconds: dict[str, float | None]) -> str:
-    headers = ["category", *(f"{mode}: accuracy" for mode in summaries)]
+    headers = ["category", *(f"{mode}: accuracy" for mode in summaries), "target (constrained)"]
     rows = []
     for cat in (*CATEGORIES, "overall"):
         cells = []
         for summary in summaries.values():
             c = summary["categories"].get(cat) if cat != "overall" else summary["overall"]
             cells.append(f"{100 * c['accuracy']:.1f} % ({c['passed']}/{c['n']})" if c and c["n"] else "—")
-        rows.append([cat, *cells])
+        rows.append([cat, *cells, f"≥ {TARGETS[cat]} %" if cat in TARGETS else "—"])
     outcome_rows = [[mode, *(sum(s["categories"].get(c, {}).get(col, 0) for c in CATEGORIES) for col in COLUMNS)]
                     for mode, s in summaries.items()]
     runs = ", ".join(f"{mode} {t:.0f} s" for mode, t in seconds.items() if t is not None)
