@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = [json.loads(line) for line in args.cases.read_text(encoding="utf-8").splitlines() if line.strip()]
     cases = cases[: args.limit] if args.limit else cases
     given = dict(a.split("=", 1) for a in args.actions)
+    ids = {c["id"] for c in cases}
+    gold = [g for g in scorer.load_jsonl(args.gold) if g["id"] in ids]
     out_dir = BENCHMARKS_DIR / "bfcl"
     out_dir.mkdir(exist_ok=True)
     summaries: dict[str, dict[str, Any]] = {}
@@ -114,7 +116,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench_bfcl: {mode}: {len(cases)} cases", file=sys.stderr, flush=True)
             seconds[mode] = run_mode(cases, path, model=args.model, constrained=constrained, threads=args.threads)
         actions, _ = scorer.load_actions(path)
-        gold = [g for g in scorer.load_jsonl(args.gold) if any(g["id"] == c["id"] for c in cases)]
         _, summaries[mode] = scorer.score_run(gold, actions)
     body = report(summaries, model=args.model, seconds=seconds)
     print(HEADING + "\n\n" + body)
