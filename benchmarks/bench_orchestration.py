@@ -14,7 +14,7 @@ a Jinja render of the prompt plus replaying the text — a real engine's work, n
 The remaining time is split into steps at the engine calls: step i = end of model turn i → start of model turn
 i+1 (the first step also carries the run's start: run_started + provenance events; the last its end).
 Phase timings wrap the session's own methods on the instance (``_parse``, ``_commit_turn``, ``_validate``,
-``_approve``, ``_execute``, ``_reinject``; for attribution also ``_begin`` (run_started, provenance, the first
+``_approve``, ``_execute_batch``, ``_reinject``; for attribution also ``_begin`` (run_started, provenance, the first
 commits), ``_model_turn`` minus the engine call inside it (ledger copy, model_call_* events) and ``_end`` (the
 terminal event and its fsync)) and ``TraceRecorder.emit`` (tracing happens inside the other phases: its column is
 a part of theirs, not an addition). Step p50s are also reported per position in the run (step 1 carries the
@@ -53,8 +53,9 @@ __all__ = ["HEADING", "PHASES", "OrchestrationReport", "run_benchmark", "render_
 
 HEADING = "## Orchestration: session overhead per step (scripted engine)"
 """The RESULTS.md section this benchmark owns."""
-PHASES = ("_parse", "_commit_turn", "_validate", "_approve", "_execute", "_reinject")
-"""Session methods timed as phases."""
+PHASES = ("_parse", "_commit_turn", "_validate", "_approve", "_execute_batch", "_reinject")
+"""Session methods timed as phases (``_execute_batch`` runs the tools and calls ``_reinject`` inside it). A name the
+session no longer has is skipped (its row reads n = 0): the per-step number never depends on them."""
 EXTRA_PHASES = ("_begin", "_model_turn", "_end")
 """Session methods timed for attribution only (``_model_turn`` minus the engine call inside it)."""
 TARGET_P50_S = 1e-3
@@ -165,7 +166,8 @@ def run_benchmark(*, runs: int = 200, warmup: int = 5) -> OrchestrationReport:
             engine.run_turn = timed_turn  # type: ignore[method-assign]
             sinks: dict[str, list[float]] = {name: [] for name in (*PHASES, *EXTRA_PHASES, "emit")}
             for name in (*PHASES, "_begin", "_end"):
-                setattr(session, name, _timed(getattr(session, name), sinks[name]))
+                if hasattr(session, name):
+                    setattr(session, name, _timed(getattr(session, name), sinks[name]))
 
             def model_turn(*args: Any, _fn: Any = session._model_turn, _marks: Any = marks,
                            _sink: Any = sinks["_model_turn"]) -> Any:
