@@ -36,7 +36,7 @@ from starlette.types import Receive, Scope, Send
 from agent.serve.errors import ApiError
 from agent.serve.request import ChatRequest, parse_chat_request
 from agent.serve.response import Completion, sse
-from agent.serve.worker import Delta, Done, Failed, Gone, Job, ModelWorker
+from agent.serve.worker import CallDelta, Delta, Done, Event, Failed, Gone, Job, ModelWorker
 
 __all__ = ["BackgroundServer", "create_app"]
 
@@ -131,7 +131,7 @@ class _JobResponse(Response):
                 self.job.cancel()
                 return
 
-    async def _next(self) -> Delta | Done | Failed | Gone:
+    async def _next(self) -> Event:
         return await self.job.events.get()
 
     async def _deliver(self, send: Send) -> None:
@@ -143,7 +143,7 @@ class _JobResponse(Response):
             await _send_json(send, event.error.status, event.error.body(), event.error.headers)
             return
         if not self.chat.stream:
-            while isinstance(event, Delta):
+            while isinstance(event, (Delta, CallDelta)):
                 event = await self._next()
             if isinstance(event, Done):
                 await _send_json(send, 200, completion.whole(event.answer))
@@ -157,6 +157,8 @@ class _JobResponse(Response):
         while True:
             if isinstance(event, Delta):
                 await _body(send, sse(completion.content_chunk(event.content)))
+            elif isinstance(event, CallDelta):
+                await _body(send, sse(completion.call_chunk(event)))
             elif isinstance(event, Done):
                 for chunk in completion.final_chunks(event.answer):
                     await _body(send, sse(chunk))

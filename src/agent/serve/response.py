@@ -7,7 +7,8 @@ deltas gives the whole completion: content deltas in order, then each call as ``
 
     Answer ─► completion(...)                       one JSON object
     Delta  ─► content_chunk(...)                    data: {...}
-    Answer ─► final_chunks(...)                     calls, finish, usage
+    CallDelta ─► call_chunk(...)                    a call's id and name, or an arguments fragment
+    Answer ─► final_chunks(...)                     finish, usage
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.serve.worker import Answer
+from agent.serve.worker import Answer, CallDelta
 
 __all__ = ["Completion", "sse"]
 
@@ -68,14 +69,18 @@ class Completion:
     def content_chunk(self, text: str) -> dict[str, Any]:
         return self.chunk({"content": text})
 
+    def call_chunk(self, delta: CallDelta) -> dict[str, Any]:
+        """A call's first chunk (``id``, ``type``, ``function.name``) or one of its ``arguments`` fragments."""
+        if delta.id is not None:
+            part = {"index": delta.index, "id": delta.id, "type": "function",
+                    "function": {"name": delta.name, "arguments": delta.arguments}}
+        else:
+            part = {"index": delta.index, "function": {"arguments": delta.arguments}}
+        return self.chunk({"tool_calls": [part]})
+
     def final_chunks(self, answer: Answer) -> list[dict[str, Any]]:
-        """The calls, the finish reason and (when asked) the usage."""
-        chunks = []
-        for index, call in enumerate(answer.tool_calls):
-            chunks.append(self.chunk({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                                      "function": {"name": call.name, "arguments": ""}}]}))
-            chunks.append(self.chunk({"tool_calls": [{"index": index, "function": {"arguments": call.arguments}}]}))
-        chunks.append(self.chunk({}, answer.finish_reason))
+        """The finish reason and (when asked) the usage: the content and calls were streamed before."""
+        chunks = [self.chunk({}, answer.finish_reason)]
         if self.include_usage:
             chunks.append({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                            "model": self.model, "system_fingerprint": FINGERPRINT, "choices": [],

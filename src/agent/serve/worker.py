@@ -28,13 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.engine import ChatModelEngine, ContextWindowError, prompt_tools
-from agent.protocol.base import FinalText, MalformedToolCall, MessageFormatError, ProtocolError, ToolCalls
-from agent.protocol.streaming import ProseGuard
+from agent.protocol.base import (Codec, FinalText, MalformedToolCall, MessageFormatError, ProtocolError, ToolCall,
+                                 ToolCalls)
+from agent.protocol.streaming import CallScanner, ProseGuard, ScannedCall
 from agent.serve.errors import ApiError
 from agent.serve.prefix_cache import PrefixCache, common_prefix_length
 from agent.serve.request import ChatRequest
 
-__all__ = ["Answer", "Delta", "Done", "Failed", "Gone", "Job", "ModelWorker", "ToolCallOut"]
+__all__ = ["Answer", "CallDelta", "Delta", "Done", "Failed", "Gone", "Job", "ModelWorker", "ToolCallOut"]
 
 log = logging.getLogger("ember.serve")
 
@@ -72,6 +73,16 @@ class Delta:
     content: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class CallDelta:
+    """Part of a call a stream may show now: its ``id`` and ``name`` once (first), then ``arguments`` fragments."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
 @dataclass(frozen=True)
 class Done:
     answer: Answer
@@ -87,7 +98,7 @@ class Gone:
     """The client disconnected; the turn was cancelled and rolled back."""
 
 
-Event = Delta | Done | Failed | Gone
+Event = Delta | CallDelta | Done | Failed | Gone
 
 
 @dataclass(eq=False)
@@ -239,7 +250,7 @@ class ModelWorker:
         if self.prefix_cache is not None:
             self.prefix_cache.restore(model, prompt, prefix_len)
         reused_before = common_prefix_length(model.tokens, prompt)
-        deltas = _ContentStream(job, ProseGuard(engine.codec) if request.calls_possible else None)
+        deltas = _TurnStream(job, engine.codec if request.calls_possible else None)
         engine.sampling = request.sampling
         try:
             turn = engine.run_turn(request.messages, tools=tools, tool_choice=request.tool_choice,
@@ -264,10 +275,11 @@ class ModelWorker:
         answer = self._parse(request, turn.text, deltas)
         finish = answer.finish_reason if answer.tool_calls else ("length" if turn.finish_reason == "length"
                                                                   else "stop")
-        deltas.finish(answer.content or "")
-        return Answer(content=answer.content, tool_calls=answer.tool_calls, finish_reason=finish,
-                      prompt_tokens=turn.n_prompt_tokens, completion_tokens=turn.n_output_tokens,
-                      cached_tokens=turn.n_reused_tokens, seconds=turn.seconds)
+        answer = Answer(content=answer.content, tool_calls=answer.tool_calls, finish_reason=finish,
+                        prompt_tokens=turn.n_prompt_tokens, completion_tokens=turn.n_output_tokens,
+                        cached_tokens=turn.n_reused_tokens, seconds=turn.seconds)
+        deltas.finish(answer)
+        return answer
 
     def _prefix_len(self, request: ChatRequest, shown: list[Any], prompt: list[int]) -> int:
         """Prompt tokens shared by every request with these leading system messages and tools."""
@@ -284,7 +296,7 @@ class ModelWorker:
             return 0
         return common_prefix_length(probe, prompt)
 
-    def _parse(self, request: ChatRequest, text: str, deltas: _ContentStream) -> Answer:
+    def _parse(self, request: ChatRequest, text: str, deltas: _TurnStream) -> Answer:
         """The finished turn as an answer: calls (ids minted here), prose, or the JSON document."""
         if deltas.stop_at is not None:
             return Answer(content=text[: deltas.stop_at])
@@ -293,8 +305,9 @@ class ModelWorker:
         action = self.engine.codec.parse(text)
         offered = {t.name for t in request.tools}
         if isinstance(action, ToolCalls) and all(c.name in offered for c in action.calls):
-            calls = tuple(ToolCallOut(id=f"call_{secrets.token_hex(12)}", name=c.name,
-                                      arguments=json.dumps(c.arguments, ensure_ascii=False)) for c in action.calls)
+            written = deltas.scanned(text)
+            calls = tuple(ToolCallOut(id=deltas.call_id(i), name=c.name, arguments=_arguments_text(c, written, i))
+                          for i, c in enumerate(action.calls))
             return Answer(content=action.text or None, tool_calls=calls, finish_reason="tool_calls")
         if isinstance(action, FinalText):
             return Answer(content=action.text)
@@ -305,19 +318,25 @@ class ModelWorker:
                        code="malformed_turn")
 
 
-class _ContentStream:
-    """Turns the growing turn text into content deltas: no call markup, nothing past a stop sequence."""
+class _TurnStream:
+    """Turns the growing turn text into stream events: content deltas (no call markup, nothing past a stop
+    sequence), then each call's id and name once and its arguments as the model writes them."""
 
-    def __init__(self, job: Job, guard: ProseGuard | None) -> None:
+    def __init__(self, job: Job, codec: Codec | None) -> None:
         self._job = job
-        self._guard = guard
+        self._guard = ProseGuard(codec) if codec is not None else None
+        self._scanner = CallScanner(codec) if codec is not None else None
         self._stops = job.request.stop
         self._hold = max((len(s) for s in self._stops), default=1) - 1
         self._text = ""
         self._sent = 0
+        self._ids: list[str] = []
+        self._shown: list[str | None] = []
+        """Per call: the arguments text streamed so far; None before its id and name were sent."""
         self.stop_at: int | None = None
         """Where a stop sequence begins in the turn text, once one appeared."""
-        self._emit: Callable[[Event], None] = job.emit if job.request.stream else (lambda event: None)
+        self._streaming = job.request.stream
+        self._emit: Callable[[Event], None] = job.emit if self._streaming else (lambda event: None)
 
     def feed(self, piece: str) -> None:
         if self.stop_at is not None:
@@ -338,14 +357,59 @@ class _ContentStream:
         if len(safe) > self._sent:
             self._emit(Delta(safe[self._sent:]))
             self._sent = len(safe)
+        if self._streaming and self._scanner is not None:
+            for index, call in enumerate(self._scanner.feed(self._text)):
+                if call.name is None:
+                    break
+                self._send_call(index, call.name, call.arguments)
 
-    def finish(self, content: str) -> None:
-        """Send the rest of the final content (what was held back)."""
+    def scanned(self, text: str) -> list[ScannedCall]:
+        """The calls of the finished turn as the model wrote them."""
+        return [] if self._scanner is None else self._scanner.feed(text)
+
+    def call_id(self, index: int) -> str:
+        """The id of the turn's call number ``index`` (minted once, when it is first streamed or answered)."""
+        while len(self._ids) <= index:
+            self._ids.append(f"call_{secrets.token_hex(12)}")
+            self._shown.append(None)
+        return self._ids[index]
+
+    def _send_call(self, index: int, name: str, arguments: str) -> None:
+        call_id = self.call_id(index)
+        shown = self._shown[index]
+        if shown is None:
+            self._emit(CallDelta(index=index, id=call_id, name=name, arguments=""))
+            shown = ""
+        if not arguments.startswith(shown):
+            log.error("call %d: arguments %r do not extend the streamed %r", index, arguments, shown)
+        elif len(arguments) > len(shown):
+            self._emit(CallDelta(index=index, id=None, name=None, arguments=arguments[len(shown):]))
+            shown = arguments
+        self._shown[index] = shown
+
+    def finish(self, answer: Answer) -> None:
+        """Send what the stream has not shown yet: held-back content, calls or arguments not yet streamed."""
+        content = answer.content or ""
         if not content.startswith(self._text[: self._sent]):
             log.error("streamed content %r is not a prefix of the answer %r", self._text[: self._sent], content)
         if len(content) > self._sent:
             self._emit(Delta(content[self._sent:]))
             self._sent = len(content)
+        for index, call in enumerate(answer.tool_calls):
+            self._send_call(index, call.name, call.arguments)
+
+
+def _arguments_text(call: ToolCall, written: list[ScannedCall], index: int) -> str:
+    """The call's arguments as the model wrote them (what a stream showed), or re-encoded should the scan and the
+    codec ever disagree."""
+    if index < len(written) and written[index].complete and written[index].name == call.name:
+        try:
+            if json.loads(written[index].arguments) == call.arguments:
+                return written[index].arguments
+        except ValueError:
+            pass
+    log.error("call %d (%s): the scanned arguments disagree with the parsed ones; re-encoding", index, call.name)
+    return json.dumps(call.arguments, ensure_ascii=False)
 
 
 class _ClientGone(Exception):

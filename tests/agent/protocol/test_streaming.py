@@ -1,13 +1,16 @@
-"""ProseGuard: a streamed prefix of a turn is always a prefix of the parsed turn's content, and never call markup."""
+"""ProseGuard: a streamed prefix of a turn is always a prefix of the parsed turn's content, and never call markup.
+CallScanner: the calls scanned from any prefix of a turn grow into exactly the codec's parsed calls."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.protocol import FinalText, Llama3Codec, QwenCodec, ToolCalls
-from agent.protocol.streaming import ProseGuard, call_triggers
+from agent.protocol.streaming import CallScanner, ProseGuard, ScannedCall, call_triggers
 
 QWEN_TURNS = [
     "The answer is 4.",
@@ -55,3 +58,76 @@ def test_streamed_prose_before_a_call_is_a_prefix_of_the_content(prose):
             assert content.startswith(safe)
         assert "<tool_call>" not in safe and "```json" not in safe
 
+
+
+# -- CallScanner ---------------------------------------------------------------------------------------------------
+
+TRICKY = 'ab"\\{}[],: é\n'
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=TRICKY, max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(alphabet=TRICKY, max_size=4), inner,
+                                                                 max_size=3),
+    max_leaves=6)
+ARGUMENTS = st.dictionaries(st.text(alphabet=TRICKY, max_size=6), JSON_VALUES, max_size=3)
+NAMES = st.sampled_from(["get_weather", "f", "ns.tool_2"])
+
+
+def _qwen_shapes(calls, separators):
+    objects = [json.dumps({"name": name, "arguments": args}, ensure_ascii=False, separators=separators)
+               for name, args in calls]
+    return [
+        "".join(f"<tool_call>\n{obj}\n</tool_call>\n" for obj in objects),
+        "Let me look that up {first}.\n" + "".join(f"<tool_call>\n{obj}\n</tool_call>" for obj in objects),
+        "```json\n" + "\n".join(objects) + "\n```",
+        "```json\n[" + ", ".join(objects) + "]\n```",
+        "\n".join(objects),
+    ]
+
+
+def _scan_in_pieces(codec, text, cuts):
+    scanner = CallScanner(codec)
+    seen: list = []
+    for end in [*sorted(set(cuts)), len(text)]:
+        now = scanner.feed(text[:end])
+        assert len(now) >= len(seen), "a scanned call never disappears"
+        for before, after in zip(seen, now, strict=False):
+            assert after.arguments.startswith(before.arguments), "streamed arguments only ever grow"
+            assert before.name is None or after.name == before.name, "a name, once read, stays"
+        seen = now
+    return seen
+
+
+@given(calls=st.lists(st.tuples(NAMES, ARGUMENTS), min_size=1, max_size=3),
+       separators=st.sampled_from([(", ", ": "), (",", ":")]),
+       fractions=st.lists(st.floats(0, 1), max_size=6))
+def test_scanned_calls_are_the_parsed_calls_in_the_models_own_bytes(calls, separators, fractions):
+    codec = QwenCodec()
+    for turn in _qwen_shapes(calls, separators):
+        action = codec.parse(turn)
+        assert isinstance(action, ToolCalls), (turn, action)
+        scanned = _scan_in_pieces(codec, turn, [int(f * len(turn)) for f in fractions])
+        assert [(s.name, json.loads(s.arguments), s.complete) for s in scanned] == [
+            (c.name, c.arguments, True) for c in action.calls]
+        assert all(s.arguments in turn for s in scanned)
+
+
+def test_llama_calls_scan_under_their_parameters_key():
+    codec = Llama3Codec()
+    turn = '<|python_tag|>{"name": "f", "parameters": {"x": [1, {"y": "}"}]}}; {"name": "g", "parameters": {}}'
+    action = codec.parse(turn)
+    assert isinstance(action, ToolCalls)
+    assert [(s.name, s.arguments) for s in CallScanner(codec).feed(turn)] == [
+        ("f", '{"x": [1, {"y": "}"}]}'), ("g", "{}")]
+
+
+@pytest.mark.parametrize("turn", ["The answer is {4}.", 'Use "name": {"arguments": 1} in prose', ""])
+def test_prose_holds_no_calls(turn):
+    assert CallScanner(QwenCodec()).feed(turn) == []
+
+
+def test_a_partial_call_shows_its_name_only_once_the_string_is_complete():
+    codec, turn = QwenCodec(), '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Ro'
+    scanner = CallScanner(codec)
+    assert scanner.feed(turn[:24]) == [ScannedCall(name=None, arguments="", complete=False)]
+    assert scanner.feed(turn) == [ScannedCall(name="get_weather", arguments='{"city": "Ro', complete=False)]

@@ -157,7 +157,7 @@ def _streamed(client, **request):
         for choice in chunk.choices:
             content.append(choice.delta.content or "")
             for part in choice.delta.tool_calls or ():
-                entry = calls.setdefault(part.index, {"id": None, "name": None, "arguments": ""})
+                entry = calls.setdefault(part.index, {"id": None, "name": None, "arguments": "", "fragments": 0})
                 if part.id:
                     assert entry["id"] is None, "a call's id is sent once"
                     entry["id"] = part.id
@@ -165,7 +165,9 @@ def _streamed(client, **request):
                     assert entry["name"] is None, "a call's name is sent once"
                     entry["name"] = part.function.name
                 if part.function and part.function.arguments:
+                    assert entry["name"] is not None, "arguments come after the call's id and name"
                     entry["arguments"] += part.function.arguments
+                    entry["fragments"] += 1
             if choice.finish_reason:
                 finishes.append(choice.finish_reason)
     return "".join(content), [calls[i] for i in sorted(calls)], finishes, usage
@@ -186,9 +188,35 @@ def test_streamed_deltas_concatenate_to_the_non_streamed_answer(client, request_
     assert [(c["name"], c["arguments"]) for c in calls] == [
         (c.function.name, c.function.arguments) for c in message.tool_calls or ()]
     assert all(c["id"] for c in calls)
+    assert all(c["fragments"] > 1 for c in calls), "arguments stream as the model writes them, not in one piece"
     assert finishes == [whole.choices[0].finish_reason]
     assert usage.completion_tokens == whole.usage.completion_tokens
     assert not any(mark in content for mark in MARKUP)
+
+
+def test_a_stop_sequence_ends_the_text_before_it_streamed_or_not(client):
+    request_ = {"model": MODEL, "messages": ask("Count from 1 to 20, separated by commas."), "max_tokens": 60,
+                "stop": [", 5"]}
+    whole = client.chat.completions.create(**request_)
+    content, _, finishes, _ = _streamed(client, **request_)
+    assert whole.choices[0].finish_reason == "stop" and finishes == ["stop"]
+    assert "4" in whole.choices[0].message.content and ", 5" not in whole.choices[0].message.content
+    assert content == whole.choices[0].message.content
+
+
+def test_past_the_deadline_a_request_is_a_504_and_the_worker_serves_on(client, worker):
+    deadline = worker.timeout_s
+    worker.timeout_s = 0.3
+    try:
+        with pytest.raises(openai.APIStatusError) as caught:
+            client.chat.completions.create(model=MODEL, messages=ask("Write a long story about the sea."),
+                                           max_tokens=400)
+    finally:
+        worker.timeout_s = deadline
+    assert caught.value.status_code == 504 and caught.value.body["code"] == "timeout"
+    assert worker.wait_idle(timeout=60)
+    assert worker.engine.model.n_past <= worker.engine.committed_tokens  # the cut turn left nothing in the KV
+    assert client.chat.completions.create(model=MODEL, messages=ask("hi"), max_tokens=4).choices[0].message.content
 
 
 # -- refusals ------------------------------------------------------------------------------------------------------
