@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent.results import ResultErrorKind, error_result
 from agent.schema import ArgumentErrors, ValidatedArguments, ValidationErrorKind, validate_arguments
 from .hostile_kit import budget
 
@@ -75,7 +76,7 @@ def check(tool: str, raw: Any) -> ValidatedArguments | ArgumentErrors:
         for e in out.errors:
             assert isinstance(e.path, str) and isinstance(e.reason, str) and e.reason
             assert isinstance(e.kind, ValidationErrorKind)
-        json.dumps(out.to_result())  # the rejection can always be reinjected
+        json.dumps(error_result(ResultErrorKind.INVALID_ARGUMENTS, out.detail, out.errors))  # always reinjectable
     else:
         plain = json.loads(out.to_json())
         assert jsonschema.Draft202012Validator(SCHEMAS[tool]).is_valid(plain)
