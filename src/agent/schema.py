@@ -5,36 +5,37 @@ model's argument object into something a tool may run on:
 
     raw (JSON text or parsed object)
       ─► parse ─► object? ─► structural walk ─► JSON Schema (Draft 2020-12, closed, formats) ─► ValidatedArguments
-          │          │        (depth, node count, string     │
-          │          │         size, JSON-ness, NaN)         └─► ArgumentErrors (every error)
-          └──────────┴───────────────┴──────────────────────────► ArgumentErrors
+          │          │        (depth, node count, string     │   one jsonschema-rs validator,
+          │          │         size, JSON-ness, NaN)         │   compiled once per schema
+          └──────────┴───────────────┴───────────────────────┴──► ArgumentErrors (every error, with its path)
 
 Owns:
 - **Strictness.** Unknown fields are rejected: an object schema (one that declares ``properties``, or
   ``type: "object"``) that says nothing about ``additionalProperties``/``unevaluatedProperties`` is validated as
-  if it said ``unevaluatedProperties: false`` (see `close_schema`). ``unevaluatedProperties`` rather than
-  ``additionalProperties`` so that ``allOf``/``anyOf`` compositions still see the properties their members
-  declare; the members themselves are left open. To accept free-form keys, say so
-  (``"additionalProperties": true``). A tool's *declared* ``parameters`` are not rewritten (the grammar compiler
-  reads them as written); only validation closes them.
-- **Formats are asserted**, not annotated: ``date``, ``time``, ``date-time`` (RFC 3339), ``email``, ``ipv4``,
-  ``ipv6``, ``uuid`` (hyphenated) and ``uri`` (absolute, RFC 3986 characters) are checked by the stdlib-only
-  checkers below, so the outcome never depends on which optional jsonschema extras are installed. Other formats
-  are not checked.
+  if it said ``unevaluatedProperties: false`` (`close_schema`, in `agent.schema_closing`). To accept free-form
+  keys, say so (``"additionalProperties": true``). A tool's *declared* ``parameters`` are not rewritten (the
+  grammar compiler reads them as written); only validation closes them.
+- **Formats are asserted**, not annotated: the stdlib-only checkers of `agent.schema_formats` (``date``,
+  ``time``, ``date-time``, ``email``, ``ipv4``, ``ipv6``, ``uuid``, ``uri``). Other formats are not checked.
 - **Bounds before recursion.** Nesting deeper than ``max_depth`` containers (``too_deep``), more than
   ``max_nodes`` values or strings over ``max_string_bytes`` UTF-8 bytes (``too_long``) are found by a bounded walk
   *before* the schema is evaluated; when any is exceeded the schema is not evaluated at all. Non-JSON values
   (NaN, Infinity, sets, non-string keys, unpaired surrogates) are refused by the same walk. Booleans are not
   integers or numbers (JSON Schema agrees).
-- **Compiled once.** `compile_parameters` (which `Tool` calls at definition) checks, closes and compiles a schema
-  into `CompiledParameters`; `validate_arguments` takes it in place of the schema, so a call never recompiles or
-  rehashes. Compiling also builds a fast validity check for the common keywords (`_fast_check`): plain closures
-  that decide exactly what the strict validator decides (property-tested against it). A value it accepts is
-  valid; anything else, and every schema it cannot decide exactly, goes through jsonschema, which alone collects
-  and describes errors.
+- **One validator, compiled once.** `compile_parameters` (which `Tool` calls at definition) checks the schema
+  (jsonschema's meta-schema check, so definition errors read as before), closes it and compiles it with
+  jsonschema-rs (`jsonschema_rs.Draft202012Validator`, through its public API only) into `CompiledParameters`;
+  `validate_arguments` takes it in place of the schema, so a call never recompiles or rehashes. That one
+  validator decides validity and reports every error (``iter_errors``: instance path, schema path, typed kind).
+  ``pattern`` is evaluated with Python's `re` (``re.search``, a custom keyword), as jsonschema's reference
+  validator does; remote ``$ref`` is never fetched (an unresolvable reference is a `ToolDefinitionError` when
+  the schema is compiled). Known differences from the reference validator, outside what tool schemas use:
+  ``patternProperties`` keys are ECMA-262 regexes (Rust ``regex``), and ``multipleOf`` with a fractional divisor
+  is exact (0.3 is a multiple of 0.1) where the reference divides floats.
 - **Every error, with its path and kind, sorted**: by path (array indices numerically), then kind, then reason.
   Paths are dotted and indexed, ``items[0].qty``; keys that are not identifiers are quoted, ``meta["a.b"]``;
-  the arguments object itself is the empty path ``""``.
+  the arguments object itself is the empty path ``""``. A missing or unknown field is reported at the field's own
+  path, one error per field.
 
 Refuses: schemas that are not valid Draft 2020-12 (`ToolDefinitionError`), ``max_depth`` outside 1..256.
 
@@ -45,30 +46,25 @@ That guards against accidents, not against deliberate in-process forgery (nothin
 
 from __future__ import annotations
 
-import enum
 import functools
 import hashlib
-import ipaddress
 import json
 import math
-import numbers
 import re
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import date
 from types import MappingProxyType
 from typing import Any, Final
 
 import jsonschema
-from jsonschema import Draft202012Validator, FormatChecker, ValidationError, validators
-from jsonschema._utils import equal as _equal  # pinned jsonschema==4.26.0
-from jsonschema._utils import find_evaluated_property_keys_by_schema
-from jsonschema._utils import uniq as _uniq
+import jsonschema_rs
+from jsonschema import Draft202012Validator
 
+from agent.argument_errors import (ArgumentError, ArgumentErrors, ValidationErrorKind, describe_errors, failed,
+                                   json_type, render_path, safe_repr, show_value)
 from agent.errors import ToolDefinitionError
-from agent.json_text import plain_encoder
-from agent.results import ResultErrorKind, error_result
+from agent.schema_closing import close_for_grammar, close_schema
+from agent.schema_formats import FORMAT_CHECKER, FORMATS
 
 __all__ = [
     "close_for_grammar",
@@ -103,57 +99,6 @@ _MAX_INT_BITS: Final = 4096
 """Integers past 2**4096 are refused (``out_of_range``): they cannot round-trip through every JSON reader."""
 
 
-class ValidationErrorKind(enum.StrEnum):
-    """Why one argument was rejected."""
-
-    MISSING_REQUIRED = "missing_required"
-    UNKNOWN_FIELD = "unknown_field"
-    WRONG_TYPE = "wrong_type"
-    ENUM_MISMATCH = "enum_mismatch"
-    OUT_OF_RANGE = "out_of_range"
-    PATTERN_MISMATCH = "pattern_mismatch"
-    """``pattern`` or ``format`` not matched."""
-    TOO_LONG = "too_long"
-    TOO_SHORT = "too_short"
-    TOO_DEEP = "too_deep"
-    NOT_AN_OBJECT = "not_an_object"
-    OTHER = "other"
-    """Everything else: invalid JSON text, non-JSON values, ``uniqueItems``, unmatched ``anyOf``…"""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ArgumentError:
-    """One rejected argument: where, why (for the model), and what kind of failure (for code)."""
-
-    path: str
-    """Dotted/indexed location, e.g. ``items[0].qty``; ``""`` is the arguments object itself."""
-    reason: str
-    """Human sentence for the model, e.g. ``expected number, got string``."""
-    kind: ValidationErrorKind
-
-    def to_json(self) -> dict[str, str]:
-        """The model-facing form, ``{"path": ..., "reason": ...}``."""
-        return {"path": self.path, "reason": self.reason}
-
-
-@dataclass(frozen=True, kw_only=True)
-class ArgumentErrors:
-    """Validation failed: every error found, sorted deterministically. Never empty."""
-
-    tool_name: str
-    errors: tuple[ArgumentError, ...]
-
-    @property
-    def detail(self) -> str:
-        """One line summarising the errors, for ``detail`` in the ok:false result."""
-        n = len(self.errors)
-        return f"{n} invalid argument{'s' if n != 1 else ''} for tool {self.tool_name!r}"
-
-    def to_result(self) -> dict[str, Any]:
-        """The ``invalid_arguments`` ok:false result the model receives."""
-        return error_result(ResultErrorKind.INVALID_ARGUMENTS, self.detail, self.errors)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # ValidatedArguments
 # ---------------------------------------------------------------------------------------------------------
@@ -164,10 +109,6 @@ _CONSTRUCTOR_TOKEN: Final = object()
 _CANONICAL_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"),
                                              allow_nan=False)
 """Built once (``json.dumps`` with these options builds one per call); encoders keep no state between calls."""
-
-
-_canonical_tree: Final = plain_encoder(_CANONICAL_ENCODER)
-"""`canonical_json` of the plain trees `_Walk` builds (acyclic by construction)."""
 
 
 def canonical_json(value: Any) -> str:
@@ -208,7 +149,7 @@ class ValidatedArguments:
     def __init__(self, token: object, *, tool_name: str, plain: dict[str, Any], schema_sha256: str) -> None:
         if token is not _CONSTRUCTOR_TOKEN:
             raise TypeError("ValidatedArguments can only be built by agent.schema.validate_arguments()")
-        text = _canonical_tree(plain)
+        text = _CANONICAL_ENCODER.encode(plain)
         object.__setattr__(self, "_tool_name", tool_name)
         object.__setattr__(self, "_plain", plain)
         object.__setattr__(self, "_values", _freeze(plain))
@@ -292,518 +233,33 @@ class ValidatedArguments:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# paths
+# compiling a parameters schema: one jsonschema-rs validator over the closed schema
 # ---------------------------------------------------------------------------------------------------------
 
-_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+class _PythonPattern:
+    """``pattern`` as jsonschema's reference validator evaluates it: ``re.search`` with Python's `re`
+    (a jsonschema-rs custom keyword; its own engine reads patterns as ECMA-262)."""
+
+    def __init__(self, parent_schema: Any, value: Any, schema_path: Any) -> None:
+        self._search = re.compile(value).search
+
+    def validate(self, instance: Any) -> None:
+        if isinstance(instance, str) and self._search(instance) is None:
+            raise ValueError("does not match pattern")
 
 
-def render_path(parts: Sequence[str | int]) -> str:
-    """``("items", 0, "qty")`` → ``items[0].qty``; non-identifier keys are JSON-quoted: ``meta["a.b"]``."""
-    out: list[str] = []
-    for part in parts:
-        if isinstance(part, int):
-            out.append(f"[{part}]")
-        elif _IDENT_RE.match(part):
-            out.append(("." if out else "") + part)
-        else:
-            out.append("[" + json.dumps(part, ensure_ascii=False) + "]")
-    return "".join(out)
-
-
-def _sort_key(item: tuple[tuple[str | int, ...], ArgumentError]) -> tuple[Any, ...]:
-    parts, error = item
-    segs = tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in parts)
-    return (segs, error.kind.value, error.reason)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# formats (stdlib only, so results never depend on optional jsonschema extras)
-# ---------------------------------------------------------------------------------------------------------
-
-FORMAT_CHECKER: Final = FormatChecker(formats=())
-"""The format checker validation uses; exactly the formats listed in the module docstring."""
-
-_DATE_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})\Z")
-_TIME_RE = re.compile(r"(\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-](\d{2}):(\d{2}))\Z")
-_EMAIL_RE = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+\Z")
-_UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
-_URI_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*\Z")
-
-_FORMAT_HINTS: Final = {
-    "date": "a date YYYY-MM-DD",
-    "time": "a time HH:MM:SS with a UTC offset, e.g. 14:30:00Z",
-    "date-time": "a date-time, e.g. 2026-10-03T14:30:00Z",
-    "email": "an email address",
-    "ipv4": "an IPv4 address, e.g. 192.0.2.1",
-    "ipv6": "an IPv6 address",
-    "uuid": "a UUID, e.g. 123e4567-e89b-12d3-a456-426614174000",
-    "uri": "an absolute URI, e.g. https://example.com/x",
-}
-
-
-@FORMAT_CHECKER.checks("date")
-def _is_date(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
-    m = _DATE_RE.match(value)
-    if m is None:
-        return False
-    try:
-        date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    except ValueError:
-        return False
+def _always_conforms(value: str) -> bool:
     return True
 
 
-@FORMAT_CHECKER.checks("time")
-def _is_time(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
-    m = _TIME_RE.match(value)
-    if m is None:
-        return False
-    hour, minute, second = int(m.group(1)), int(m.group(2)), int(m.group(3))
-    if hour > 23 or minute > 59 or second > 60:
-        return False
-    if m.group(6) is not None and (int(m.group(6)) > 23 or int(m.group(7)) > 59):
-        return False
-    return True
-
-
-@FORMAT_CHECKER.checks("date-time")
-def _is_date_time(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
-    if len(value) < 11 or value[10] not in "Tt ":
-        return False
-    return _is_date(value[:10]) and _is_time(value[11:])
-
-
-@FORMAT_CHECKER.checks("email")
-def _is_email(value: object) -> bool:
-    return not isinstance(value, str) or _EMAIL_RE.match(value) is not None
-
-
-@FORMAT_CHECKER.checks("ipv4")
-def _is_ipv4(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
-    if not value.isascii():
-        return False
-    try:
-        ipaddress.IPv4Address(value)
-    except ValueError:
-        return False
-    return True
-
-
-@FORMAT_CHECKER.checks("ipv6")
-def _is_ipv6(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
-    if not value.isascii() or "%" in value:
-        return False
-    try:
-        ipaddress.IPv6Address(value)
-    except ValueError:
-        return False
-    return True
-
-
-@FORMAT_CHECKER.checks("uuid")
-def _is_uuid(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
-    if _UUID_RE.match(value) is None:
-        return False
-    uuid.UUID(value)
-    return True
-
-
-@FORMAT_CHECKER.checks("uri")
-def _is_uri(value: object) -> bool:
-    return not isinstance(value, str) or _URI_RE.match(value) is not None
-
-
-# ---------------------------------------------------------------------------------------------------------
-# closing object schemas (the strict additionalProperties rule)
-# ---------------------------------------------------------------------------------------------------------
-
-_SCHEMA_MAPS: Final = ("properties", "patternProperties", "$defs", "definitions")
-"""Keywords whose values map names to subschemas validated on their own (closing positions)."""
-_SCHEMA_SINGLES: Final = ("items", "additionalProperties", "unevaluatedProperties", "unevaluatedItems",
-                          "contains", "propertyNames")
-_SCHEMA_LISTS: Final = ("prefixItems",)
-_IN_PLACE_LISTS: Final = ("allOf", "anyOf", "oneOf")
-"""Members apply to the same instance as their parent: they stay open; the parent closes over them."""
-_IN_PLACE_SINGLES: Final = ("not", "if", "then", "else")
-_IN_PLACE_MAPS: Final = ("dependentSchemas",)
-
-
-def _is_object_schema(schema: Mapping[str, Any]) -> bool:
-    t = schema.get("type")
-    return "properties" in schema or t == "object" or (isinstance(t, list) and "object" in t)
-
-
-def _declares_object_members(schema: Any) -> bool:
-    """Whether the schema, or a member it applies in place (allOf/anyOf/oneOf, recursively), is an object schema."""
-    if not isinstance(schema, Mapping):
-        return False
-    if _is_object_schema(schema):
-        return True
-    return any(_declares_object_members(m) for key in _IN_PLACE_LISTS for m in _members(schema, key))
-
-
-def _members(schema: Mapping[str, Any], key: str) -> list[Any]:
-    value = schema.get(key)
-    return value if isinstance(value, list) else []
-
-
-def close_schema(schema: Any) -> Any:
-    """A copy of ``schema`` in which every object schema that leaves unknown keys unspecified rejects them.
-
-    The rule, applied to every subschema validated on its own (the root, a property, ``items``, a ``$defs``
-    entry…) that has neither ``additionalProperties`` nor ``unevaluatedProperties``:
-
-    - it declares ``properties``/``patternProperties``, or its ``allOf`` members declare object shapes → it gets
-      ``unevaluatedProperties: false`` (which sees the properties its in-place members evaluate); the members
-      stay open, since closing them would make them reject each other's keys;
-    - it declares no properties of its own but its ``anyOf``/``oneOf`` alternatives are object shapes → each
-      alternative is closed on its own (so a failing alternative cannot make its keys look unknown);
-    - otherwise a bare ``type: "object"`` is closed: with nothing declared, every key is unknown.
-
-    ``not``/``if``/``then``/``else``/``dependentSchemas`` members stay open. Boolean ``false`` subschemas become
-    ``{"not": {}}`` (same meaning) so that their errors keep their path. Limitation: two ``$defs`` entries
-    combined with ``allOf`` are each closed as standalone shapes and reject each other's keys; such schemas
-    should declare ``additionalProperties`` themselves.
-    """
-    return _close(schema, closing=True)
-
-
-def close_for_grammar(schema: Any) -> Any:
-    """`close_schema` in the keywords a grammar compiler reads: ``additionalProperties: false`` wherever closing
-    adds ``unevaluatedProperties: false`` to an object that applies no other schema in place (no ``allOf``,
-    ``anyOf``, ``oneOf`` or ``$ref`` beside its properties, where the two keywords differ). So a constrained call
-    cannot spell an unknown field that validation would reject; where the keywords differ the grammar stays as
-    declared and validation alone rejects the unknown field."""
-    return _unevaluated_as_additional(close_schema(schema))
-
-
-_VALUES: Final = frozenset({"const", "enum", "default", "examples"})
-"""Keywords whose value is instance data, not a schema."""
-
-
-def _unevaluated_as_additional(node: Any) -> Any:
+def _format_names(node: Any) -> set[str]:
+    """Every ``format`` value in a schema (values of data keywords too: a spare entry is harmless)."""
     if isinstance(node, list):
-        return [_unevaluated_as_additional(v) for v in node]
+        return set().union(*map(_format_names, node)) if node else set()
     if not isinstance(node, Mapping):
-        return node
-    out = {k: v if k in _VALUES else _unevaluated_as_additional(v) for k, v in node.items()}
-    if out.get("unevaluatedProperties") is False and "additionalProperties" not in node:
-        del out["unevaluatedProperties"]
-        if not any(k in node for k in ("allOf", "anyOf", "oneOf", "$ref")):
-            out["additionalProperties"] = False
-    return out
-
-
-_KEEP_FALSE: Final = frozenset({"items", "additionalProperties", "unevaluatedProperties", "unevaluatedItems"})
-"""Keywords whose literal ``false`` the validator reports with a proper path already."""
-
-
-def _close(schema: Any, *, closing: bool) -> Any:
-    if schema is False:
-        return {"not": {}}
-    if not isinstance(schema, Mapping):
-        return schema
-    own_shape = "properties" in schema or "patternProperties" in schema
-    alternatives_closed = not own_shape and any(
-        _declares_object_members(m) for key in ("anyOf", "oneOf") for m in _members(schema, key))
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
-            out[key] = {k: _close(v, closing=True) for k, v in value.items()}
-        elif key in _IN_PLACE_MAPS and isinstance(value, Mapping):
-            out[key] = {k: _close(v, closing=False) for k, v in value.items()}
-        elif key in _KEEP_FALSE and value is False:
-            out[key] = value
-        elif key in _SCHEMA_SINGLES:
-            out[key] = _close(value, closing=True)
-        elif key in _IN_PLACE_SINGLES:
-            out[key] = _close(value, closing=False)
-        elif key in _SCHEMA_LISTS and isinstance(value, list):
-            out[key] = [_close(v, closing=True) for v in value]
-        elif key in ("anyOf", "oneOf") and isinstance(value, list):
-            out[key] = [_close(v, closing=alternatives_closed) for v in value]
-        elif key == "allOf" and isinstance(value, list):
-            out[key] = [_close(v, closing=False) for v in value]
-        else:
-            out[key] = value
-    if closing and "additionalProperties" not in out and "unevaluatedProperties" not in out:
-        all_of_shapes = any(_declares_object_members(m) for m in _members(out, "allOf"))
-        if own_shape or all_of_shapes or (_is_object_schema(out) and not alternatives_closed):
-            out["unevaluatedProperties"] = False
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# the strict validator: one error per missing / unknown key, each with its own path
-# ---------------------------------------------------------------------------------------------------------
-
-def _required(validator: Any, required: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    for prop in required:
-        if prop not in instance:
-            yield ValidationError("missing required argument", path=[prop])
-
-
-def _additional_properties(validator: Any, ap: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    properties = schema.get("properties", {})
-    patterns = schema.get("patternProperties", {})
-    extras = [k for k in instance
-              if k not in properties and not any(re.search(p, k) for p in patterns)]
-    if validator.is_type(ap, "object"):
-        for extra in extras:
-            yield from validator.descend(instance[extra], ap, path=extra)
-    elif ap is False:
-        for extra in extras:
-            yield ValidationError("unknown field", path=[extra])
-
-
-def _unevaluated_properties(validator: Any, up: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    evaluated = find_evaluated_property_keys_by_schema(validator, instance, schema)
-    for prop in instance:
-        if prop in evaluated:
-            continue
-        if up is False:
-            yield ValidationError("unknown field", path=[prop])
-        else:
-            yield from validator.descend(instance[prop], up, path=prop, schema_path=prop)
-
-
-_StrictValidator = validators.extend(
-    Draft202012Validator,
-    {"required": _required, "additionalProperties": _additional_properties,
-     "unevaluatedProperties": _unevaluated_properties},
-)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# the fast validity check: common keywords as plain Python closures, deciding exactly what the strict validator
-# decides. Only a "valid" answer is used (then jsonschema is not run); "invalid" or anything it cannot decide
-# goes through the full, error-collecting jsonschema path, so the fast check can cost time but never an error.
-# ---------------------------------------------------------------------------------------------------------
-
-_Check = Callable[[Any], bool]
-
-
-class _Unsupported(Exception):
-    """A keyword, or a combination of keywords, the fast check does not decide exactly: no fast check then."""
-
-
-_VALIDATOR_KEYWORDS: Final = frozenset(Draft202012Validator.VALIDATORS)
-"""Keywords jsonschema evaluates; any other key (``title``, ``description``, ``default``, ``then`` without ``if``…)
-is ignored by it, and so by the fast check."""
-_FAST_UNSUPPORTED: Final = frozenset({"$dynamicRef", "contains", "dependentSchemas", "multipleOf", "patternProperties",
-                                      "prefixItems", "unevaluatedItems"})
-_ANNOTATING: Final = frozenset({"$ref", "$dynamicRef", "additionalProperties", "patternProperties", "dependentSchemas",
-                                "allOf", "oneOf", "anyOf", "if"})
-"""In-place keywords whose annotations ``unevaluatedProperties`` would collect; with none of them beside it, the
-evaluated keys are exactly the declared ``properties`` (`find_evaluated_property_keys_by_schema`)."""
-_POINTER_SEGMENT_RE = re.compile(r"[A-Za-z0-9_.$-]+\Z")
-
-
-def _is_number(x: Any) -> bool:
-    return not isinstance(x, bool) and (isinstance(x, (int, float)) or isinstance(x, numbers.Number))
-
-
-_TYPE_TESTS: Final[dict[str, _Check]] = {  # Draft 2020-12's type checker, keyword for keyword
-    "array": lambda x: isinstance(x, list),
-    "boolean": lambda x: isinstance(x, bool),
-    "integer": lambda x: (isinstance(x, int) and not isinstance(x, bool)) or (isinstance(x, float) and x.is_integer()),
-    "null": lambda x: x is None,
-    "number": _is_number,
-    "object": lambda x: isinstance(x, dict),
-    "string": lambda x: isinstance(x, str),
-}
-
-
-def _always(x: Any) -> bool:
-    return True
-
-
-def _never(x: Any) -> bool:
-    return False
-
-
-def _conjunction(checks: list[_Check]) -> _Check:
-    if not checks:
-        return _always
-    if len(checks) == 1:
-        return checks[0]
-    frozen = tuple(checks)
-
-    def all_hold(x: Any) -> bool:
-        for check in frozen:
-            if not check(x):
-                return False
-        return True
-
-    return all_hold
-
-
-def _fast_check(root: Any) -> _Check | None:
-    """A closure deciding validity under the (closed) ``root`` exactly as `_StrictValidator` does, or None when
-    the schema uses something it does not decide (see `_FAST_UNSUPPORTED`; also ``$``-keywords other than
-    ``$ref`` to a local ``#/...`` pointer, ``$defs`` and ``$comment``)."""
-    refs: dict[str, list[_Check]] = {}
-
-    def resolve(ref: Any) -> Any:
-        if not isinstance(ref, str) or not ref.startswith("#"):
-            raise _Unsupported("$ref")
-        target = root
-        for segment in ref[1:].split("/")[1:] if ref != "#" else ():
-            if not _POINTER_SEGMENT_RE.match(segment) or not isinstance(target, dict) or segment not in target:
-                raise _Unsupported("$ref")
-            target = target[segment]
-        return target
-
-    def reference(ref: Any) -> _Check:
-        cell = refs.get(ref)
-        if cell is None:
-            cell = refs[ref] = [_never]
-            cell[0] = node(resolve(ref))
-        return lambda x: cell[0](x)
-
-    def node(schema: Any) -> _Check:
-        if schema is True:
-            return _always
-        if schema is False:
-            return _never
-        if not isinstance(schema, dict):
-            raise _Unsupported(type(schema).__name__)
-        checks = [keyword(schema, key, value) for key, value in schema.items()]
-        return _conjunction([c for c in checks if c is not _always])
-
-    def keyword(schema: dict[str, Any], key: str, value: Any) -> _Check:  # noqa: C901 - one branch per keyword
-        if key.startswith("$"):
-            if key in ("$comment", "$defs"):
-                return _always
-            if key == "$ref":
-                return reference(value)
-            raise _Unsupported(key)
-        if key not in _VALIDATOR_KEYWORDS:
-            return _always
-        if key in _FAST_UNSUPPORTED:
-            raise _Unsupported(key)
-        if key == "type":
-            tests = [_TYPE_TESTS[t] for t in ([value] if isinstance(value, str) else value)]
-            return tests[0] if len(tests) == 1 else (lambda x: any(t(x) for t in tests))
-        if key == "enum":
-            members = list(value)
-            if all(isinstance(m, str) for m in members):
-                strings = frozenset(members)
-                return lambda x: isinstance(x, str) and x in strings
-            return lambda x: any(_equal(m, x) for m in members)
-        if key == "const":
-            return lambda x: _equal(x, value)
-        if key == "properties":
-            subs = tuple((name, node(sub)) for name, sub in value.items())
-
-            def properties_hold(x: Any) -> bool:
-                if isinstance(x, dict):
-                    for name, sub in subs:
-                        if name in x and not sub(x[name]):
-                            return False
-                return True
-
-            return properties_hold
-        if key == "required":
-            names = tuple(value)
-            return lambda x: not isinstance(x, dict) or all(name in x for name in names)
-        if key in ("additionalProperties", "unevaluatedProperties"):
-            if key == "unevaluatedProperties" and any(k in schema for k in _ANNOTATING):
-                raise _Unsupported(key)
-            declared = schema.get("properties", {})
-            if not isinstance(declared, dict):
-                raise _Unsupported(key)
-            known = frozenset(declared)
-            if value is True:
-                return _always
-            if value is False:
-                return lambda x: not isinstance(x, dict) or all(k in known for k in x)
-            extra = node(value)
-            return lambda x: not isinstance(x, dict) or all(extra(v) for k, v in x.items() if k not in known)
-        if key == "minimum":
-            return lambda x: not _is_number(x) or not x < value
-        if key == "maximum":
-            return lambda x: not _is_number(x) or not x > value
-        if key == "exclusiveMinimum":
-            return lambda x: not _is_number(x) or not x <= value
-        if key == "exclusiveMaximum":
-            return lambda x: not _is_number(x) or not x >= value
-        if key == "minLength":
-            return lambda x: not isinstance(x, str) or not len(x) < value
-        if key == "maxLength":
-            return lambda x: not isinstance(x, str) or not len(x) > value
-        if key == "minItems":
-            return lambda x: not isinstance(x, list) or not len(x) < value
-        if key == "maxItems":
-            return lambda x: not isinstance(x, list) or not len(x) > value
-        if key == "minProperties":
-            return lambda x: not isinstance(x, dict) or not len(x) < value
-        if key == "maxProperties":
-            return lambda x: not isinstance(x, dict) or not len(x) > value
-        if key == "pattern":
-            search = re.compile(value).search
-            return lambda x: not isinstance(x, str) or search(x) is not None
-        if key == "format":
-            if value not in FORMAT_CHECKER.checkers:
-                return _always
-            conforms = FORMAT_CHECKER.conforms
-            return lambda x: conforms(x, value)
-        if key == "items":
-            if value is True:
-                return _always
-            if value is False:
-                return lambda x: not isinstance(x, list) or not x
-            item = node(value)
-            return lambda x: not isinstance(x, list) or all(item(v) for v in x)
-        if key == "uniqueItems":
-            return (lambda x: not isinstance(x, list) or _uniq(x)) if value else _always
-        if key == "dependentRequired":
-            deps = tuple((name, tuple(needed)) for name, needed in value.items())
-            return lambda x: not isinstance(x, dict) or all(n in x for name, needed in deps if name in x
-                                                             for n in needed)
-        if key == "propertyNames":
-            name_check = node(value)
-            return lambda x: not isinstance(x, dict) or all(name_check(k) for k in x)
-        if key in ("allOf", "anyOf", "oneOf"):
-            members = tuple(node(m) for m in value)
-            if key == "allOf":
-                return _conjunction(list(members))
-            if key == "anyOf":
-                return lambda x: any(m(x) for m in members)
-            return lambda x: sum(1 for m in members if m(x)) == 1
-        if key == "not":
-            negated = node(value)
-            return lambda x: not negated(x)
-        if key == "if":
-            condition = node(value)
-            then = node(schema["then"]) if "then" in schema else _always
-            otherwise = node(schema["else"]) if "else" in schema else _always
-            return lambda x: then(x) if condition(x) else otherwise(x)
-        raise _Unsupported(key)  # a keyword added to jsonschema that this function does not know
-
-    try:
-        return node(root)
-    except Exception:  # _Unsupported, re.error, RecursionError on absurd nesting: the full path decides alone
-        return None
+        return set()
+    found = {node["format"]} if isinstance(node.get("format"), str) else set()
+    return found.union(*(_format_names(v) for v in node.values()))
 
 
 @dataclass(frozen=True, eq=False)
@@ -812,19 +268,19 @@ class CompiledParameters:
     `validate_arguments` instead of the schema so no call pays for compiling or hashing the schema again."""
 
     validator: Any
-    """The strict jsonschema validator over the closed schema: the authority, and the error collector."""
+    """The jsonschema-rs validator over the closed schema: decides validity and reports every error."""
     schema_sha256: str
     """Hex sha256 of the canonical JSON of the schema as declared."""
-    fast: _Check | None
-    """Exact validity check for the common keywords (`_fast_check`), or None."""
-
+    closed: Any
+    """The closed schema the validator evaluates (error reasons read keyword values from it)."""
 
 
 def check_parameters_schema(tool_name: str, schema: object) -> None:
     """Refuse a parameters schema that is not a valid Draft 2020-12 schema of an object.
 
     Raises:
-        ToolDefinitionError: not a dict, not a valid schema, or a root ``type`` other than ``object``.
+        ToolDefinitionError: not a dict, not a valid schema, a root ``type`` other than ``object``, or a
+            ``$ref`` that cannot be resolved locally.
     """
     _compile(tool_name, schema)
 
@@ -862,8 +318,14 @@ def _compiled(tool_name: str, schema_text: str) -> CompiledParameters:
         raise ToolDefinitionError(tool_name, f"parameters must describe an object (type \"object\"), "
                                              f"got type {json.dumps(root_type)}")
     closed = close_schema(schema)
-    validator = _StrictValidator(closed, format_checker=FORMAT_CHECKER)
-    return CompiledParameters(validator=validator, schema_sha256=_sha256_text(schema_text), fast=_fast_check(closed))
+    formats = {name: FORMATS.get(name, _always_conforms) for name in _format_names(closed)}
+    try:
+        validator = jsonschema_rs.Draft202012Validator(closed, formats=formats, validate_formats=True,
+                                                       keywords={"pattern": _PythonPattern}, offline=True)
+    except (ValueError, re.error) as exc:  # jsonschema_rs.ValidationError is a ValueError (e.g. a remote $ref)
+        reason = str(exc).split("\n", 1)[0]
+        raise ToolDefinitionError(tool_name, f"parameters cannot be evaluated: {reason}") from None
+    return CompiledParameters(validator=validator, schema_sha256=_sha256_text(schema_text), closed=closed)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -875,24 +337,6 @@ _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 
 class _TooManyNodes(Exception):
     pass
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
 
 
 class _Walk:
@@ -933,7 +377,7 @@ class _Walk:
                     out[key] = self.copy(item, path + (key,), depth + 1)
                     continue
                 if not isinstance(key, str):
-                    self.error(path, ValidationErrorKind.OTHER, f"object key {_safe_repr(key)} is not a string")
+                    self.error(path, ValidationErrorKind.OTHER, f"object key {safe_repr(key)} is not a string")
                     continue
                 key = self.string(key, path + (key,), "key")
                 out[key] = self.copy(item, path + (key,), depth + 1)
@@ -961,7 +405,7 @@ class _Walk:
                 for key, item in value.items():
                     if not isinstance(key, str):
                         self.error(path, ValidationErrorKind.OTHER,
-                                   f"object key {_safe_repr(key)} is not a string")
+                                   f"object key {safe_repr(key)} is not a string")
                         continue
                     key = self.string(key, path + (key,), "key")
                     out[key] = self.copy(item, path + (key,), depth + 1)
@@ -969,131 +413,6 @@ class _Walk:
             return [self.copy(item, path + (i,), depth + 1) for i, item in enumerate(value)]
         self.error(path, ValidationErrorKind.OTHER, f"not a JSON value ({type(value).__name__})")
         return None
-
-
-# ---------------------------------------------------------------------------------------------------------
-# jsonschema error → ArgumentError
-# ---------------------------------------------------------------------------------------------------------
-
-def _safe_repr(value: Any, limit: int = 60) -> str:
-    """``repr(value)`` cut to ``limit`` characters, or ``<TypeName>`` when the object's ``__repr__`` fails (a
-    hostile key or value must not turn a validation error into a crash)."""
-    try:
-        text = repr(value)
-    except Exception:
-        return f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _show(value: Any, limit: int = 60) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):
-        return _safe_repr(value, limit)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _expected_types(value: Any) -> list[str]:
-    return [value] if isinstance(value, str) else [str(v) for v in value]
-
-
-def _join_or(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
-
-
-_RANGE_WORDS: Final = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
-
-
-def _map_error(error: ValidationError) -> list[tuple[tuple[str | int, ...], ArgumentError]]:
-    path: tuple[str | int, ...] = tuple(error.absolute_path)
-    kw, expected, instance = error.validator, error.validator_value, error.instance
-    kind = ValidationErrorKind.OTHER
-    reason = error.message
-    if kw == "required":
-        kind, reason = ValidationErrorKind.MISSING_REQUIRED, "missing required argument"
-    elif kw in ("additionalProperties", "unevaluatedProperties"):
-        kind, reason = ValidationErrorKind.UNKNOWN_FIELD, "unknown field"
-    elif kw == "type":
-        kind = ValidationErrorKind.WRONG_TYPE
-        reason = f"expected {_join_or(_expected_types(expected))}, got {_json_type(instance)}"
-    elif kw == "enum":
-        kind = ValidationErrorKind.ENUM_MISMATCH
-        shown = ", ".join(_show(v, 40) for v in list(expected)[:10]) + (", …" if len(expected) > 10 else "")
-        reason = f"expected one of {shown}, got {_show(instance)}"
-    elif kw == "const":
-        kind, reason = ValidationErrorKind.ENUM_MISMATCH, f"expected {_show(expected)}, got {_show(instance)}"
-    elif kw in _RANGE_WORDS:
-        kind = ValidationErrorKind.OUT_OF_RANGE
-        reason = f"must be {_RANGE_WORDS[kw]} {_show(expected)}, got {_show(instance)}"
-    elif kw == "multipleOf":
-        kind = ValidationErrorKind.OUT_OF_RANGE
-        reason = f"must be a multiple of {_show(expected)}, got {_show(instance)}"
-    elif kw == "pattern":
-        kind, reason = ValidationErrorKind.PATTERN_MISMATCH, f"does not match pattern {expected}"
-    elif kw == "format":
-        hint = _FORMAT_HINTS.get(expected, f"format {expected!r}")
-        kind, reason = ValidationErrorKind.PATTERN_MISMATCH, f"expected {hint}, got {_show(instance)}"
-    elif kw in ("maxLength", "minLength"):
-        kind = ValidationErrorKind.TOO_LONG if kw == "maxLength" else ValidationErrorKind.TOO_SHORT
-        bound = "at most" if kw == "maxLength" else "at least"
-        reason = f"must be {bound} {expected} characters, got {len(instance)}"
-    elif kw in ("maxItems", "minItems", "maxProperties", "minProperties"):
-        kind = ValidationErrorKind.TOO_LONG if kw.startswith("max") else ValidationErrorKind.TOO_SHORT
-        bound = "at most" if kw.startswith("max") else "at least"
-        noun = "items" if kw.endswith("Items") else "fields"
-        reason = f"must have {bound} {expected} {noun}, got {len(instance)}"
-    elif kw == "items" and expected is False:
-        allowed = len(error.schema.get("prefixItems", [])) if isinstance(error.schema, Mapping) else 0
-        kind = ValidationErrorKind.TOO_LONG
-        reason = f"must have at most {allowed} items, got {len(instance)}"
-    elif kw == "unevaluatedItems" and expected is False:
-        kind, reason = ValidationErrorKind.TOO_LONG, "has more items than the schema allows"
-    elif kw == "uniqueItems":
-        reason = "items must be unique"
-    elif kw == "dependentRequired":
-        out = []
-        for trigger, needed in expected.items():
-            if trigger in instance:
-                for prop in needed:
-                    if prop not in instance:
-                        p = path + (prop,)
-                        out.append((p, ArgumentError(path=render_path(p), kind=ValidationErrorKind.MISSING_REQUIRED,
-                                                     reason=f"required when {_show(trigger)} is present")))
-        return out
-    elif kw in ("anyOf", "oneOf") and error.context:
-        return _map_alternatives(error, path)
-    elif kw == "oneOf":
-        reason = "matches more than one of the allowed alternatives"
-    elif kw == "not":
-        reason = "not allowed here" if expected == {} else "matches a shape that is not allowed here"
-    return [(path, ArgumentError(path=render_path(path), reason=reason, kind=kind))]
-
-
-def _map_alternatives(error: ValidationError,
-                      path: tuple[str | int, ...]) -> list[tuple[tuple[str | int, ...], ArgumentError]]:
-    """An unmatched anyOf/oneOf: name the branch the value's type fits, or the types that would have fitted."""
-    branches: dict[int, list[ValidationError]] = {}
-    for sub in error.context or ():
-        index = sub.relative_schema_path[0] if sub.relative_schema_path else -1
-        branches.setdefault(index if isinstance(index, int) else -1, []).append(sub)
-    type_misses = {i for i, errs in branches.items()
-                   if any(e.validator == "type" and not e.relative_path for e in errs)}
-    fitting = [i for i in branches if i not in type_misses]
-    if len(fitting) == 1:
-        out = []
-        for sub in branches[fitting[0]]:
-            out.extend(_map_error(sub))
-        return out
-    if not fitting:
-        expected: list[str] = []
-        for i in sorted(branches):
-            for e in branches[i]:
-                if e.validator == "type" and not e.relative_path:
-                    expected.extend(t for t in _expected_types(e.validator_value) if t not in expected)
-        reason = f"expected {_join_or(expected)}, got {_json_type(error.instance)}"
-        return [(path, ArgumentError(path=render_path(path), reason=reason, kind=ValidationErrorKind.WRONG_TYPE))]
-    reason = "does not match any of the allowed alternatives"
-    return [(path, ArgumentError(path=render_path(path), reason=reason, kind=ValidationErrorKind.OTHER))]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1135,16 +454,11 @@ def _parse_text(raw: str | bytes | bytearray) -> tuple[Any, ArgumentError | None
     except RecursionError:
         return fail(ValidationErrorKind.TOO_DEEP, "arguments nested too deeply to parse")
     except _DuplicateKey as exc:
-        return fail(ValidationErrorKind.OTHER, f"invalid JSON: duplicate key {_show(exc.args[0])}")
+        return fail(ValidationErrorKind.OTHER, f"invalid JSON: duplicate key {show_value(exc.args[0])}")
     except json.JSONDecodeError as exc:
         return fail(ValidationErrorKind.OTHER, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
     except ValueError as exc:
         return fail(ValidationErrorKind.OTHER, f"invalid JSON: {exc}")
-
-
-def _failed(tool_name: str, errors: list[tuple[tuple[str | int, ...], ArgumentError]]) -> ArgumentErrors:
-    unique = {(parts, e): None for parts, e in errors}
-    return ArgumentErrors(tool_name=tool_name, errors=tuple(e for _, e in sorted(unique, key=_sort_key)))
 
 
 def validate_arguments(tool_name: str, schema: Mapping[str, Any] | CompiledParameters, raw: object, *,
@@ -1178,34 +492,20 @@ def validate_arguments(tool_name: str, schema: Mapping[str, Any] | CompiledParam
     if isinstance(raw, (str, bytes, bytearray)):
         raw, parse_error = _parse_text(raw)
         if parse_error is not None:
-            return _failed(tool_name, [((), parse_error)])
+            return failed(tool_name, [((), parse_error)])
     if not isinstance(raw, Mapping):
-        return _failed(tool_name, [((), ArgumentError(path="", kind=ValidationErrorKind.NOT_AN_OBJECT,
-                                                    reason=f"arguments must be a JSON object, got {_json_type(raw)}"))])
+        return failed(tool_name, [((), ArgumentError(path="", kind=ValidationErrorKind.NOT_AN_OBJECT,
+                                                    reason=f"arguments must be a JSON object, got {json_type(raw)}"))])
     walk = _Walk(max_depth=max_depth, max_nodes=max_nodes, max_string_bytes=max_string_bytes)
     try:
         plain = walk.copy(raw, (), 0)
     except _TooManyNodes:
-        return _failed(tool_name, [((), ArgumentError(path="", kind=ValidationErrorKind.TOO_LONG,
+        return failed(tool_name, [((), ArgumentError(path="", kind=ValidationErrorKind.TOO_LONG,
                                                     reason=f"more than {max_nodes} values in the arguments"))])
     if walk.errors:
-        return _failed(tool_name, walk.errors)
-    if compiled.fast is not None:
-        try:
-            valid = compiled.fast(plain)
-        except Exception:  # e.g. RecursionError: the full path below reports it the documented way
-            valid = False
-        if valid:
-            return ValidatedArguments(_CONSTRUCTOR_TOKEN, tool_name=tool_name, plain=plain,
-                                      schema_sha256=compiled.schema_sha256)
-    try:
-        mapped = [m for error in compiled.validator.iter_errors(plain) for m in _map_error(error)]
-    except RecursionError:
-        return _failed(tool_name, [((), ArgumentError(path="", kind=ValidationErrorKind.TOO_DEEP,
-                                                    reason="arguments nested too deeply to validate"))])
-    except Exception as exc:  # unresolvable $ref and other schema faults surface only while validating
-        raise ToolDefinitionError(tool_name, f"parameters cannot be evaluated: {type(exc).__name__}: {exc}") from exc
+        return failed(tool_name, walk.errors)
+    mapped = describe_errors(compiled.closed, plain, compiled.validator.iter_errors(plain))
     if mapped:
-        return _failed(tool_name, mapped)
+        return failed(tool_name, mapped)
     return ValidatedArguments(_CONSTRUCTOR_TOKEN, tool_name=tool_name, plain=plain,
                               schema_sha256=compiled.schema_sha256)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from agent.errors import ToolDefinitionError
+from agent.results import ResultErrorKind, error_result
 from agent.schema import (
     ArgumentErrors,
     ValidatedArguments,
@@ -65,7 +66,7 @@ def kinds_at(schema, raw, **kw):
 def test_seed_example_collects_all_three_errors_in_the_seed_wording():
     result = validate_arguments("calc", CALC, {"a": "1", "b": 2, "precision": 3})
     assert isinstance(result, ArgumentErrors)
-    assert result.to_result() == {
+    assert error_result(ResultErrorKind.INVALID_ARGUMENTS, result.detail, result.errors) == {
         "ok": False, "kind": "invalid_arguments", "detail": "3 invalid arguments for tool 'calc'",
         "errors": [{"path": "a", "reason": "expected number, got string"},
                    {"path": "operation", "reason": "missing required argument"},
@@ -467,13 +468,11 @@ def test_accepts_exactly_what_jsonschema_accepts_with_unknown_fields_closed(data
         assert json.loads(result.to_json()) == instance and from_text.sha256 == result.sha256
 
 
-# -- the fast validity check decides exactly what the strict validator decides ----------------------------------
+# -- the one validator decides exactly what jsonschema's reference validator decides, keyword by keyword ---------
 
 from agent.schema import (  # noqa: E402
     FORMAT_CHECKER,
     CompiledParameters,
-    _fast_check,
-    _StrictValidator,
     canonical_json,
     compile_parameters,
 )
@@ -531,47 +530,21 @@ def fast_composites(children):
 
 
 fast_schemas = st.recursive(fast_leaves(), fast_composites, max_leaves=6)
-fast_roots = st.builds(
-    lambda body, leaf: {**(body if isinstance(body, dict) else {}), "$defs": {"leaf": leaf}},
+wrapped_roots = st.builds(
+    lambda body, leaf: {"type": "object", "properties": {"v": body}, "required": ["v"], "$defs": {"leaf": leaf}},
     fast_schemas, st.sampled_from([{"type": "integer", "maximum": 2}, {"type": "string"}]))
 
 
 @settings(max_examples=600, deadline=None)
-@given(data=st.data(), schema=fast_roots)
-def test_the_fast_check_decides_exactly_as_the_strict_validator(data, schema):
-    closed = close_schema(schema)
-    fast = _fast_check(closed)
-    # every keyword drawn here is one the fast check decides, except unevaluatedProperties beside an in-place
-    # applicator (closing a schema with allOf/anyOf/oneOf/if/$ref members adds such nodes): annotations decide it
-    assert (fast is None) == _collects_annotations(closed), closed
-    if fast is None:
-        return
-    oracle = _StrictValidator(closed, format_checker=FORMAT_CHECKER)
-    for instance in data.draw(st.lists(fast_json, min_size=1, max_size=4)):
-        assert fast(instance) == oracle.is_valid(instance), (closed, instance)
-
-
-def _collects_annotations(node):
-    if isinstance(node, list):
-        return any(_collects_annotations(v) for v in node)
-    if not isinstance(node, dict):
-        return False
-    in_place = {"$ref", "allOf", "anyOf", "oneOf", "if", "additionalProperties", "patternProperties"}
-    if "unevaluatedProperties" in node and in_place & set(node):
-        return True
-    return any(_collects_annotations(v) for v in node.values())
-
-
-@pytest.mark.parametrize("schema", [
-    {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 0.1}}},
-    {"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
-    {"type": "object", "properties": {"a": {"type": "array", "prefixItems": [{"type": "integer"}]}}},
-    {"type": "object", "properties": {"a": {"$ref": "https://example.com/remote.json"}}},
-    {"type": "object", "properties": {"a": {"$id": "urn:x", "type": "integer"}}},
-    {"type": "object", "allOf": [{"properties": {"a": {"type": "integer"}}}], "unevaluatedProperties": False},
-])
-def test_what_the_fast_check_cannot_decide_exactly_is_left_to_jsonschema(schema):
-    assert _fast_check(close_schema(schema)) is None
+@given(data=st.data(), schema=wrapped_roots)
+def test_every_keyword_decides_as_the_reference_validator_over_the_closed_schema(data, schema):
+    """Validity under every keyword combination drawn here (in-place applicators, $ref, if/then/else, formats,
+    patterns, unevaluatedProperties…) is jsonschema's Draft 2020-12 reading of the closed schema."""
+    oracle = Draft202012Validator(close_schema(schema), format_checker=FORMAT_CHECKER)
+    for value in data.draw(st.lists(fast_json, min_size=1, max_size=4)):
+        instance = {"v": value}
+        result = validate_arguments("t", schema, instance)
+        assert isinstance(result, ValidatedArguments) == oracle.is_valid(instance), (schema, instance, result)
 
 
 @settings(max_examples=200, deadline=None)
@@ -589,9 +562,8 @@ def test_compiled_parameters_validate_exactly_as_the_schema_does(data, schema):
         assert from_schema.errors == from_compiled.errors
 
 
-def test_errors_are_collected_by_jsonschema_even_where_the_fast_check_applies():
+def test_compiled_parameters_collect_every_error():
     compiled = compile_parameters("t", ORDER)
-    assert compiled.fast is not None
     assert kinds_at(compiled, {"customer": {"id": "X"}, "items": [{"sku": "a", "qty": 0}], "zz": 1}) == [
         ("customer.id", K.PATTERN_MISMATCH), ("items[0].qty", K.OUT_OF_RANGE), ("items[0].sku", K.TOO_SHORT),
         ("zz", K.UNKNOWN_FIELD)]
