@@ -129,13 +129,11 @@ class CommitLedger:
         call_ids = tuple(call_ids)
         self._check(kind, call_ids)
         self.engine.commit()
-        entry = LedgerEntry(index=len(self._entries), kind=kind, message=json_copy(dict(message)),
+        entry = LedgerEntry(index=len(self._entries), kind=kind, message=copy.deepcopy(dict(message)),
                             step=step, call_ids=call_ids, tool=tool, ok=ok, truncated=truncated,
                             kv_tokens=self.engine.committed_tokens)
         self._entries.append(entry)
-        if kind is EntryKind.ASSISTANT_TOOL_CALL:
-            self._pending_calls = list(call_ids)
-        elif kind is EntryKind.ASSISTANT_MALFORMED_CALL:
+        if kind in (EntryKind.ASSISTANT_TOOL_CALL, EntryKind.ASSISTANT_MALFORMED_CALL):
             self._pending_calls = list(call_ids)
         elif kind in _RESULTS:
             self._pending_calls.remove(call_ids[0])
@@ -174,32 +172,10 @@ class CommitLedger:
 
     def messages(self) -> list[dict[str, Any]]:
         """The committed conversation as OpenAI-format messages (fresh deep copies)."""
-        return [json_copy(dict(e.message)) for e in self._entries]
+        return [copy.deepcopy(dict(e.message)) for e in self._entries]
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def __iter__(self) -> Iterator[LedgerEntry]:
         return iter(tuple(self._entries))
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-"""Immutable JSON leaves: shared, not copied (``copy.deepcopy`` returns them as they are too)."""
-
-
-def json_copy(value: Any) -> Any:
-    """A deep copy of a JSON-like value, as ``copy.deepcopy`` makes it, at a fraction of its cost: dicts with string
-    keys, lists and scalars are copied directly (messages hold little else); anything else goes to ``deepcopy``."""
-    kind = type(value)
-    if kind is dict:
-        out = {}
-        for k, v in value.items():
-            if type(k) is not str:
-                return copy.deepcopy(value)
-            out[k] = v if type(v) in _SCALARS else json_copy(v)
-        return out
-    if kind is list:
-        return [v if type(v) in _SCALARS else json_copy(v) for v in value]
-    if kind in _SCALARS:
-        return value
-    return copy.deepcopy(value)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.ledger import CommitLedger, EntryKind, LedgerEntry, LedgerError, json_copy
+from agent.ledger import CommitLedger, EntryKind, LedgerEntry, LedgerError
 
 
 class _CountingEngine:
@@ -173,8 +173,13 @@ def _containers(value, out):
 
 
 @given(_JSON)
-def test_json_copy_is_a_deep_copy_sharing_no_container(value):
-    copied = json_copy(value)
-    assert copied == copy.deepcopy(value)
-    originals = {id(c) for c in _containers(value, [])}
-    assert not originals & {id(c) for c in _containers(copied, [])}
+def test_committed_messages_share_no_container_with_the_caller_or_each_other(value):
+    ledger = CommitLedger(engine=_CountingEngine())
+    message = {"role": "user", "content": "u", "extra": value}
+    ledger.commit(EntryKind.USER, message)
+    stored, handed_out = ledger.entries[0].message, ledger.messages()[0]
+    assert stored == handed_out == copy.deepcopy(message)
+    sent = {id(c) for c in _containers(message, [])}
+    kept = {id(c) for c in _containers(dict(stored), [])}
+    given_out = {id(c) for c in _containers(handed_out, [])}
+    assert not sent & kept and not kept & given_out and not sent & given_out
