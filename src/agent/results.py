@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from agent.errors import ResultBudgetError
 
 if TYPE_CHECKING:
-    from agent.schema import ArgumentError
+    from agent.argument_errors import ArgumentError
 
 __all__ = ["ResultErrorKind", "error_result", "ok_result", "result_content", "result_json"]
 

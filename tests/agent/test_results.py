@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agent.errors import ResultBudgetError
 from agent.results import ResultErrorKind, error_result, ok_result, result_content, result_json
-from agent.schema import ArgumentError, ValidationErrorKind
+from agent.schema import ArgumentError, ArgumentErrors, ValidationErrorKind, validate_arguments
 
 
 def test_ok_result_has_the_contract_shape():
@@ -25,6 +25,19 @@ def test_error_result_lists_path_and_reason_of_every_argument_error():
     assert result == {"ok": False, "kind": "invalid_arguments", "detail": "2 invalid arguments",
                       "errors": [{"path": "operation", "reason": "missing required argument"},
                                  {"path": "a", "reason": "expected number, got string"}]}
+
+
+def test_the_invalid_arguments_result_is_built_from_argument_errors_in_the_seed_wording():
+    calc = {"type": "object", "properties": {"operation": {"type": "string", "enum": ["add", "sub"]},
+                                             "a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["operation", "a", "b"]}
+    failed = validate_arguments("calc", calc, {"a": "1", "b": 2, "precision": 3})
+    assert isinstance(failed, ArgumentErrors)
+    assert error_result(ResultErrorKind.INVALID_ARGUMENTS, failed.detail, failed.errors) == {
+        "ok": False, "kind": "invalid_arguments", "detail": "3 invalid arguments for tool 'calc'",
+        "errors": [{"path": "a", "reason": "expected number, got string"},
+                   {"path": "operation", "reason": "missing required argument"},
+                   {"path": "precision", "reason": "unknown field"}]}
 
 
 def test_error_result_always_carries_an_errors_list():
