@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 from typing import Annotated, Literal, Optional
@@ -29,7 +30,7 @@ from agent.tool import (
     default_policy,
     execute_tool,
 )
-import agent.tool as tool_module
+import agent.tool.execution as execution
 
 ADD_SCHEMA = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
               "required": ["a", "b"], "additionalProperties": False}
@@ -452,12 +453,34 @@ def test_cancel_before_start_never_runs_the_tool():
 
 # -- workers ------------------------------------------------------------------------------------------------------
 
+class _WatchedPool(execution._WorkerPool):
+    """The worker pool with its transitions observable: each park and each retire is queued as (event, thread id),
+    so a test waits on the pool having done something instead of sleeping and polling its lists."""
+
+    def __init__(self) -> None:
+        super().__init__(execution._MAX_IDLE_WORKERS)
+        self.events: queue.Queue[tuple[str, int | None]] = queue.Queue()
+
+    def park(self, worker) -> bool:
+        parked = super().park(worker)
+        self.events.put(("parked" if parked else "ending", threading.get_ident()))
+        return parked
+
+    def retire(self, worker) -> None:
+        super().retire(worker)
+        self.events.put(("retired", worker._thread.ident))
+
+    def next_event(self) -> tuple[str, int | None]:
+        return self.events.get(timeout=10)
+
+
 @pytest.fixture
 def fresh_pool(monkeypatch):
     """A worker pool of the test's own: what earlier tests parked or left running (concurrent data calls,
     detached workers still in their tools) cannot change which thread runs a call or how many pipes are open."""
-    monkeypatch.setattr(tool_module, "_POOL", tool_module._WorkerPool(tool_module._MAX_IDLE_WORKERS))
-    return tool_module._POOL
+    pool = _WatchedPool()
+    monkeypatch.setattr(execution, "_POOL", pool)
+    return pool
 
 
 def test_sequential_calls_reuse_one_parked_worker_thread_named_after_the_call(fresh_pool):
@@ -494,31 +517,28 @@ def test_a_detached_worker_is_not_handed_the_next_call_while_its_tool_still_runs
     assert second and second[0] != blocked_on[0]
 
 
-def test_a_detached_worker_back_in_the_pool_completes_only_its_next_call():
+def test_a_detached_worker_back_in_the_pool_completes_only_its_next_call(fresh_pool):
     """Its late completion must not read as the completion of the call it is handed next."""
-    release, ended, late = threading.Event(), threading.Event(), []
+    release, late = threading.Event(), []
 
     def block(args, c):
         late.append(threading.get_ident())
         release.wait()
-        ended.set()
         return "late"
 
     assert run(make(block, timeout_s=0.05), {"a": 1, "b": 2}).error_kind is R.TIMEOUT
+    assert fresh_pool.events.empty()  # the detached worker is still in its tool: not back in the pool
     release.set()
-    assert ended.wait(10)
-    deadline = time.monotonic() + 10
-    while late[0] not in [w._thread.ident for w in tool_module._POOL._idle] and time.monotonic() < deadline:
-        time.sleep(0.001)  # the worker parks itself once the late call returned
+    assert fresh_pool.next_event() == ("parked", late[0])  # back in the pool, the only parked worker
     ran_on = []
 
     def slow_add(args, c):
         ran_on.append(threading.get_ident())
-        time.sleep(0.05)
+        time.sleep(0.05)  # a call that takes a while: a stale completion would end the wait before the result
         return args["a"] + args["b"]
 
     outcome = run(make(slow_add), {"a": 2, "b": 3})
-    assert ran_on == late  # the most recently parked worker: the one that was detached
+    assert ran_on == late  # handed to the worker that was detached
     assert outcome.ok and outcome.value == 5 and outcome.duration_ms >= 50
 
 
@@ -546,11 +566,12 @@ def test_workers_beyond_the_parked_ones_end_and_close_their_wake_pipes(fresh_poo
         assert len(os.listdir("/proc/self/fd")) >= before + 2 * 12
     finally:
         release.set()
-    deadline = time.monotonic() + 10
-    while len(tool_module._POOL._live) > 8 and time.monotonic() < deadline:
-        time.sleep(0.005)  # the ones that find the pool full end, closing their pipes
-    assert len(tool_module._POOL._idle) <= 8 and len(tool_module._POOL._live) <= 8
-    assert len(os.listdir("/proc/self/fd")) <= before + 2 * 8
+    seen: dict[str, set[int | None]] = {"parked": set(), "ending": set(), "retired": set()}
+    while len(seen["parked"]) + len(seen["ending"]) < 20 or seen["retired"] != seen["ending"]:
+        event, ident = fresh_pool.next_event()  # each worker returns from its tool, then parks or ends
+        seen[event].add(ident)
+    assert len(seen["parked"]) == 8 and len(seen["ending"]) == 20 - 8  # the pool keeps 8 parked, the rest end
+    assert len(os.listdir("/proc/self/fd")) <= before + 2 * 8  # the ended ones closed their pipes
     assert run(make(), {"a": 1, "b": 2}).value == 3
 
 
@@ -719,8 +740,3 @@ def test_orchestration_tool_links_its_nested_run():
     assert context.linked_runs == ["run-nested-7"]
     with pytest.raises(ValueError):
         context.link_run("")
-
-
-def test_tool_execute_is_execute_tool():
-    tool = make()
-    assert tool.execute(valid(tool, {"a": 2, "b": 2}), ctx()).value == 4
