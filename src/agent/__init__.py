@@ -27,7 +27,7 @@ from agent.protocol.base import (Action, Codec, FinalText, MalformedReason, Malf
                                  ToolSpec)
 from agent.results import ResultErrorKind, error_result, ok_result
 from agent.schema import ArgumentError, ArgumentErrors, ValidatedArguments, validate_arguments
-from agent.session import LoopOutcome, RunResult, Session, SessionError
+from agent.session import LoopOutcome, Phase, RunResult, Session, SessionError
 from agent.tool import (ApprovalDecision, ApprovalPolicy, IdempotencyStore, Tool, ToolContext, ToolFailure, ToolKind,
                         ToolOutcome, ToolRegistry, default_policy, execute_tool)
 from agent.trace import EventType, PrivacyMode, TraceRecorder, read_trace, verify_trace
@@ -59,6 +59,7 @@ __all__ = [
     "MalformedReason",
     "MalformedToolCall",
     "ModelTurn",
+    "Phase",
     "PrivacyMode",
     "ResultErrorKind",
     "RunResult",

@@ -26,15 +26,17 @@ from dataclasses import asdict, dataclass, is_dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent.errors import AgentError
-from agent.protocol.base import Codec, ToolChoice, ToolSpec
-from constrained.decoding import decode
+from agent.protocol.base import Codec, Segment, ToolChoice, ToolSpec
+from constrained.decoding import CancelSignal, FinishReason, decode
+from constrained.errors import ConstrainedError
 from constrained.grammar import Grammar, compile_regex
 from constrained.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from constrained.llama import LlamaModel
 
-__all__ = ["ChatModelEngine", "ContextWindowError", "EngineError", "ModelTurn", "TurnEngine", "prompt_tools"]
+__all__ = ["MODEL_FAILURES", "ChatModelEngine", "ContextWindowError", "EngineError", "ModelTurn", "TurnEngine",
+           "prompt_tools"]
 
 
 class EngineError(AgentError):
@@ -53,6 +55,13 @@ class ContextWindowError(EngineError):
                          f"window of {n_ctx} tokens; lower limits.max_output_tokens or load with a larger n_ctx")
 
 
+MODEL_FAILURES: tuple[type[Exception], ...] = (EngineError, ConstrainedError, RuntimeError)
+"""What a model turn raises when the model, not our code, failed: `EngineError` (the context window, a scripted
+engine's end), `ConstrainedError` (the decode loop: context overflow, model state, a mask that cannot hold) and
+``RuntimeError`` (what llama-cpp-python raises when ``llama_decode`` fails). The session ends such a run
+``failed``; anything else is a bug and propagates."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelTurn:
     """What one model turn produced. Speculative until the engine is told to commit."""
@@ -63,8 +72,9 @@ class ModelTurn:
     """Tokens in the rendered prompt (reused + newly evaluated)."""
     n_output_tokens: int
     """Tokens generated in this turn."""
-    finish_reason: str
-    """Why generation stopped: ``eos``, ``stop_token``, ``length``, ``grammar_complete`` or ``cancelled``."""
+    finish_reason: FinishReason
+    """Why generation stopped: ``eos``, ``stop_token``, ``length``, ``grammar_complete`` or ``cancelled`` (a
+    ``StrEnum``: it compares equal to, and is written as, those strings)."""
     constrained: bool
     """Whether the tool-call grammar masked this turn."""
     seconds: float
@@ -83,13 +93,15 @@ class TurnEngine(Protocol):
     """The codec whose syntax the engine renders and constrains (the session parses with the same one)."""
 
     def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
-                 tool_choice: ToolChoice, max_tokens: int, cancel: Any = None,
+                 tool_choice: ToolChoice, max_tokens: int, cancel: CancelSignal | None = None,
                  on_text: Callable[[str], None] | None = None, final_pattern: str | None = None,
-                 parallel_calls: bool = False) -> ModelTurn:
+                 parallel_calls: bool = False, on_prompt: Callable[[str], None] | None = None) -> ModelTurn:
         """Generate one assistant turn against the committed ``messages``; the turn stays speculative.
 
-        ``cancel`` is any object with ``is_set()``; a tripped cancel ends the turn with finish_reason
-        ``cancelled``. ``on_text`` receives decoded text pieces as they are generated (streaming).
+        ``cancel`` is a `CancelSignal` (only ``is_set()`` is read); a tripped cancel ends the turn with
+        finish_reason ``cancelled``. ``on_text`` receives decoded text pieces as they are generated (streaming).
+        ``on_prompt``, when given, receives the rendered prompt text once, after rendering and before anything is
+        evaluated (the session traces it from there instead of rendering it a second time).
         ``final_pattern``, when given, is the pattern any final-answer text of the turn must match.
         ``parallel_calls`` lets the turn's grammar hold several calls (`Codec.tool_call_grammar`)."""
         ...
@@ -156,9 +168,9 @@ class ChatModelEngine:
     # -- the transaction ---------------------------------------------------------------------------------------
 
     def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
-                 tool_choice: ToolChoice = "auto", max_tokens: int, cancel: Any = None,
+                 tool_choice: ToolChoice = "auto", max_tokens: int, cancel: CancelSignal | None = None,
                  on_text: Callable[[str], None] | None = None, final_pattern: str | None = None,
-                 parallel_calls: bool = False) -> ModelTurn:
+                 parallel_calls: bool = False, on_prompt: Callable[[str], None] | None = None) -> ModelTurn:
         """Render, reuse the KV prefix, decode one speculative turn. See `TurnEngine.run_turn`.
 
         Raises:
@@ -167,7 +179,10 @@ class ChatModelEngine:
         started = time.perf_counter()
         if self._pending:  # an uncommitted turn is still in the KV: it was never accepted
             self.rollback()
-        prompt = self.prompt_tokens(messages, prompt_tools(tools, tool_choice))
+        segments = self._segments(messages, prompt_tools(tools, tool_choice))
+        if on_prompt is not None:
+            on_prompt("".join(segment.text for segment in segments))
+        prompt = self._tokens(segments)
         if len(prompt) + max_tokens > self.model.n_ctx:
             raise ContextWindowError(len(prompt), max_tokens, self.model.n_ctx)
         rest = self.model.reuse_prefix(prompt)  # KV reuse: keeps the common prefix, ≥ 1 token left to evaluate
@@ -187,7 +202,7 @@ class ChatModelEngine:
         if is_dataclass(timings):
             timings = asdict(timings)
         return ModelTurn(text=bytes(result.text).decode("utf-8", errors="replace"), n_prompt_tokens=len(prompt),
-                         n_output_tokens=len(result.tokens), finish_reason=str(result.finish_reason),
+                         n_output_tokens=len(result.tokens), finish_reason=FinishReason(result.finish_reason),
                          constrained=grammar is not None, seconds=time.perf_counter() - started,
                          n_reused_tokens=reused, timings=dict(timings) if isinstance(timings, Mapping) else None)
 
@@ -219,8 +234,13 @@ class ChatModelEngine:
 
     def prompt_tokens(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec]) -> list[int]:
         """The prompt for the next turn: trusted template text may hold special tokens, untrusted text never."""
-        segments = self.codec.render_segments([dict(m) for m in messages], list(tools) or None,
-                                              add_generation_prompt=True)
+        return self._tokens(self._segments(messages, tools))
+
+    def _segments(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec]) -> list[Segment]:
+        return self.codec.render_segments([dict(m) for m in messages], list(tools) or None,
+                                          add_generation_prompt=True)
+
+    def _tokens(self, segments: Sequence[Segment]) -> list[int]:
         ids: list[int] = []
         for segment in segments:
             if not segment.text:

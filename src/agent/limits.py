@@ -24,6 +24,8 @@ import enum
 import math
 from dataclasses import dataclass
 
+from constrained.decoding import FinishReason
+
 __all__ = ["MIN_RESULT_BYTES", "AgentLimits", "LimitBreach", "LimitKind", "RunUsage"]
 
 MIN_RESULT_BYTES = 256
@@ -125,9 +127,9 @@ class AgentLimits:
             return LimitBreach(kind=LimitKind.TOOL_CALLS, limit=self.max_tool_calls, observed=usage.tool_calls)
         return self._check_wall(usage)
 
-    def check_turn_output(self, n_output_tokens: int, finish_reason: str) -> LimitBreach | None:
+    def check_turn_output(self, n_output_tokens: int, finish_reason: FinishReason) -> LimitBreach | None:
         """After a model turn: was it cut by the output-token budget rather than ending on its own?"""
-        if finish_reason == "length" or n_output_tokens > self.max_output_tokens:
+        if finish_reason == FinishReason.LENGTH or n_output_tokens > self.max_output_tokens:
             return LimitBreach(kind=LimitKind.OUTPUT_TOKENS, limit=self.max_output_tokens,
                                observed=n_output_tokens)
         return None

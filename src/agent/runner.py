@@ -23,7 +23,7 @@ from agent.engine import ChatModelEngine
 from agent.inputs import InputError, import_attr, one_line
 from agent.limits import AgentLimits
 from agent.protocol.base import ToolChoice
-from agent.session import RunResult, Session
+from agent.session import RunResult, Session, ToolChoicePlanError, tool_choice_plan
 from agent.tool import Tool, ToolRegistry
 from agent.trace import PrivacyMode, TraceMisuseError, TraceRecorder, check_new_trace
 from constrained.sampling import SamplingParams
@@ -61,13 +61,15 @@ def load_tools(spec: str, *, sandbox_root: Path) -> list[Tool]:
 
 
 def _check_tool_choice(tool_choice: ToolChoice | Sequence[ToolChoice], registry: ToolRegistry) -> None:
-    plan = [tool_choice] if isinstance(tool_choice, str) else list(tool_choice)
-    if not plan:
-        raise InputError("--tool-choice: the plan is empty; give at least one choice")
-    for choice in plan:
-        if choice not in ("auto", "required", "none") and choice not in registry:
-            raise InputError(f"--tool-choice: {choice!r} names no tool; use auto, required, none or one of: "
-                             f"{', '.join(registry.names) or '(no tools)'}")
+    """`agent.session.tool_choice_plan` (the one check the session makes too), before the model loads, as a line
+    naming ``--tool-choice``."""
+    try:
+        tool_choice_plan(tool_choice, registry)
+    except ToolChoicePlanError as error:
+        if error.choice is None:
+            raise InputError("--tool-choice: the plan is empty; give at least one choice") from None
+        raise InputError(f"--tool-choice: {error.choice!r} names no tool; use auto, required, none or one of: "
+                         f"{', '.join(error.tools) or '(no tools)'}") from None
 
 
 def _check_final_pattern(pattern: str) -> None:

@@ -1,9 +1,10 @@
 """The agent session: one explicit state machine over a committed conversation.
 
-Owns: the run loop (`Session.run`), its typed exits (`RunResult`, `LoopOutcome`), and the order in which
-engine, ledger and trace change. Refuses: model syntax (codecs parse turns into FinalText | ToolCalls |
-MalformedToolCall), argument validation rules (schema.py), tool execution mechanics (tool.py), and recursion
-into an "agent prompt": one loop owns every transition.
+Owns: the run loop (`Session.run`) and the order in which engine, ledger and trace change; its typed exits
+(`RunResult`, `LoopOutcome`, `Phase`) are in `agent.run_result`, the trace events it writes in `agent.run_trace`.
+Refuses: model syntax (codecs parse turns into FinalText | ToolCalls | MalformedToolCall), argument validation
+rules (`agent.schema`), tool execution mechanics (`agent.tool`), and recursion into an "agent prompt": one loop
+owns every transition.
 
     ┌──► boundary: cancel? steps? wall? ───────────────────────────────────────► cancelled | limit
     │    model turn (engine, speculative) ── cancelled / cut at max_tokens ──► rollback ─► cancelled | limit
@@ -39,86 +40,64 @@ as ``tool_call_rejected`` and reinjected as ok:false results, so the model may r
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
-import hashlib
-import json
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent import results
 from agent.artifact import ArtifactStore
 from agent.cancel import CancelToken
-from agent.engine import ModelTurn, TurnEngine, prompt_tools
+from agent.engine import MODEL_FAILURES, ModelTurn, TurnEngine
 from agent.errors import AgentError
-from agent.ledger import CommitLedger, EntryKind, LedgerEntry
-from agent.limits import AgentLimits, LimitBreach, LimitKind, RunUsage
+from agent.ledger import CommitLedger, EntryKind
+from agent.limits import AgentLimits, RunUsage
 from agent.protocol.base import Action, FinalText, MalformedToolCall, ToolCall, ToolCalls, ToolChoice
 from agent.results import ResultErrorKind
+from agent.run_result import Ending, LoopOutcome, Phase, RunResult
+from agent.run_trace import RunTrace, tool_step
 from agent.schema import ArgumentError, ArgumentErrors, ValidatedArguments, validate_arguments
 from agent.tool import (ApprovalPolicy, IdempotencyStore, Tool, ToolContext, ToolKind, ToolOutcome, ToolRegistry,
                         check_approval, default_policy, execute_tool)
-from agent.trace import (EventType, PrivacyMode, TraceError, TraceMisuseError, TraceRecorder, TraceWriteError,
-                         artifact_written_data, provenance_data)
+from agent.trace import TraceError, TraceMisuseError, TraceRecorder, TraceWriteError
+from constrained.decoding import CancelSignal, FinishReason
 
-__all__ = ["LoopOutcome", "RunResult", "Session", "SessionError"]
-
-
-class LoopOutcome(enum.StrEnum):
-    """How a run ended."""
-
-    COMPLETED = "completed"
-    """The model answered with final text, which was committed."""
-    CANCELLED = "cancelled"
-    """The cancel token was tripped; the committed prefix is valid, nothing speculative was committed."""
-    LIMIT = "limit"
-    """A bound of `AgentLimits` was hit; ``RunResult.limit`` names it."""
-    FAILED = "failed"
-    """The engine or the trace failed; ``RunResult.detail`` says how."""
+__all__ = ["LoopOutcome", "Phase", "RunResult", "Session", "SessionError", "ToolChoicePlanError", "tool_choice_plan"]
 
 
 class SessionError(AgentError):
     """Misuse of a `Session` (e.g. reusing a trace recorder that already holds a run)."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class RunResult:
-    """The typed exit of one run."""
+class ToolChoicePlanError(SessionError, ValueError):
+    """A tool choice (or per-turn plan) that names no registered tool, or a plan with no entry."""
 
-    outcome: LoopOutcome
-    """Which exit the loop took."""
-    limit: LimitKind | None
-    """The bound hit when ``outcome`` is ``limit``; None otherwise."""
-    final_text: str | None
-    """The committed final answer when ``outcome`` is ``completed``; None otherwise."""
-    messages: list[dict[str, Any]]
-    """The committed conversation (OpenAI-format messages), system and user included."""
-    ledger: tuple[LedgerEntry, ...]
-    """One entry per committed transition, parallel to ``messages``."""
-    steps: int
-    """Model turns started."""
-    tool_calls: int
-    """Tool calls counted (executed or rejected)."""
-    run_id: str
-    """The trace's run id (or a generated one when the run is not traced)."""
-    detail: str = ""
-    """One sentence on how the run ended (the limit observed, the cancel reason, the failure)."""
-    phase: str | None = None
-    """The phase the run ended in (``model``, ``parse``, ``validate``, ``approve``, ``execute``...)."""
+    def __init__(self, choice: str | None, tools: Sequence[str]) -> None:
+        self.choice = choice
+        """The offending entry; None when the plan is empty."""
+        self.tools = tuple(tools)
+        """The registered tool names, the choices that would work besides auto / required / none."""
+        super().__init__("tool_choice plan is empty; give at least one choice" if choice is None else
+                         f"tool_choice {choice!r} names no registered tool; use 'auto', 'required', 'none' or "
+                         f"one of {list(self.tools)}")
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Ending:
-    outcome: LoopOutcome
-    phase: str
-    detail: str = ""
-    breach: LimitBreach | None = None
-    final_text: str | None = None
-    step: str | None = None
+def tool_choice_plan(tool_choice: ToolChoice | Sequence[ToolChoice], tools: ToolRegistry) -> tuple[ToolChoice, ...]:
+    """The per-turn plan a tool choice stands for (a single choice is a plan of one), checked against ``tools``.
+
+    Raises:
+        ToolChoicePlanError: the plan is empty, or an entry is not auto / required / none / a registered tool.
+    """
+    plan = (tool_choice,) if isinstance(tool_choice, str) else tuple(tool_choice)
+    if not plan:
+        raise ToolChoicePlanError(None, tools.names)
+    for choice in plan:
+        if choice not in ("auto", "required", "none") and choice not in tools:
+            raise ToolChoicePlanError(choice, tools.names)
+    return plan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,9 +128,9 @@ class _Run:
     """Mutable state of one run; only the loop and its step functions touch it."""
 
     run_id: str
-    cancel: CancelToken | Any
+    cancel: CancelSignal
     ledger: CommitLedger
-    trace: _RunTrace
+    trace: RunTrace
     started_at: float
     tool_choice: ToolChoice
     steps: int = 0
@@ -210,13 +189,7 @@ class Session:
         self.idempotency = IdempotencyStore()
         """Shared by every run of this session: a retried action with the same key returns its first outcome."""
         self._specs = tuple(tools.specs())
-        plan = (self.tool_choice,) if isinstance(self.tool_choice, str) else self.tool_choice
-        if not plan:
-            raise SessionError("tool_choice plan is empty; give at least one choice")
-        for choice in plan:
-            if choice not in ("auto", "required", "none") and choice not in tools:
-                raise SessionError(f"tool_choice {choice!r} names no registered tool; "
-                                   f"use 'auto', 'required', 'none' or one of {list(tools.names)}")
+        plan = tool_choice_plan(self.tool_choice, tools)
         # Registering tools compiles their grammars now: an unsupported schema fails here, not mid-run, and the
         # first turn pays no compile. A single choice relaxes to "auto" after a call (see `_commit_turn`).
         relaxed = ("auto",) if isinstance(self.tool_choice, str) and self.tool_choice != "none" else ()
@@ -225,28 +198,33 @@ class Session:
 
     # -- the loop ------------------------------------------------------------------------------------------------
 
-    def run(self, user_message: str, *, cancel: CancelToken | Any = None) -> RunResult:
+    def run(self, user_message: str, *, cancel: CancelSignal | None = None) -> RunResult:
         """Run one conversation from ``user_message`` to a typed exit. Never raises for model, tool, limit,
-        cancel or trace-write outcomes; raises `SessionError` for misuse."""
+        cancel or trace-write outcomes; raises `SessionError` for misuse.
+
+        ``cancel`` is a `CancelToken` (anything with ``is_set()`` and ``reason``); None: a fresh token."""
         if self.trace is not None and self.trace.next_seq > 0:
             raise SessionError(f"trace recorder {self.trace.path} already holds a run; use one recorder per run")
+        if cancel is not None and not isinstance(cancel, CancelSignal):
+            raise SessionError(f"cancel must have is_set() and reason, like agent.cancel.CancelToken; got "
+                               f"{type(cancel).__name__}")
         run = self._start(cancel if cancel is not None else CancelToken())
         try:
             return self._end(run, self._loop(run, user_message))
         except TraceWriteError as e:  # the record is broken: stop, report, never crash
             self.engine.rollback()
-            return self._result(run, _Ending(outcome=LoopOutcome.FAILED, phase="trace",
+            return self._result(run, Ending(outcome=LoopOutcome.FAILED, phase=Phase.TRACE,
                                              detail=f"trace write failed: {e}"))
         except TraceMisuseError as e:  # an event the recorder refused (e.g. over MAX_LINE_BYTES): same, but the
             self.engine.rollback()     # recorder still works, so the trace gets its terminal run_failed
-            ending = _Ending(outcome=LoopOutcome.FAILED, phase="trace", detail=f"trace refused an event: {e}")
+            ending = Ending(outcome=LoopOutcome.FAILED, phase=Phase.TRACE, detail=f"trace refused an event: {e}")
             try:
-                run.trace.terminal(ending, run, self._usage(run))
+                self._trace_terminal(run, ending)
             except TraceError:
                 pass
             return self._result(run, ending)
 
-    def _loop(self, run: _Run, user_message: str) -> _Ending:
+    def _loop(self, run: _Run, user_message: str) -> Ending:
         self._begin(run, user_message)
         while True:
             # -- boundary: before a model turn --
@@ -254,19 +232,19 @@ class Session:
                 return ending
             # -- model turn --
             turn = self._model_turn(run)
-            if isinstance(turn, _Ending):
+            if isinstance(turn, Ending):
                 return turn
             # -- parse --
             action = self._parse(run, turn)
-            if ending := self._cancel_point(run, "parse", discard_turn=True):
+            if ending := self._cancel_point(run, Phase.PARSE, discard_turn=True):
                 return ending
             # -- commit the assistant turn --
             call_ids = self._commit_turn(run, action)
             if isinstance(action, FinalText):
                 if not action.text.strip():
-                    return _Ending(outcome=LoopOutcome.FAILED, phase="finish", step=run.model_step,
+                    return Ending(outcome=LoopOutcome.FAILED, phase=Phase.FINISH, step=run.model_step,
                                    detail="the model's final answer is empty")
-                return _Ending(outcome=LoopOutcome.COMPLETED, phase="finish", final_text=action.text,
+                return Ending(outcome=LoopOutcome.COMPLETED, phase=Phase.FINISH, final_text=action.text,
                                step=run.model_step)
             if isinstance(action, MalformedToolCall):
                 # -- reject + reinject (a malformed call reaches no tool) --
@@ -283,12 +261,12 @@ class Session:
                     checked: _Accepted | _Rejected = self._one_call_per_step(run, call_id, call)
                 else:
                     checked = self._validate(run, call_id, call)
-                if ending := self._cancel_point(run, "validate"):
+                if ending := self._cancel_point(run, Phase.VALIDATE):
                     return ending
                 # -- approve --
                 if isinstance(checked, _Accepted):
                     checked = self._approve(run, call_id, checked)
-                    if ending := self._cancel_point(run, "approve"):
+                    if ending := self._cancel_point(run, Phase.APPROVE):
                         return ending
                 if isinstance(checked, _Accepted) and checked.tool.kind is ToolKind.DATA:
                     batch.append((call_id, call, checked))  # -- execute + reinject: with the other data calls --
@@ -307,8 +285,8 @@ class Session:
 
     # -- steps ---------------------------------------------------------------------------------------------------
 
-    def _start(self, cancel: Any) -> _Run:
-        trace = _RunTrace(self.trace)
+    def _start(self, cancel: CancelSignal) -> _Run:
+        trace = RunTrace(self.trace)
         run_id = self.trace.run_id if self.trace is not None else f"run-{uuid.uuid4().hex}"
         ledger = CommitLedger(engine=self.engine, on_commit=trace.committed)
         return _Run(run_id=run_id, cancel=cancel, ledger=ledger, trace=trace, started_at=self.clock(),
@@ -330,32 +308,32 @@ class Session:
     def _usage(self, run: _Run) -> RunUsage:
         return RunUsage(steps=run.steps, tool_calls=run.tool_calls, elapsed_s=self.clock() - run.started_at)
 
-    def _cancel_point(self, run: _Run, phase: str, *, discard_turn: bool = False) -> _Ending | None:
+    def _cancel_point(self, run: _Run, phase: Phase, *, discard_turn: bool = False) -> Ending | None:
         """A phase boundary: a tripped token ends the run here (discarding the speculative turn if asked)."""
         if not run.cancel.is_set():
             return None
         if discard_turn:
             self.engine.rollback()
-        reason = getattr(run.cancel, "reason", "") or "cancel token tripped"
-        return _Ending(outcome=LoopOutcome.CANCELLED, phase=phase, detail=f"cancelled during {phase}: {reason}")
+        reason = run.cancel.reason or "cancel token tripped"
+        return Ending(outcome=LoopOutcome.CANCELLED, phase=phase, detail=f"cancelled during {phase}: {reason}")
 
-    def _before_model_turn(self, run: _Run) -> _Ending | None:
-        if ending := self._cancel_point(run, "model"):
+    def _before_model_turn(self, run: _Run) -> Ending | None:
+        if ending := self._cancel_point(run, Phase.MODEL):
             return ending
         if breach := self.limits.check_before_model_turn(self._usage(run)):
-            return _Ending(outcome=LoopOutcome.LIMIT, phase="model", breach=breach, detail=breach.describe())
+            return Ending(outcome=LoopOutcome.LIMIT, phase=Phase.MODEL, breach=breach, detail=breach.describe())
         return None
 
-    def _before_tool_call(self, run: _Run, call_id: str, call: ToolCall) -> _Ending | None:
-        if ending := self._cancel_point(run, "validate"):
+    def _before_tool_call(self, run: _Run, call_id: str, call: ToolCall) -> Ending | None:
+        if ending := self._cancel_point(run, Phase.VALIDATE):
             return ending
         if breach := self.limits.check_before_tool_call(self._usage(run)):
-            return _Ending(outcome=LoopOutcome.LIMIT, phase="validate", breach=breach, step=_tool_step(call_id),
+            return Ending(outcome=LoopOutcome.LIMIT, phase=Phase.VALIDATE, breach=breach, step=tool_step(call_id),
                            detail=f"{breach.describe()}; calls left unexecuted: {list(run.ledger.pending_calls)}")
         run.tool_calls += 1
         return None
 
-    def _model_turn(self, run: _Run) -> ModelTurn | _Ending:
+    def _model_turn(self, run: _Run) -> ModelTurn | Ending:
         """One speculative turn. Cancelled or cut turns are rolled back here; engine faults end the run."""
         run.steps += 1
         run.model_step = f"model-{run.steps}"
@@ -364,26 +342,26 @@ class Session:
         elif run.repeated:  # the model repeated a call it has the result of: now it answers
             run.tool_choice = "none"
         messages = run.ledger.messages()
-        run.trace.model_call_started(run.model_step, self.engine, messages, self._specs, run.tool_choice,
-                                     self.limits.max_output_tokens)
+        max_tokens = self.limits.max_output_tokens
+        on_prompt = run.trace.on_prompt(run.model_step, len(messages), self._specs, run.tool_choice, max_tokens)
         try:
             turn = self.engine.run_turn(messages, tools=self._specs, tool_choice=run.tool_choice,
-                                        max_tokens=self.limits.max_output_tokens, cancel=run.cancel,
+                                        max_tokens=max_tokens, cancel=run.cancel, on_prompt=on_prompt,
                                         parallel_calls=self.parallel_calls,
                                         **({"final_pattern": self.final_pattern} if self.final_pattern else {}))
-        except Exception as e:  # engine faults (context overflow, decode errors) are a failed run, not a crash
-            self.engine.rollback()
-            return _Ending(outcome=LoopOutcome.FAILED, phase="model", step=run.model_step,
-                           detail=f"engine failed: {type(e).__name__}: {e}")
+        except MODEL_FAILURES as e:  # the model's faults (context overflow, decode errors) are a failed run; a bug
+            self.engine.rollback()  # in our own code is not caught here and surfaces as itself
+            return Ending(outcome=LoopOutcome.FAILED, phase=Phase.MODEL, step=run.model_step,
+                          detail=f"engine failed: {type(e).__name__}: {e}")
         run.trace.model_call_finished(run.model_step, turn)
-        if turn.finish_reason == "cancelled" or run.cancel.is_set():
+        if turn.finish_reason == FinishReason.CANCELLED or run.cancel.is_set():
             self.engine.rollback()
-            reason = getattr(run.cancel, "reason", "") or "generation cancelled"
-            return _Ending(outcome=LoopOutcome.CANCELLED, phase="model", step=run.model_step,
-                           detail=f"cancelled during model: {reason}; the partial turn was rolled back")
+            reason = run.cancel.reason or "generation cancelled"
+            return Ending(outcome=LoopOutcome.CANCELLED, phase=Phase.MODEL, step=run.model_step,
+                          detail=f"cancelled during model: {reason}; the partial turn was rolled back")
         if breach := self.limits.check_turn_output(turn.n_output_tokens, turn.finish_reason):
             self.engine.rollback()
-            return _Ending(outcome=LoopOutcome.LIMIT, phase="model", breach=breach, step=run.model_step,
+            return Ending(outcome=LoopOutcome.LIMIT, phase=Phase.MODEL, breach=breach, step=run.model_step,
                            detail=f"{breach.describe()}; the cut turn was not committed")
         return turn
 
@@ -416,7 +394,7 @@ class Session:
 
     def _reject_malformed(self, run: _Run, call_id: str, action: MalformedToolCall) -> _Rejected:
         rejected = _rejection(ResultErrorKind.MALFORMED_CALL, f"{action.reason.value}: {action.detail}")
-        run.trace.call_rejected(call_id, None, rejected, raw=action.raw)
+        run.trace.call_rejected(call_id, None, rejected.kind, rejected.detail, rejected.errors, raw=action.raw)
         return rejected
 
     def _validate(self, run: _Run, call_id: str, call: ToolCall) -> _Accepted | _Rejected:
@@ -434,7 +412,7 @@ class Session:
             else:
                 run.trace.call_validated(call_id, checked)
                 return _Accepted(tool=tool, args=checked)
-        run.trace.call_rejected(call_id, call.name, rejected, raw=call.raw)
+        run.trace.call_rejected(call_id, call.name, rejected.kind, rejected.detail, rejected.errors, raw=call.raw)
         return rejected
 
     def _approve(self, run: _Run, call_id: str, accepted: _Accepted) -> _Accepted | _Rejected:
@@ -444,17 +422,18 @@ class Session:
             return accepted
         rejected = _rejection(ResultErrorKind.DENIED_BY_POLICY,
                               f"{accepted.tool.name!r} denied by the approval policy: {decision.reason}")
-        run.trace.call_rejected(call_id, accepted.tool.name, rejected, raw=None)
+        run.trace.call_rejected(call_id, accepted.tool.name, rejected.kind, rejected.detail, rejected.errors,
+                                raw=None)
         return rejected
 
     def _one_call_per_step(self, run: _Run, call_id: str, call: ToolCall) -> _Rejected:
         """`parallel_calls` off: a call after the turn's first is counted and traced, never executed."""
         rejected = _rejection(ResultErrorKind.LIMIT_EXCEEDED, "one tool call per step: this call was not executed; "
                               "call it again after reading the first call's result")
-        run.trace.call_rejected(call_id, call.name, rejected, raw=call.raw)
+        run.trace.call_rejected(call_id, call.name, rejected.kind, rejected.detail, rejected.errors, raw=call.raw)
         return rejected
 
-    def _execute_batch(self, run: _Run, batch: list[tuple[str, ToolCall, _Accepted]]) -> _Ending | None:
+    def _execute_batch(self, run: _Run, batch: list[tuple[str, ToolCall, _Accepted]]) -> Ending | None:
         """Execute the calls (concurrently when there are several: they are data calls), then reinject every
         result in call order; empties ``batch``. A cancel during execution commits none of the results."""
         if not batch:
@@ -470,7 +449,7 @@ class Session:
         calls = [call for _, call, _ in batch]
         batch.clear()
         for n, ((call_id, _, _), call, done) in enumerate(zip(jobs, calls, executed)):
-            if ending := self._cancel_point(run, "execute"):
+            if ending := self._cancel_point(run, Phase.EXECUTE):
                 for (left_id, accepted, _), left in zip(jobs[n:], executed[n:]):
                     run.trace.result_uncommitted(left_id, accepted.tool.name, left.outcome, run.cancel)
                 return ending
@@ -506,7 +485,7 @@ class Session:
         run.trace.execution_finished(call_id, tool.name, outcome, result, content, truncated)
         if not outcome.replayed:
             for ref in outcome.artifacts:
-                run.trace.artifact_written(_tool_step(call_id), call_id, tool.name, ref)
+                run.trace.artifact_written(tool_step(call_id), call_id, tool.name, ref)
         return _Executed(outcome, content, truncated)
 
     def _reinject(self, run: _Run, call_id: str, call: ToolCall, result: _Executed | _Rejected) -> None:
@@ -517,16 +496,19 @@ class Session:
         else:
             kind, ok, content, truncated = EntryKind.TOOL_RESULT, result.outcome.ok, result.content, result.truncated
         message = self.engine.codec.tool_result_message(call, content)
-        run.ledger.commit(kind, message, step=_tool_step(call_id), call_ids=(call_id,), tool=call.name or None,
+        run.ledger.commit(kind, message, step=tool_step(call_id), call_ids=(call_id,), tool=call.name or None,
                           ok=ok, truncated=truncated)
 
     # -- exits ---------------------------------------------------------------------------------------------------
 
-    def _end(self, run: _Run, ending: _Ending) -> RunResult:
-        run.trace.terminal(ending, run, self._usage(run))
+    def _end(self, run: _Run, ending: Ending) -> RunResult:
+        self._trace_terminal(run, ending)
         return self._result(run, ending)
 
-    def _result(self, run: _Run, ending: _Ending) -> RunResult:
+    def _trace_terminal(self, run: _Run, ending: Ending) -> None:
+        run.trace.terminal(ending, self._usage(run), ledger_entries=len(run.ledger), cancel=run.cancel)
+
+    def _result(self, run: _Run, ending: Ending) -> RunResult:
         return RunResult(outcome=ending.outcome, limit=ending.breach.kind if ending.breach else None,
                          final_text=ending.final_text, messages=run.ledger.messages(), ledger=run.ledger.entries,
                          steps=run.steps, tool_calls=run.tool_calls, run_id=run.run_id, detail=ending.detail,
@@ -536,10 +518,6 @@ class Session:
 # -- small pure helpers ------------------------------------------------------------------------------------------
 
 
-def _tool_step(call_id: str) -> str:
-    return "tool-" + call_id.removeprefix("call-")
-
-
 def _rejection(kind: ResultErrorKind, detail: str, errors: tuple[ArgumentError, ...] = ()) -> _Rejected:
     return _Rejected(kind=kind, detail=detail, result=results.error_result(kind, detail, errors), errors=errors)
 
@@ -547,176 +525,3 @@ def _rejection(kind: ResultErrorKind, detail: str, errors: tuple[ArgumentError, 
 def _malformed_as_call(action: MalformedToolCall) -> ToolCall:
     """The codec renders a rejection as the answer to *a* call; a malformed one has no usable name."""
     return ToolCall(name="", arguments={}, raw=action.raw)
-
-
-def _limits_record(limits: AgentLimits) -> dict[str, Any]:
-    """``dataclasses.asdict(limits)`` without its recursive copying: every field of `AgentLimits` is a number
-    or None (a subclass with other fields still goes through ``asdict``)."""
-    if type(limits) is not AgentLimits:
-        return asdict(limits)
-    return {f.name: getattr(limits, f.name) for f in fields(limits)}
-
-
-@functools.cache
-def _runtime_version() -> str:
-    """The installed ember version, read once per process (reading distribution metadata costs a millisecond)."""
-    try:
-        from importlib.metadata import version
-
-        return version("ember")
-    except Exception:
-        return "0+unknown"
-
-
-class _RunTrace:
-    """The session's event vocabulary: one method per event, so the loop never builds event dicts.
-
-    A no-op when the session is untraced. Payloads (prompts, outputs, tool arguments and results) go through
-    `TraceRecorder.payload` so the recorder's privacy mode applies to all of them.
-    """
-
-    def __init__(self, recorder: TraceRecorder | None) -> None:
-        self._rec = recorder
-
-    def _emit(self, event: EventType, step: str | None, phase: str | None, data: Mapping[str, Any]) -> None:
-        if self._rec is not None:
-            self._rec.emit(event, step=step, phase=phase, data=data)
-
-    def _payload(self, value: Any) -> Any:
-        rec = self._rec
-        if rec is None or rec.privacy is PrivacyMode.FULL:  # `TraceRecorder.payload` keeps it as it is too
-            return value
-        return rec.payload(value)
-
-    def run_started(self, user_message: str, system_prompt: str | None, specs: Any, tool_choice: str) -> None:
-        self._emit(EventType.RUN_STARTED, None, "start", {
-            "user_message": self._payload(user_message),
-            "system_prompt": self._payload(system_prompt) if system_prompt is not None else None,
-            "tools": [s.name for s in specs], "tool_choice": tool_choice})
-
-    def provenance(self, engine: TurnEngine, tools: ToolRegistry, limits: AgentLimits, tool_choice: str,
-                   approval: Any) -> None:
-        if self._rec is None:
-            return
-        identity = dict(engine.identity())
-        data = provenance_data(
-            runtime_version=_runtime_version(), model_sha256=identity.pop("model_sha256", None),
-            tokenizer_sha256=identity.pop("vocabulary_fingerprint", None), codec_id=engine.codec.id,
-            tool_schema_sha256=tools.snapshot_sha256, model_name=identity.pop("model_path", None),
-            config={"tool_choice": tool_choice, "approval": getattr(approval, "__name__", type(approval).__name__),
-                    "tools": tools.snapshot()},
-            limits=_limits_record(limits), engine=identity)
-        self._emit(EventType.PROVENANCE, None, "start", data)
-
-    def model_call_started(self, step: str, engine: TurnEngine, messages: list[dict[str, Any]], specs: Any,
-                           tool_choice: str, max_tokens: int) -> None:
-        if self._rec is None:
-            return
-        prompt = engine.codec.render(messages, prompt_tools(specs, tool_choice) or None,
-                                     add_generation_prompt=True)
-        self._emit(EventType.MODEL_CALL_STARTED, step, "model", {
-            "n_messages": len(messages), "tool_choice": tool_choice, "max_tokens": max_tokens,
-            "constrained_tools": [s.name for s in specs if s.constrained], "prompt": self._payload(prompt)})
-
-    def model_call_finished(self, step: str, turn: ModelTurn) -> None:
-        self._emit(EventType.MODEL_CALL_FINISHED, step, "model", {
-            "n_prompt_tokens": turn.n_prompt_tokens, "n_reused_tokens": turn.n_reused_tokens,
-            "n_output_tokens": turn.n_output_tokens, "finish_reason": turn.finish_reason,
-            "constrained": turn.constrained, "duration_ms": round(turn.seconds * 1000, 3),
-            "timings": dict(turn.timings) if turn.timings else None, "output": self._payload(turn.text)})
-
-    def action_parsed(self, step: str, action: Action, call_ids: list[str]) -> None:
-        data: dict[str, Any] = {"text": self._payload(action.text)}
-        if isinstance(action, FinalText):
-            data["action"] = "final_text"
-        elif isinstance(action, ToolCalls):
-            data["action"] = "tool_calls"
-            data["calls"] = [{"call_id": i, "tool": c.name} for i, c in zip(call_ids, action.calls)]
-        else:
-            data.update(action="malformed_tool_call", call_id=call_ids[0], reason=action.reason.value,
-                        detail=action.detail, raw=self._payload(action.raw))
-        self._emit(EventType.ASSISTANT_ACTION_PARSED, step, "parse", data)
-
-    def call_validated(self, call_id: str, args: ValidatedArguments) -> None:
-        self._emit(EventType.TOOL_CALL_VALIDATED, _tool_step(call_id), "validate", {
-            "call_id": call_id, "tool": args.tool_name, "arguments": self._payload(json.loads(args.to_json())),
-            "arguments_sha256": args.sha256})
-
-    def call_rejected(self, call_id: str, tool: str | None, rejected: _Rejected, *, raw: str | None) -> None:
-        self._emit(EventType.TOOL_CALL_REJECTED, _tool_step(call_id),
-                   "approve" if rejected.kind is ResultErrorKind.DENIED_BY_POLICY else "validate", {
-                       "call_id": call_id, "tool": tool, "kind": rejected.kind.value, "detail": rejected.detail,
-                       "errors": [{"path": e.path, "reason": e.reason, "kind": str(e.kind)} for e in rejected.errors],
-                       "raw": self._payload(raw) if raw is not None else None})
-
-    def execution_started(self, call_id: str, tool: Tool, timeout_s: float | None) -> None:
-        self._emit(EventType.TOOL_EXECUTION_STARTED, _tool_step(call_id), "execute", {
-            "call_id": call_id, "tool": tool.name, "kind": str(tool.kind), "external": tool.external,
-            "timeout_s": timeout_s})
-
-    def execution_finished(self, call_id: str, tool: str, outcome: ToolOutcome, result: dict[str, Any],
-                           content: str, truncated: bool) -> None:
-        """The result is traced as the model will see it (``content``: bounded to ``max_result_bytes`` by
-        `results.result_content`, so a huge result cannot make an over-long trace line), plus the byte length and
-        sha256 of the full result JSON."""
-        if self._rec is None:
-            return
-        ids = [ref.id for ref in outcome.artifacts]
-        if truncated:
-            full_bytes = results.result_json(result).encode("utf-8")
-            traced = json.loads(content)
-        else:  # content is result's full JSON: tracing result itself writes the same line, without a re-parse
-            full_bytes = content.encode("utf-8")
-            traced = result
-        self._emit(EventType.TOOL_EXECUTION_FINISHED, _tool_step(call_id), "execute", {
-            "call_id": call_id, "tool": tool, "ok": outcome.ok, "duration_ms": outcome.duration_ms,
-            "error_kind": str(outcome.error_kind) if outcome.error_kind else None, "detail": outcome.detail,
-            "replayed": outcome.replayed, "artifact_ids": [] if outcome.replayed else ids,
-            "replayed_artifact_ids": ids if outcome.replayed else [],
-            "linked_runs": list(outcome.linked_runs), "result": self._payload(traced),
-            "result_truncated": truncated, "result_bytes": len(full_bytes),
-            "result_sha256": hashlib.sha256(full_bytes).hexdigest()})
-
-    def artifact_written(self, step: str, call_id: str, tool: str, ref: Any) -> None:
-        self._emit(EventType.ARTIFACT_WRITTEN, step, "execute", artifact_written_data(ref, call_id=call_id,
-                                                                                     tool=tool))
-
-    def committed(self, entry: LedgerEntry) -> None:
-        """`CommitLedger.on_commit`: every commit is traced the moment it happens."""
-        content = entry.message.get("content")
-        if entry.kind in (EntryKind.TOOL_RESULT, EntryKind.TOOL_REJECTION):
-            self._emit(EventType.TOOL_RESULT_COMMITTED, entry.step, "reinject", {
-                "call_id": entry.call_ids[0], "tool": entry.tool, "ok": entry.ok, "kind": entry.kind.value,
-                "truncated": entry.truncated, "ledger_index": entry.index, "kv_tokens": entry.kv_tokens,
-                "content": self._payload(content)})
-        else:
-            self._emit(EventType.MESSAGE_COMMITTED, entry.step, "commit", {
-                "ledger_index": entry.index, "kind": entry.kind.value, "role": entry.message.get("role"),
-                "call_ids": list(entry.call_ids), "kv_tokens": entry.kv_tokens,
-                "content": self._payload(content) if content is not None else None,
-                "tool_calls": self._payload(entry.message["tool_calls"]) if entry.message.get("tool_calls")
-                else None})
-
-    def result_uncommitted(self, call_id: str, tool: str, outcome: ToolOutcome, cancel: Any) -> None:
-        self._emit(EventType.TOOL_RESULT_UNCOMMITTED, _tool_step(call_id), "reinject", {
-            "call_id": call_id, "tool": tool, "ok": outcome.ok, "executed": outcome.started and not outcome.replayed,
-            "artifact_ids": [ref.id for ref in outcome.artifacts],
-            "reason": getattr(cancel, "reason", "") or "cancelled before the result was committed",
-            "effect_visible": True})
-
-    def terminal(self, ending: _Ending, run: _Run, usage: RunUsage) -> None:
-        data: dict[str, Any] = {"outcome": ending.outcome.value, "steps": usage.steps,
-                                "tool_calls": usage.tool_calls, "elapsed_s": round(usage.elapsed_s, 6),
-                                "detail": ending.detail, "ledger_entries": len(run.ledger)}
-        if ending.outcome is LoopOutcome.COMPLETED:
-            event, data["final_text"] = EventType.RUN_COMPLETED, self._payload(ending.final_text)
-        elif ending.outcome is LoopOutcome.CANCELLED:
-            event, data["reason"] = EventType.RUN_CANCELLED, getattr(run.cancel, "reason", "")
-        elif ending.outcome is LoopOutcome.LIMIT:
-            assert ending.breach is not None
-            event = EventType.RUN_TERMINATED
-            data.update(limit=ending.breach.kind.value, limit_value=ending.breach.limit,
-                        observed=ending.breach.observed)
-        else:
-            event, data["error"] = EventType.RUN_FAILED, ending.detail
-        self._emit(event, ending.step, ending.phase, data)

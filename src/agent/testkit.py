@@ -21,6 +21,7 @@ from typing import Any
 
 from agent.engine import EngineError, ModelTurn, prompt_tools
 from agent.protocol.base import Codec, ToolChoice, ToolSpec
+from constrained.decoding import CancelSignal, FinishReason
 
 __all__ = ["ManualClock", "ScriptedCall", "ScriptedEngine", "ScriptedTurn", "ScriptExhaustedError"]
 
@@ -49,7 +50,7 @@ class ScriptedTurn:
     """Character index at which ``trip`` is tripped (default: the middle of the text)."""
     error: BaseException | None = None
     """Raise this from `run_turn` instead of generating (engine failure)."""
-    finish_reason: str | None = None
+    finish_reason: FinishReason | str | None = None
     """Override the finish reason of a turn that runs to its end (default ``stop_token``)."""
 
 
@@ -112,14 +113,16 @@ class ScriptedEngine:
         self.prepared.append((tuple(t.name for t in tools), tuple(tool_choices), final_pattern))
 
     def run_turn(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[ToolSpec],
-                 tool_choice: ToolChoice = "auto", max_tokens: int, cancel: Any = None,
+                 tool_choice: ToolChoice = "auto", max_tokens: int, cancel: CancelSignal | None = None,
                  on_text: Callable[[str], None] | None = None, final_pattern: str | None = None,
-                 parallel_calls: bool = False) -> ModelTurn:
+                 parallel_calls: bool = False, on_prompt: Callable[[str], None] | None = None) -> ModelTurn:
         """Replay the next turn against ``messages``. See `agent.engine.TurnEngine.run_turn`."""
         if self._pending:
             self.rollback()
         msgs = copy.deepcopy([dict(m) for m in messages])
         prompt = self.codec.render(msgs, prompt_tools(tools, tool_choice) or None, add_generation_prompt=True)
+        if on_prompt is not None:
+            on_prompt(prompt)
         self.calls.append(ScriptedCall(messages=msgs, tools=tuple(tools), tool_choice=tool_choice,
                                        max_tokens=max_tokens, prompt=prompt, final_pattern=final_pattern,
                                        parallel_calls=parallel_calls))
@@ -140,15 +143,15 @@ class ScriptedEngine:
         text = turn.text(copy.deepcopy(msgs)) if callable(turn.text) else turn.text
         trip_at = turn.trip_at if turn.trip_at is not None else len(text) // 2
         generated: list[str] = []
-        finish = turn.finish_reason or "stop_token"
+        finish = FinishReason(turn.finish_reason or FinishReason.STOP_TOKEN)
         for i, ch in enumerate(text):
             if turn.trip is not None and i == trip_at:
                 turn.trip.cancel("scripted cancel during generation")
             if cancel is not None and cancel.is_set():
-                finish = "cancelled"
+                finish = FinishReason.CANCELLED
                 break
             if len(generated) == max_tokens:
-                finish = "length"
+                finish = FinishReason.LENGTH
                 break
             generated.append(ch)
             self.kv.append(ch)

@@ -35,7 +35,7 @@ import enum
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -50,10 +50,23 @@ if TYPE_CHECKING:
 __all__ = ["FinishReason", "DecodeTimings", "DecodeResult", "decode", "CancelSignal"]
 
 
+@runtime_checkable
 class CancelSignal(Protocol):
-    """Anything with ``is_set()`` (``threading.Event`` works)."""
+    """The one cancel protocol of the project: ``is_set()`` says whether to stop, ``reason`` why.
 
-    def is_set(self) -> bool: ...
+    `agent.cancel.CancelToken` implements it; the agent layer (session, engine, tools) types every cancel with
+    it and reads ``reason`` for the trace. This loop only ever calls ``is_set()``, so an object with just that
+    (a ``threading.Event``) still stops a decode.
+    """
+
+    def is_set(self) -> bool:
+        """Whether the work should stop."""
+        ...
+
+    @property
+    def reason(self) -> str:
+        """Why it was cancelled ("" when no reason was given, or while not set)."""
+        ...
 
 
 class FinishReason(enum.StrEnum):
