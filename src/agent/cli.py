@@ -222,7 +222,7 @@ def _artifact_root_for(args: argparse.Namespace) -> Path | None:
 
 # -- bench / demo ---------------------------------------------------------------------------------------------
 
-BENCHMARKS = ("masks", "decode", "orchestration", "flights", "tools", "bfcl", "demo")
+BENCHMARKS = ("masks", "decode", "orchestration", "flights", "tools", "bfcl", "demo", "serve")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -263,7 +263,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     serve(args.model, host=args.host, port=args.port, n_ctx=args.n_ctx, n_threads=args.threads,
           api_key=args.api_key, max_queue=args.max_queue, timeout_s=args.timeout,
-          prefix_cache=False if args.no_prefix_cache else (args.prefix_cache or True), progress=_progress)
+          prefix_cache=False if args.no_prefix_cache else (args.prefix_cache or True),
+          refuse_repeated_calls=not args.allow_repeated_calls, progress=_progress)
     return 0
 
 
@@ -420,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_trace)
 
     p = sub.add_parser("bench", help="run a benchmark from benchmarks/ (results go to benchmarks/RESULTS.md)")
-    p.add_argument("name", help="masks | decode | orchestration | flights | tools | bfcl | demo | all")
+    p.add_argument("name", help="masks | decode | orchestration | flights | tools | bfcl | demo | serve | all")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
     p.set_defaults(handler=_cmd_bench)
 
@@ -449,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix-cache", metavar="DIR",
                    help="directory of the on-disk KV cache of system + tools prefixes (default ~/.cache/ember/kv)")
     p.add_argument("--no-prefix-cache", action="store_true", help="keep no prefix KV state on disk")
+    p.add_argument("--allow-repeated-calls", action="store_true",
+                   help="under tool_choice auto, return a call even when it repeats one the conversation already "
+                        "has the result of (default: such a turn is written again as an answer; docs/serve.md)")
     _model_options(p)
     p.set_defaults(handler=_cmd_serve)
     return parser

@@ -25,7 +25,7 @@ from agent.protocol.base import ToolChoice, ToolSpec
 from agent.serve.errors import ApiError
 from constrained.sampling import SamplingParams
 
-__all__ = ["ChatRequest", "parse_chat_request"]
+__all__ = ["ChatRequest", "call_key", "parse_chat_request"]
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
@@ -71,6 +71,26 @@ class ChatRequest:
     def calls_possible(self) -> bool:
         """Whether the turn may hold tool calls."""
         return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def answered_calls(self) -> frozenset[tuple[str, str]]:
+        """The calls whose results the conversation already holds: ``(name, canonical arguments JSON)`` of every
+        assistant call that a later ``tool`` message follows."""
+        answered: set[tuple[str, str]] = set()
+        pending: list[tuple[str, str]] = []
+        for message in self.messages:
+            if message["role"] == "assistant":
+                pending += [call_key(c["function"]["name"], c["function"]["arguments"])
+                            for c in message.get("tool_calls") or ()]
+            elif message["role"] == "tool":
+                answered.update(pending)
+                pending = []
+        return frozenset(answered)
+
+
+def call_key(name: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
+    """A call's identity: its name and its arguments as canonical JSON (key order and spacing do not count)."""
+    return name, json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def parse_chat_request(body: Any, *, model_ids: Sequence[str]) -> ChatRequest:

@@ -19,12 +19,13 @@ __all__ = ["load_worker", "serve"]
 
 def load_worker(model: str, *, n_ctx: int = 4096, n_threads: int | None = None, max_queue: int = 16,
                 timeout_s: float = 600.0, prefix_cache: str | os.PathLike[str] | None | bool = True,
-                progress: Callable[[str], None] | None = None) -> ModelWorker:
+                refuse_repeated_calls: bool = True, progress: Callable[[str], None] | None = None) -> ModelWorker:
     """Load ``model`` (a store name or a GGUF path) and start its worker thread.
 
     Args:
         prefix_cache: a directory for the disk KV prefix cache, True for the default one
             (`prefix_cache.default_cache_dir`), False or None for none.
+        refuse_repeated_calls: see `ModelWorker.refuse_repeated_calls`.
     """
     from agent.chat import load_chat_model
     from agent.engine import ChatModelEngine
@@ -38,12 +39,13 @@ def load_worker(model: str, *, n_ctx: int = 4096, n_threads: int | None = None, 
         directory = default_cache_dir() if prefix_cache is True else Path(prefix_cache)
         cache = PrefixCache(directory, model_sha256=chat.model.sha256)
     ids = tuple(dict.fromkeys([model, chat.path.name, chat.path.stem]))
-    return ModelWorker(engine, model_ids=ids, max_queue=max_queue, timeout_s=timeout_s, prefix_cache=cache)
+    return ModelWorker(engine, model_ids=ids, max_queue=max_queue, timeout_s=timeout_s, prefix_cache=cache,
+                       refuse_repeated_calls=refuse_repeated_calls)
 
 
 def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, n_ctx: int = 4096, n_threads: int | None = None,
           api_key: str | None = None, max_queue: int = 16, timeout_s: float = 600.0,
-          prefix_cache: str | os.PathLike[str] | None | bool = True,
+          prefix_cache: str | os.PathLike[str] | None | bool = True, refuse_repeated_calls: bool = True,
           progress: Callable[[str], None] | None = None) -> None:
     """Serve ``model`` on ``host:port`` until interrupted."""
     import uvicorn
@@ -51,7 +53,7 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, n_ctx: int =
     from agent.serve.app import create_app
 
     worker = load_worker(model, n_ctx=n_ctx, n_threads=n_threads, max_queue=max_queue, timeout_s=timeout_s,
-                         prefix_cache=prefix_cache, progress=progress)
+                         prefix_cache=prefix_cache, refuse_repeated_calls=refuse_repeated_calls, progress=progress)
     if progress is not None:
         progress(f"serving {worker.model_ids[0]} on http://{host}:{port}/v1"
                  + (" (bearer key required)" if api_key else ""))

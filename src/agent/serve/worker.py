@@ -23,17 +23,17 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.engine import ChatModelEngine, ContextWindowError, prompt_tools
 from agent.protocol.base import (Codec, FinalText, MalformedToolCall, MessageFormatError, ProtocolError, ToolCall,
-                                 ToolCalls)
+                                 ToolCalls, ToolChoice)
 from agent.protocol.streaming import CallScanner, ProseGuard, ScannedCall
 from agent.serve.errors import ApiError
 from agent.serve.prefix_cache import PrefixCache, common_prefix_length
-from agent.serve.request import ChatRequest
+from agent.serve.request import ChatRequest, call_key
 
 __all__ = ["Answer", "CallDelta", "Delta", "Done", "Failed", "Gone", "Job", "ModelWorker", "ToolCallOut"]
 
@@ -132,7 +132,8 @@ class ModelWorker:
     """Owns the engine; runs one job at a time on its own thread."""
 
     def __init__(self, engine: ChatModelEngine, *, model_ids: tuple[str, ...], max_queue: int = 16,
-                 timeout_s: float = 600.0, prefix_cache: PrefixCache | None = None) -> None:
+                 timeout_s: float = 600.0, prefix_cache: PrefixCache | None = None,
+                 refuse_repeated_calls: bool = True) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue must be >= 1, got {max_queue}")
         self.engine = engine
@@ -143,6 +144,9 @@ class ModelWorker:
         self.timeout_s = timeout_s
         """Per-request deadline, from submission (queue wait included)."""
         self.prefix_cache = prefix_cache
+        self.refuse_repeated_calls = refuse_repeated_calls
+        """Under ``auto``, a call that repeats one the conversation has answered is not returned (see
+        docs/serve.md, "Repeated calls")."""
         self.completed = 0
         """Jobs finished (answered, failed or cancelled)."""
         self.cancelled = 0
@@ -232,12 +236,31 @@ class ModelWorker:
             return Failed(ApiError(500, f"internal error: {type(error).__name__}: {error}", code="internal_error"))
 
     def _answer(self, job: Job) -> Answer:
+        request = job.request
+        answered = request.answered_calls if self.refuse_repeated_calls and request.tool_choice == "auto" \
+            else frozenset()
+        answer, stream, spent = self._turn(job, request.messages, request.tool_choice, answered)
+        if stream.dropped and not answer.tool_calls and not stream.showed_content:
+            # Every call the model wrote repeats one the conversation has answered: it would loop on it (a small
+            # model does, measured). The turn is written again under "none", the last result carrying a note
+            # (seen by the model only), as an answer from the results it has. (Had the client seen prose before
+            # those calls, that prose is the answer.)
+            self.engine.rollback()
+            answer, stream, _ = self._turn(job, _with_repeat_note(request.messages), "none", frozenset())
+            answer = replace(answer, completion_tokens=answer.completion_tokens + spent)
+        stream.finish(answer)
+        return answer
+
+    def _turn(self, job: Job, messages: Sequence[dict[str, Any]], tool_choice: ToolChoice,
+              answered: frozenset[tuple[str, str]]) -> tuple[Answer, _TurnStream, int]:
+        """One decoded turn of ``messages`` under ``tool_choice``, parsed; its stream (not finished) and its token
+        count."""
         request, engine = job.request, self.engine
         model = engine.model
         tools = list(request.tools)
-        shown = prompt_tools(tools, request.tool_choice)
+        shown = prompt_tools(tools, tool_choice)
         try:
-            prompt = engine.prompt_tokens(request.messages, shown)
+            prompt = engine.prompt_tokens(messages, shown)
         except (MessageFormatError, ProtocolError) as error:
             index = getattr(error, "index", None)
             raise ApiError(400, str(error), param="messages" if index is None else f"messages[{index}]",
@@ -250,11 +273,12 @@ class ModelWorker:
         if self.prefix_cache is not None:
             self.prefix_cache.restore(model, prompt, prefix_len)
         reused_before = common_prefix_length(model.tokens, prompt)
-        deltas = _TurnStream(job, engine.codec if request.calls_possible else None)
+        calls_possible = request.calls_possible and tool_choice != "none"
+        stream = _TurnStream(job, engine.codec if calls_possible else None, answered)
         engine.sampling = request.sampling
         try:
-            turn = engine.run_turn(request.messages, tools=tools, tool_choice=request.tool_choice,
-                                   max_tokens=max_tokens, cancel=job, on_text=deltas.feed,
+            turn = engine.run_turn(messages, tools=tools, tool_choice=tool_choice,
+                                   max_tokens=max_tokens, cancel=job, on_text=stream.feed,
                                    final_pattern=request.final_pattern, parallel_calls=request.parallel_calls)
         except ContextWindowError as error:
             raise _context_error(error, request) from None
@@ -272,14 +296,13 @@ class ModelWorker:
             if job.disconnected.is_set():
                 raise _ClientGone()
             raise _deadline(self.timeout_s)
-        answer = self._parse(request, turn.text, deltas)
+        answer = self._parse(request, calls_possible, turn.text, stream)
         finish = answer.finish_reason if answer.tool_calls else ("length" if turn.finish_reason == "length"
                                                                   else "stop")
-        answer = Answer(content=answer.content, tool_calls=answer.tool_calls, finish_reason=finish,
-                        prompt_tokens=turn.n_prompt_tokens, completion_tokens=turn.n_output_tokens,
-                        cached_tokens=turn.n_reused_tokens, seconds=turn.seconds)
-        deltas.finish(answer)
-        return answer
+        answer = replace(answer, finish_reason=finish, prompt_tokens=turn.n_prompt_tokens,
+                         completion_tokens=turn.n_output_tokens, cached_tokens=turn.n_reused_tokens,
+                         seconds=turn.seconds)
+        return answer, stream, turn.n_output_tokens
 
     def _prefix_len(self, request: ChatRequest, shown: list[Any], prompt: list[int]) -> int:
         """Prompt tokens shared by every request with these leading system messages and tools."""
@@ -296,19 +319,22 @@ class ModelWorker:
             return 0
         return common_prefix_length(probe, prompt)
 
-    def _parse(self, request: ChatRequest, text: str, deltas: _TurnStream) -> Answer:
-        """The finished turn as an answer: calls (ids minted here), prose, or the JSON document."""
-        if deltas.stop_at is not None:
-            return Answer(content=text[: deltas.stop_at])
-        if not request.calls_possible:
+    def _parse(self, request: ChatRequest, calls_possible: bool, text: str, stream: _TurnStream) -> Answer:
+        """The finished turn as an answer: calls (less repeats of answered ones), prose, or the JSON document."""
+        if stream.stop_at is not None:
+            return Answer(content=text[: stream.stop_at])
+        if not calls_possible:
             return Answer(content=text)
         action = self.engine.codec.parse(text)
         offered = {t.name for t in request.tools}
         if isinstance(action, ToolCalls) and all(c.name in offered for c in action.calls):
-            written = deltas.scanned(text)
-            calls = tuple(ToolCallOut(id=deltas.call_id(i), name=c.name, arguments=_arguments_text(c, written, i))
-                          for i, c in enumerate(action.calls))
-            return Answer(content=action.text or None, tool_calls=calls, finish_reason="tool_calls")
+            written = stream.scanned(text)
+            stream.dropped.update(i for i, c in enumerate(action.calls) if stream.repeats(c.name, c.arguments))
+            kept = [(i, c) for i, c in enumerate(action.calls) if i not in stream.dropped]
+            calls = tuple(ToolCallOut(id=stream.call_id(out), name=c.name, arguments=_arguments_text(c, written, i))
+                          for out, (i, c) in enumerate(kept))
+            return Answer(content=action.text or None, tool_calls=calls,
+                          finish_reason="tool_calls" if calls else "stop")
         if isinstance(action, FinalText):
             return Answer(content=action.text)
         if request.final_pattern is not None:  # a JSON answer: under auto its "{" first looked like a bare call
@@ -322,13 +348,19 @@ class _TurnStream:
     """Turns the growing turn text into stream events: content deltas (no call markup, nothing past a stop
     sequence), then each call's id and name once and its arguments as the model writes them."""
 
-    def __init__(self, job: Job, codec: Codec | None) -> None:
+    def __init__(self, job: Job, codec: Codec | None, answered: frozenset[tuple[str, str]] = frozenset()) -> None:
         self._job = job
         self._guard = ProseGuard(codec) if codec is not None else None
         self._scanner = CallScanner(codec) if codec is not None else None
+        self._answered = answered
+        self._answered_names = {name for name, _ in answered}
+        self.dropped: set[int] = set()
+        """Calls (by their place in the turn) that repeat an answered call: never shown."""
         self._stops = job.request.stop
         self._hold = max((len(s) for s in self._stops), default=1) - 1
         self._text = ""
+        self._safe = ""
+        """The content that may be shown so far."""
         self._sent = 0
         self._ids: list[str] = []
         self._shown: list[str | None] = []
@@ -354,14 +386,40 @@ class _TurnStream:
                 safe = self._text[: len(self._text) - self._hold]
         else:
             safe = self._text
-        if len(safe) > self._sent:
-            self._emit(Delta(safe[self._sent:]))
-            self._sent = len(safe)
+        self._safe = safe
+        self._show_content()
         if self._streaming and self._scanner is not None:
+            shown = 0
             for index, call in enumerate(self._scanner.feed(self._text)):
-                if call.name is None:
-                    break
-                self._send_call(index, call.name, call.arguments)
+                if index in self.dropped:
+                    continue
+                if call.name is None or (call.name in self._answered_names and not call.complete):
+                    break  # a call that may repeat an answered one is shown once it is known not to
+                if call.complete and call.name in self._answered_names and self._repeats_text(call):
+                    self.dropped.add(index)
+                    continue
+                self._send_call(shown, call.name, call.arguments)
+                shown += 1
+
+    def _show_content(self) -> None:
+        if len(self._safe) > self._sent:
+            self._emit(Delta(self._safe[self._sent:]))
+            self._sent = len(self._safe)
+
+    @property
+    def showed_content(self) -> bool:
+        """The client has seen content of this turn (so it cannot be written again)."""
+        return self._streaming and self._sent > 0
+
+    def repeats(self, name: str, arguments: dict[str, Any]) -> bool:
+        """The call repeats one whose result the conversation already holds."""
+        return name in self._answered_names and call_key(name, arguments) in self._answered
+
+    def _repeats_text(self, call: ScannedCall) -> bool:
+        try:
+            return self.repeats(call.name or "", json.loads(call.arguments))
+        except ValueError:
+            return False
 
     def scanned(self, text: str) -> list[ScannedCall]:
         """The calls of the finished turn as the model wrote them."""
@@ -397,6 +455,19 @@ class _TurnStream:
             self._sent = len(content)
         for index, call in enumerate(answer.tool_calls):
             self._send_call(index, call.name, call.arguments)
+
+
+REPEAT_NOTE = ("You already have the result of this call. Answer the user's question from the results above, in "
+               "plain words.")
+"""What the model reads, after the last tool result, when its turn only repeated answered calls (the session's
+replay note says the same; without it the default model writes the call again as a code block, measured)."""
+
+
+def _with_repeat_note(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = [dict(m) for m in messages]
+    last = max(i for i, m in enumerate(out) if m["role"] == "tool")
+    out[last]["content"] = f"{out[last]['content']}\n\n({REPEAT_NOTE})"
+    return out
 
 
 def _arguments_text(call: ToolCall, written: list[ScannedCall], index: int) -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agent.serve.errors import ApiError
-from agent.serve.request import parse_chat_request
+from agent.serve.request import call_key, parse_chat_request
 
 IDS = ("m",)
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -87,3 +89,15 @@ def test_another_model_name_is_a_404():
     with pytest.raises(ApiError) as caught:
         parse_chat_request({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, model_ids=IDS)
     assert (caught.value.status, caught.value.code) == (404, "model_not_found")
+
+
+def test_answered_calls_are_those_a_tool_message_follows_whatever_their_spacing_or_key_order():
+    call = {"type": "function", "function": {"name": "f", "arguments": '{"b": 1, "a": [2]}'}}
+    later = {"type": "function", "function": {"name": "g", "arguments": "{}"}}
+    request = parse_chat_request({"model": "m", "messages": [
+        {"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [{"id": "1", **call}]},
+        {"role": "tool", "tool_call_id": "1", "content": "r"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "2", **later}]}]}, model_ids=IDS)
+    assert request.answered_calls == {call_key("f", {"a": [2], "b": 1})}
+    assert call_key("f", {"a": [2], "b": 1}) == call_key("f", json.loads('{"b":1,"a":[2]}'))
+    assert call_key("f", {"a": 1}) != call_key("f", {"a": 1.5})

@@ -146,6 +146,31 @@ def test_a_tool_result_round_trip_answers_from_the_result(client):
     assert not any(mark in choice.message.content for mark in MARKUP)
 
 
+WEATHER_ROUND = [{"role": "user", "content": "What is the weather in Paris right now?"},
+                 {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                     "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                 {"role": "tool", "tool_call_id": "call_1", "content": "Paris: sunny, 21 degrees Celsius"}]
+
+
+def test_a_call_repeating_an_answered_one_becomes_the_answer_from_its_result(client, worker):
+    city_weather = {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    request_ = {"model": MODEL, "messages": WEATHER_ROUND, "tools": [city_weather], "max_tokens": 60}
+    worker.refuse_repeated_calls = False
+    try:
+        looping = client.chat.completions.create(**request_).choices[0]
+    finally:
+        worker.refuse_repeated_calls = True
+    assert looping.finish_reason == "tool_calls"  # the default model asks for the answered call again (greedy)
+    assert ("get_weather", {"city": "Paris"}) in [(c.function.name, arguments_of(c)) for c in looping.message.tool_calls]
+    answered = client.chat.completions.create(**request_).choices[0]
+    assert answered.finish_reason == "stop" and not answered.message.tool_calls
+    assert "21" in answered.message.content
+    content, calls, finishes, _ = _streamed(client, **request_)
+    assert (content, calls, finishes) == (answered.message.content, [], ["stop"])
+
+
 # -- streaming -----------------------------------------------------------------------------------------------------
 
 
