@@ -208,7 +208,7 @@ def run_benchmark(*, runs: int = 200, warmup: int = 5) -> OrchestrationReport:
 
 def render_report(report: OrchestrationReport) -> str:
     """The RESULTS.md section body."""
-    lines = environment_lines(["jsonschema", "pydantic", "jinja2"])
+    lines = environment_lines(["jsonschema", "jsonschema-rs", "pydantic", "jinja2"])
     out = ["\n".join(lines), ""]
     out.append(
         f"{report.runs} runs × {report.steps_per_run} model steps (3 tool calls via the real Qwen2.5 codec, then a "
