@@ -46,7 +46,8 @@ def summarize(seed: int, out: Path, seconds: float | None) -> dict:
     end = events[-1]
     calls = [e.data["tool"] for e in events if e.event_type == "tool_execution_finished"]
     answer = end.data.get("final_text")
-    verified = trace.verify_trace(out / "trace.jsonl", artifact_root=out / "artifacts").ok
+    report = trace.verify_trace(out / "trace.jsonl", artifact_root=out / "artifacts")
+    verified = report.ok and not report.narration  # facts, and no unbacked claim in the answer
     return {"seed": seed, "outcome": end.data.get("outcome"), "answer": answer, "calls": calls,
             "verified": verified, "success": verified and (answer or "").strip() == EXPECTED_ANSWER,
             "seconds": round(seconds, 1) if seconds is not None else "—"}

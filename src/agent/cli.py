@@ -164,16 +164,22 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     from agent import trace, trace_report
 
     if args.action == "verify":
-        report = trace.verify_trace(Path(args.file), artifact_root=_artifact_root_for(args))
+        report = trace.verify_trace(Path(args.file), artifact_root=_artifact_root_for(args),
+                                    narration=not args.no_narration)
         if args.json:
-            _print_json({"ok": report.ok, "problems": list(report.problems), "warnings": list(report.warnings)})
+            _print_json({"ok": report.ok, "problems": list(report.problems), "warnings": list(report.warnings),
+                         "narration": list(report.narration)})
         else:
             for problem in report.problems:
-                print(f"PROBLEM  {problem}")
+                print(f"PROBLEM    {problem}")
+            for finding in report.narration:
+                print(f"heuristic  {finding}")
             for warning in report.warnings:
-                print(f"warning  {warning}")
-            print("trace verified: OK" if report.ok else "trace verification FAILED")
-        return 0 if report.ok else 1
+                print(f"warning    {warning}")
+            print("trace verification FAILED" if not report.ok else
+                  "trace verified: OK, but the narration check flagged the final answer" if report.narration else
+                  "trace verified: OK")
+        return 1 if not report.ok else 3 if report.narration else 0
     read = _read_events(Path(args.file))
     skipped = f"{len(read.problems)} malformed line(s) skipped, first: {read.problems[0]}" if read.problems else ""
     if args.action == "show":
@@ -412,12 +418,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("trace", help="inspect a trace: show | verify | report")
     p.add_argument("action", choices=["show", "verify", "report"],
-                   help="show: a timeline | verify: check the record (exit 1 on a problem) | report: HTML")
+                   help="show: a timeline | verify: check the record (exit 1 on a problem, 3 when only the narration "
+                        "check flags the answer) | report: HTML")
     p.add_argument("file", help="a trace written by `ember run` (JSONL)")
     p.add_argument("--artifacts", help="artifact directory to check hashes against (verify; default: the "
                                        "artifacts/ directory beside the trace, when there is one)")
     p.add_argument("-o", "--output", help="HTML file to write (report; default: the trace path with .html)")
-    p.add_argument("--json", action="store_true", help="verify: print {ok, problems, warnings} as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="verify: print {ok, problems, warnings, narration} as JSON")
+    p.add_argument("--no-narration", action="store_true",
+                   help="verify: skip the narration heuristic (does the final answer claim artifacts never written?)")
     p.set_defaults(handler=_cmd_trace)
 
     p = sub.add_parser("bench", help="run a benchmark from benchmarks/ (results go to benchmarks/RESULTS.md)")
@@ -462,16 +472,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean "the request cannot be served as given" (unknown model, bad schema, missing file):
     one line on stderr and exit status 2, not a traceback. Anything else is a bug and keeps its traceback
     (`MaskError` and `GenerationError` too: with a correct grammar they cannot happen)."""
-    from agent.artifact import ArtifactError
-    from agent.errors import AgentError
-    from agent.inputs import InputError
-    from agent.models import ModelStoreError
-    from agent.protocol.base import ProtocolError
-    from agent.trace import TraceError
+    from agent.errors import AgentError  # InputError, ProtocolError, TraceError, ArtifactError, ModelStoreError…
     from constrained.errors import ConstrainedError
 
-    return (InputError, AgentError, ArtifactError, ModelStoreError, ProtocolError, TraceError, ConstrainedError,
-            OSError, json.JSONDecodeError, UnicodeDecodeError)
+    return (AgentError, ConstrainedError, OSError, json.JSONDecodeError, UnicodeDecodeError)
 
 
 def _error_line(error: BaseException, args: argparse.Namespace) -> str:

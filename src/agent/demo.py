@@ -129,9 +129,12 @@ def run_demo(*, model: str, out_dir: Path, n_threads: int | None = None,
     print(f"artifacts    : {', '.join(artifacts) or '(none)'} in {artifact_root}")
     for problem in verification.problems:
         print(f"PROBLEM      : {problem}")
-    print(f"trace verify : {'OK' if verification.ok else 'FAILED'}")
+    for finding in verification.narration:
+        print(f"heuristic    : {finding}")
+    verified = verification.ok and not verification.narration
+    print(f"trace verify : {'OK' if verified else 'FAILED'}")
     answer_ok = (result.final_text or "").strip() == EXPECTED_ANSWER
     if not answer_ok:
         print(f"expected the answer {EXPECTED_ANSWER!r}; the run ended {result.outcome}"
               + (f" ({result.detail})" if result.detail else ""))
-    return 0 if answer_ok and verification.ok else 1
+    return 0 if answer_ok and verified else 1

@@ -1,28 +1,26 @@
-"""The authoritative execution record of one run: an ordered JSONL event log, its reader and its verifier.
+"""The authoritative execution record of one run: the recorder that appends its ordered JSONL events.
 
-The trace is not logging around the real result; it *is* the history. Every line is one event::
+The trace is not logging around the real result; it *is* the history. Every line is one event (the line format,
+the event vocabulary and the errors are in `agent.trace_format`)::
 
     {"schema": "ember.agent.trace.v1", "run_id": "run-…", "seq": 7, "event_type": "tool_execution_finished",
      "t_ms": 812.345, "ts_epoch_ms": 1767225600123, "step": "tool-3", "phase": "execute", "data": {...}}
 
-Flow::
+Flow (one module per arrow)::
 
     session ─► TraceRecorder.emit ─► one os.write(line) on an O_APPEND fd ─► (fsync per policy) ─► file
                      │ payload(value): full | hashed {len, sha256} | summary {excerpt, len, sha256}
-    file ─► read_trace ─► TraceRead(events, torn_tail, problems) ─► verify_trace ─► VerifyReport
+    file ─► trace_reader.read_trace ─► TraceRead(events, torn_tail, problems)
+         ─► trace_verify.verify_trace ─► VerifyReport(problems: facts · narration: trace_narration's heuristic)
 
-Owns: the event vocabulary (``EventType``), the line envelope, ordering (``seq`` from 0, strictly increasing, the
-only order), privacy transforms, crash tolerance (each line is written whole and flushed; a crash leaves a
-readable prefix plus at most one torn final line), and the checks that make a trace trustworthy (one run, one
-terminal event last, every artifact produced by a traced tool execution and matching its bytes on disk, no final
-answer claiming a write that never ran).
+Owns: ordering (``seq`` from 0, strictly increasing, the only order), privacy transforms, crash tolerance (each
+line is written whole and flushed; a crash leaves a readable prefix plus at most one torn final line), and the
+data builders of the ``provenance`` and ``artifact_written`` events. Every name of the reader, the verifier and
+the format is re-exported here, so ``from agent.trace import read_trace, verify_trace`` keeps working.
 
 Refuses: emitting after a terminal event or after close (``TraceMisuseError``), non-JSON data, lines over
-``MAX_LINE_BYTES``, writing into a non-empty existing file (the file is created with ``O_EXCL``; only
-``truncate=True`` replaces one), and reading a trace of an unknown schema *major*
-(``UnsupportedTraceSchemaError``). Versioning rule: ``ember.agent.trace.v1`` and ``ember.agent.trace.v1.<minor>``
-are readable by this module (a minor adds optional fields or event types, never changes a meaning); any other
-major is rejected. The schema, every event's data fields and the OpenTelemetry mapping are in ``docs/trace.md``.
+``MAX_LINE_BYTES``, and writing into a non-empty existing file (the file is created with ``O_EXCL``; only
+``truncate=True`` replaces one).
 """
 
 from __future__ import annotations
@@ -30,21 +28,22 @@ from __future__ import annotations
 import enum
 import errno
 import hashlib
-import io
 import json
-import math
 import os
-import re
 import stat
 import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from agent.json_text import plain_encoder
+from agent.trace_format import (MAX_LINE_BYTES, TERMINAL_EVENTS, TRACE_SCHEMA, EventType, TraceError,
+                                TraceMisuseError, TraceWriteError, UnsupportedTraceSchemaError)
+from agent.trace_narration import check_narration, claims_artifact
+from agent.trace_reader import TraceEvent, TraceRead, read_trace
+from agent.trace_verify import VerifyReport, sha256_file, verify_trace
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -62,6 +61,7 @@ __all__ = [
     "UnsupportedTraceSchemaError",
     "VerifyReport",
     "artifact_written_data",
+    "check_narration",
     "check_new_trace",
     "claims_artifact",
     "provenance_data",
@@ -70,16 +70,8 @@ __all__ = [
     "verify_trace",
 ]
 
-TRACE_SCHEMA = "ember.agent.trace.v1"
-"""The schema every line carries. Readers accept major 1 with any minor (``…v1`` or ``…v1.<n>``)."""
-TRACE_SCHEMA_MAJOR = 1
-MAX_LINE_BYTES = 16 * 1024 * 1024
-"""Longest line (event) the recorder writes and the reader parses; longer lines are refused / reported."""
 DEFAULT_EXCERPT_CHARS = 200
 """Characters kept by ``PrivacyMode.SUMMARY``."""
-_SCHEMA_RE = re.compile(r"^ember\.agent\.trace\.v(\d+)(?:\.(\d+))?$")
-_ENVELOPE = ("schema", "run_id", "seq", "event_type", "t_ms", "ts_epoch_ms", "step", "phase", "data")
-_TORN_TAIL_MAX_CHARS = 65536
 _LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 """Built once: ``json.dumps`` with these options builds an encoder per call (stateless, so shared safely)."""
 _json_string = json.encoder.encode_basestring
@@ -89,34 +81,6 @@ _data_text = plain_encoder(_LINE_ENCODER)
 reports it."""
 
 
-class EventType(enum.StrEnum):
-    """The event vocabulary. Data fields per type are listed in ``docs/trace.md``."""
-
-    RUN_STARTED = "run_started"
-    PROVENANCE = "provenance"
-    MODEL_CALL_STARTED = "model_call_started"
-    MODEL_CALL_FINISHED = "model_call_finished"
-    ASSISTANT_ACTION_PARSED = "assistant_action_parsed"
-    TOOL_CALL_VALIDATED = "tool_call_validated"
-    TOOL_CALL_REJECTED = "tool_call_rejected"
-    TOOL_EXECUTION_STARTED = "tool_execution_started"
-    TOOL_EXECUTION_FINISHED = "tool_execution_finished"
-    TOOL_RESULT_COMMITTED = "tool_result_committed"
-    TOOL_RESULT_UNCOMMITTED = "tool_result_uncommitted"
-    MESSAGE_COMMITTED = "message_committed"
-    ARTIFACT_WRITTEN = "artifact_written"
-    TOKEN = "token"
-    """Per-token event; dropped unless the recorder was built with ``token_events=True``."""
-    RUN_COMPLETED = "run_completed"
-    RUN_FAILED = "run_failed"
-    RUN_CANCELLED = "run_cancelled"
-    RUN_TERMINATED = "run_terminated"
-    """A limit ended the run; ``data["limit"]`` names it."""
-
-
-TERMINAL_EVENTS = frozenset({EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.RUN_CANCELLED,
-                             EventType.RUN_TERMINATED})
-"""Exactly one of these ends every complete trace, as its last line."""
 _EVENT_NAMES = {kind: kind.value for kind in EventType}
 """Plain-str names (reading ``.value`` goes through a Python-level descriptor on every event)."""
 
@@ -143,38 +107,6 @@ class FsyncPolicy(enum.StrEnum):
     EVERY_EVENT = "every_event"
 
 
-class TraceError(Exception):
-    """Base of every error this module raises."""
-
-
-class TraceMisuseError(TraceError, ValueError):
-    """The caller broke the recorder contract (emit after a terminal event or close, bad data, oversize line)."""
-
-    def __init__(self, message: str, *, event_type: str | None = None) -> None:
-        super().__init__(message)
-        self.event_type = event_type
-
-
-class TraceWriteError(TraceError, OSError):
-    """The trace could not be written (disk full, read-only location, I/O error). What was written before stays
-    a readable prefix; the recorder refuses further events. The session turns this into a terminal failure."""
-
-    def __init__(self, message: str, *, path: str, errno_code: int | None, seq: int | None) -> None:
-        super().__init__(message)
-        self.path = path
-        self.errno_code = errno_code
-        self.seq = seq
-
-
-class UnsupportedTraceSchemaError(TraceError, ValueError):
-    """A line carries a schema major this reader does not understand (e.g. ``ember.agent.trace.v2``)."""
-
-    def __init__(self, message: str, *, schema: str, line_no: int) -> None:
-        super().__init__(message)
-        self.schema = schema
-        self.line_no = line_no
-
-
 # ---------------------------------------------------------------------------------------------------- payloads
 
 
@@ -197,15 +129,6 @@ def _privacy_transform(value: Any, mode: PrivacyMode, excerpt_chars: int) -> Any
         return {"privacy": "hashed", **digest}
     return {"privacy": "summary", "excerpt": text[:excerpt_chars], **digest,
             "truncated": len(text) > excerpt_chars}
-
-
-def sha256_file(path: str | os.PathLike[str], *, chunk_bytes: int = 1 << 20) -> str:
-    """Hex sha256 of a file, streamed (model files are hundreds of MB)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(chunk_bytes):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def provenance_data(*, runtime_version: str, model_sha256: str | None, tokenizer_sha256: str | None,
@@ -456,123 +379,6 @@ class TraceRecorder:
             raise self._failed from e
 
 
-# ------------------------------------------------------------------------------------------------------ reader
-
-
-@dataclass(frozen=True, kw_only=True)
-class TraceEvent:
-    """One parsed line. Unknown fields are ignored; unknown event types are kept as strings."""
-
-    schema: str
-    """The line's schema string (major 1, any minor)."""
-    run_id: str
-    seq: int
-    event_type: str
-    """An ``EventType`` value, or an unknown type from a newer minor (compare with ``EventType`` members)."""
-    t_ms: float
-    """Milliseconds since run start, monotonic clock."""
-    ts_epoch_ms: int
-    """Wall-clock time of the event (for latency and correlation only; order comes from ``seq``)."""
-    step: str | None
-    phase: str | None
-    data: dict[str, Any]
-    line_no: int
-    """1-based line number in the file."""
-
-    def to_json(self) -> dict[str, Any]:
-        """The envelope as written (without ``line_no``)."""
-        return {k: getattr(self, k) for k in _ENVELOPE}
-
-
-@dataclass(frozen=True, kw_only=True)
-class TraceRead:
-    """The outcome of reading a trace: the valid events in file order, a torn last line if any, and every
-    problem found (corrupt, oversize or malformed lines; those lines are skipped)."""
-
-    events: tuple[TraceEvent, ...]
-    torn_tail: str | None
-    """The unterminated final line (decoded with replacement, capped at 64 Ki chars), or None."""
-    problems: tuple[str, ...]
-    """Human-readable, each prefixed with ``line N:``."""
-
-
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {token}")
-
-
-def _parse_line(raw: bytes, line_no: int) -> TraceEvent | str:
-    """A parsed event, or a problem string. Raises UnsupportedTraceSchemaError for a foreign major."""
-    try:
-        obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except UnicodeDecodeError as e:
-        return f"line {line_no}: not UTF-8 ({e.reason} at byte {e.start})"
-    except (ValueError, RecursionError) as e:
-        return f"line {line_no}: not JSON ({str(e)[:120]})"
-    if not isinstance(obj, dict):
-        return f"line {line_no}: not a JSON object"
-    schema = obj.get("schema")
-    if not isinstance(schema, str):
-        return f"line {line_no}: missing or non-string schema"
-    m = _SCHEMA_RE.match(schema)
-    if m is None:
-        return f"line {line_no}: unrecognised schema {schema[:80]!r}"
-    if int(m.group(1)) != TRACE_SCHEMA_MAJOR:
-        raise UnsupportedTraceSchemaError(
-            f"line {line_no}: trace schema {schema!r} has major {m.group(1)}; this reader understands "
-            f"{TRACE_SCHEMA} (major {TRACE_SCHEMA_MAJOR}, any minor)", schema=schema, line_no=line_no)
-    checks = (("run_id", str), ("seq", int), ("event_type", str), ("t_ms", (int, float)),
-              ("ts_epoch_ms", int), ("step", (str, type(None))), ("phase", (str, type(None))), ("data", dict))
-    for name, types in checks:
-        if name not in obj:
-            return f"line {line_no}: missing field {name}"
-        value = obj[name]
-        if not isinstance(value, types) or (isinstance(value, bool) and name in ("seq", "t_ms", "ts_epoch_ms")):
-            return f"line {line_no}: field {name} has type {type(value).__name__}"
-    try:
-        t_ms = float(obj["t_ms"])
-    except OverflowError:  # an integer beyond the float range
-        t_ms = math.inf
-    if not math.isfinite(t_ms):
-        return f"line {line_no}: field t_ms is out of range"
-    return TraceEvent(schema=schema, run_id=obj["run_id"], seq=obj["seq"], event_type=obj["event_type"],
-                      t_ms=t_ms, ts_epoch_ms=obj["ts_epoch_ms"], step=obj["step"],
-                      phase=obj["phase"], data=obj["data"], line_no=line_no)
-
-
-def _read_stream(f: BinaryIO) -> TraceRead:
-    events: list[TraceEvent] = []
-    problems: list[str] = []
-    torn: str | None = None
-    line_no = 0
-    while True:
-        raw = f.readline(MAX_LINE_BYTES + 1)
-        if not raw:
-            break
-        line_no += 1
-        if not raw.endswith(b"\n"):
-            if len(raw) <= MAX_LINE_BYTES:  # end of file without a newline: a torn write
-                torn = raw.decode("utf-8", "replace")[:_TORN_TAIL_MAX_CHARS]
-                break
-            problems.append(f"line {line_no}: longer than MAX_LINE_BYTES ({MAX_LINE_BYTES}); skipped")
-            head = raw
-            while raw and not raw.endswith(b"\n"):  # skip the rest of the oversize line
-                raw = f.readline(MAX_LINE_BYTES + 1)
-            if not raw:
-                torn = head[:_TORN_TAIL_MAX_CHARS].decode("utf-8", "replace")
-                break
-            continue
-        body = raw[:-1]
-        if not body.strip():
-            problems.append(f"line {line_no}: blank line")
-            continue
-        parsed = _parse_line(body, line_no)
-        if isinstance(parsed, str):
-            problems.append(parsed)
-        else:
-            events.append(parsed)
-    return TraceRead(events=tuple(events), torn_tail=torn, problems=tuple(problems))
-
-
 def check_new_trace(path: str | os.PathLike[str], *, replace: bool = False) -> None:
     """Refuse, before any work starts, a trace path that `TraceRecorder` would refuse: an existing non-empty
     regular file (unless ``replace``) or a directory. The recorder checks again when it opens the file
@@ -592,243 +398,3 @@ def check_new_trace(path: str | os.PathLike[str], *, replace: bool = False) -> N
     if stat.S_ISREG(st.st_mode) and st.st_size > 0 and not replace:
         raise TraceMisuseError(f"{os.fspath(path)}: already holds {st.st_size:,} bytes; a trace is never "
                                "overwritten (choose another path, or replace it explicitly)")
-
-
-def read_trace(source: str | os.PathLike[str] | BinaryIO | bytes) -> TraceRead:
-    """Read a trace tolerantly: keep every valid line, report the rest.
-
-    A final line without its newline is a torn write (crash mid-append): it is reported in ``torn_tail`` and
-    not parsed, even if it happens to be complete JSON (an event is committed only with its newline).
-
-    Args:
-        source: a path, an open binary file, or the file's bytes.
-
-    Raises:
-        UnsupportedTraceSchemaError: a line carries an unknown schema major.
-        OSError: the path cannot be opened.
-    """
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return _read_stream(io.BytesIO(bytes(source)))
-    if isinstance(source, (str, os.PathLike)):
-        with open(source, "rb") as f:
-            return _read_stream(f)
-    return _read_stream(source)
-
-
-# ---------------------------------------------------------------------------------------------------- verifier
-
-
-@dataclass(frozen=True, kw_only=True)
-class VerifyReport:
-    """Whether a trace is a complete, consistent execution record. ``ok`` iff ``problems`` is empty."""
-
-    ok: bool
-    problems: tuple[str, ...]
-    warnings: tuple[str, ...] = ()
-    """Things not checked or worth a look (unknown event types, artifacts not checked on disk…)."""
-    n_events: int = 0
-
-
-_WRITE_VERB = r"(?:wrote|written|writ(?:e|ing)|saved?|saving|created?|creating|stored?|storing|generated|exported)"
-_FILE_NOUN = r"(?:file|files|artifact|artifacts|document|report|markdown|csv|json)"
-_FILENAME = r"[\w.-]+\.(?:md|txt|json|csv|html?|ya?ml|py|log|xml|tsv|pdf|png|svg)\b"
-_ARTIFACT_ID_RE = re.compile(r"\b\d{4,}-[0-9a-f]{12}(?:-[A-Za-z0-9._-]+)?")
-_CLAIM_RE = re.compile(rf"\b{_WRITE_VERB}\b[^.!?\n]{{0,80}}?(?:\b{_FILE_NOUN}\b|{_FILENAME})"
-                       rf"|(?:\b{_FILE_NOUN}\b|{_FILENAME})[^.!?\n]{{0,80}}?\b{_WRITE_VERB}\b", re.IGNORECASE)
-_NEGATION_RE = re.compile(r"\b(?:not|never|no|cannot|can't|couldn't|didn't|did not|unable|failed to)\b",
-                          re.IGNORECASE)
-
-
-def claims_artifact(text: str) -> bool:
-    """Heuristic: does this answer claim that a file/artifact was written? True if a sentence pairs a write verb
-    (wrote, saved, created, …) with a file noun or a file name and is not negated, or if it names an artifact id
-    (``NNNN-<12 hex>-name``)."""
-    if _ARTIFACT_ID_RE.search(text):
-        return True
-    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
-        m = _CLAIM_RE.search(sentence)
-        if m and not _NEGATION_RE.search(sentence[:m.end()]):
-            return True
-    return False
-
-
-def _final_text(events: list[TraceEvent]) -> tuple[str | None, str | None]:
-    """(final answer text, where it came from) — run_completed.final_text, else the last assistant message."""
-    candidates: list[tuple[Any, str]] = []
-    for ev in reversed(events):
-        if ev.event_type == EventType.RUN_COMPLETED and "final_text" in ev.data:
-            candidates.append((ev.data["final_text"], f"run_completed (seq {ev.seq})"))
-            break
-    for ev in reversed(events):
-        if ev.event_type == EventType.MESSAGE_COMMITTED and ev.data.get("role") == "assistant":
-            candidates.append((ev.data.get("content"), f"message_committed (seq {ev.seq})"))
-            break
-    for value, origin in candidates:
-        if isinstance(value, str):
-            return value, origin
-        if isinstance(value, dict) and isinstance(value.get("excerpt"), str):
-            return value["excerpt"], origin + " summary excerpt"
-    return None, (candidates[0][1] if candidates else None)
-
-
-def _check_envelope(events: list[TraceEvent], problems: list[str], warnings: list[str]) -> None:
-    if not events:
-        problems.append("trace holds no events")
-        return
-    run_ids = sorted({ev.run_id for ev in events})
-    if len(run_ids) > 1:
-        problems.append(f"more than one run_id: {run_ids[:5]}")
-    for i, ev in enumerate(events):
-        if ev.seq != i:
-            problems.append(f"line {ev.line_no}: seq {ev.seq} where {i} was expected (seq starts at 0, "
-                            "strictly increasing, no gaps)")
-            break
-    for prev, ev in zip(events, events[1:]):
-        if ev.t_ms < prev.t_ms:
-            warnings.append(f"seq {ev.seq}: t_ms goes backwards ({prev.t_ms} -> {ev.t_ms})")
-            break
-    if events[0].event_type != EventType.RUN_STARTED:
-        problems.append(f"first event is {events[0].event_type}, not run_started")
-    if not any(ev.event_type == EventType.PROVENANCE for ev in events):
-        problems.append("no provenance event")
-    terminals = [ev for ev in events if ev.event_type in TERMINAL_EVENTS]
-    if not terminals:
-        problems.append("no terminal event (run_completed / run_failed / run_cancelled / run_terminated)")
-    elif len(terminals) > 1:
-        problems.append(f"{len(terminals)} terminal events (seq {[t.seq for t in terminals]}); exactly one allowed")
-    elif terminals[0] is not events[-1]:
-        problems.append(f"terminal event {terminals[0].event_type} (seq {terminals[0].seq}) is not the last event")
-    if terminals and terminals[-1].event_type == EventType.RUN_TERMINATED and not terminals[-1].data.get("limit"):
-        problems.append(f"run_terminated (seq {terminals[-1].seq}) does not name its limit")
-    known = set(EventType)
-    unknown = sorted({ev.event_type for ev in events if ev.event_type not in known})
-    if unknown:
-        warnings.append(f"unknown event types kept: {unknown}")
-
-
-def _check_executions(events: list[TraceEvent], artifact_root: Path | None, problems: list[str],
-                      warnings: list[str]) -> bool:
-    """Tool execution pairing and artifact provenance. Returns whether a write_artifact execution succeeded."""
-    started: dict[str, TraceEvent] = {}
-    finished: dict[str, TraceEvent] = {}
-    written: dict[str, TraceEvent] = {}
-    wrote_artifact = False
-    for ev in events:
-        call_id = ev.data.get("call_id")
-        if ev.event_type == EventType.TOOL_EXECUTION_STARTED:
-            if not isinstance(call_id, str):
-                problems.append(f"seq {ev.seq}: tool_execution_started without a call_id")
-            elif call_id in started:
-                problems.append(f"seq {ev.seq}: call {call_id} executed twice")
-            else:
-                started[call_id] = ev
-        elif ev.event_type == EventType.TOOL_EXECUTION_FINISHED:
-            if not isinstance(call_id, str):
-                problems.append(f"seq {ev.seq}: tool_execution_finished without a string call_id")
-                continue
-            if call_id not in started:
-                problems.append(f"seq {ev.seq}: tool_execution_finished for call {call_id!r} that never started")
-                continue
-            finished[call_id] = ev
-            if ev.data.get("ok") is True and ev.data.get("tool") == "write_artifact":
-                wrote_artifact = True
-        elif ev.event_type == EventType.ARTIFACT_WRITTEN:
-            artifact_id = ev.data.get("artifact_id")
-            if not isinstance(artifact_id, str):
-                problems.append(f"seq {ev.seq}: artifact_written without an artifact_id")
-                continue
-            if artifact_id in written:
-                problems.append(f"seq {ev.seq}: artifact {artifact_id} recorded twice")
-            written[artifact_id] = ev
-            if not isinstance(call_id, str) or call_id not in started:
-                problems.append(f"seq {ev.seq}: artifact {artifact_id} was not produced by a traced tool execution "
-                                f"(no tool_execution_started for call {call_id!r} before it)")
-    for call_id, ev in started.items():
-        if call_id not in finished:
-            terminal = events[-1].event_type
-            msg = f"seq {ev.seq}: tool execution {call_id} has no tool_execution_finished"
-            (problems if terminal == EventType.RUN_COMPLETED else warnings).append(msg)
-    listed: dict[str, str] = {}
-    for call_id, ev in finished.items():
-        ids = ev.data.get("artifact_ids", [])
-        if not isinstance(ids, list):
-            problems.append(f"seq {ev.seq}: artifact_ids is not a list")
-            continue
-        for artifact_id in ids:
-            if not isinstance(artifact_id, str):
-                problems.append(f"seq {ev.seq}: call {call_id} lists an artifact id of type "
-                                f"{type(artifact_id).__name__}, not a string")
-                continue
-            listed[artifact_id] = call_id
-            if artifact_id not in written:
-                problems.append(f"seq {ev.seq}: call {call_id} lists artifact {artifact_id} but no artifact_written "
-                                "event records it")
-    for artifact_id, ev in written.items():
-        owner = ev.data.get("call_id")
-        if isinstance(owner, str) and owner in started and listed.get(artifact_id) != ev.data.get("call_id"):
-            problems.append(f"seq {ev.seq}: artifact {artifact_id} is not listed by tool_execution_finished of "
-                            f"call {ev.data.get('call_id')}")
-        _check_artifact_on_disk(ev, artifact_id, artifact_root, problems)
-    if written and artifact_root is None:
-        warnings.append(f"{len(written)} artifact(s) not checked on disk (no artifact_root given)")
-    return wrote_artifact
-
-
-def _check_artifact_on_disk(ev: TraceEvent, artifact_id: str, root: Path | None, problems: list[str]) -> None:
-    if root is None:
-        return
-    if "/" in artifact_id or "\\" in artifact_id or artifact_id in (".", ".."):
-        problems.append(f"seq {ev.seq}: artifact id {artifact_id!r} is not a plain file name")
-        return
-    path = root / artifact_id
-    if not path.is_file():
-        problems.append(f"seq {ev.seq}: artifact {artifact_id} missing under {root}")
-        return
-    digest = sha256_file(path)
-    if digest != ev.data.get("sha256"):
-        problems.append(f"seq {ev.seq}: artifact {artifact_id} sha256 {digest} does not match the trace "
-                        f"({ev.data.get('sha256')})")
-    elif "size_bytes" in ev.data and path.stat().st_size != ev.data["size_bytes"]:
-        problems.append(f"seq {ev.seq}: artifact {artifact_id} size differs from the trace")
-
-
-def verify_trace(path: str | os.PathLike[str] | BinaryIO | bytes, *,
-                 artifact_root: str | os.PathLike[str] | None = None) -> VerifyReport:
-    """Check that a trace is a complete, consistent execution record. Never raises for a bad trace (an unknown
-    schema major is reported as a problem); raises ``OSError`` only if the trace itself cannot be opened.
-
-    Checks: every line parses with the v1 envelope; seq 0,1,2,… without gaps; one run_id; run_started first;
-    a provenance event; exactly one terminal event, last; every started tool execution finished (a problem for a
-    completed run); every artifact_written follows a tool_execution_started of its call, is listed by that call's
-    tool_execution_finished, and (given ``artifact_root``) exists there with the recorded sha256 and size; and if
-    the final answer claims a file/artifact was written, a ``write_artifact`` execution succeeded, and every
-    artifact id the answer names was recorded.
-    """
-    problems: list[str] = []
-    warnings: list[str] = []
-    try:
-        read = read_trace(path)
-    except UnsupportedTraceSchemaError as e:
-        return VerifyReport(ok=False, problems=(str(e),))
-    problems.extend(read.problems)
-    if read.torn_tail is not None:
-        problems.append(f"torn final line ({len(read.torn_tail)} chars): the run was interrupted mid-write")
-    events = list(read.events)
-    _check_envelope(events, problems, warnings)
-    root = Path(artifact_root) if artifact_root is not None else None
-    wrote_artifact = _check_executions(events, root, problems, warnings)
-    text, origin = _final_text(events)
-    if text is None:
-        if origin is not None:
-            warnings.append(f"final answer at {origin} is hashed; artifact-claim check skipped")
-    else:
-        if claims_artifact(text) and not wrote_artifact:
-            problems.append(f"final answer claims an artifact but no write_artifact execution exists "
-                            f"(answer from {origin})")
-        recorded = [r for ev in events if ev.event_type == EventType.ARTIFACT_WRITTEN
-                    and isinstance(r := ev.data.get("artifact_id"), str)]  # non-strings were reported above
-        for named in (n.rstrip("._-") for n in _ARTIFACT_ID_RE.findall(text)):
-            if not any(r == named or r.startswith(named) for r in recorded):
-                problems.append(f"final answer names artifact {named} that the trace never recorded")
-    return VerifyReport(ok=not problems, problems=tuple(problems), warnings=tuple(warnings),
-                        n_events=len(events))

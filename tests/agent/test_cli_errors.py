@@ -395,7 +395,8 @@ def test_a_demo_rerun_moves_the_previous_run_aside_and_force_deletes_it(tmp_path
 
     monkeypatch.setattr(agent.demo, "run_session", fake_run_session)
     monkeypatch.setattr(agent.demo.trace, "read_trace", lambda path: SimpleNamespace(events=()))
-    monkeypatch.setattr(agent.demo.trace, "verify_trace", lambda *a, **k: SimpleNamespace(ok=True, problems=()))
+    monkeypatch.setattr(agent.demo.trace, "verify_trace",
+                        lambda *a, **k: SimpleNamespace(ok=True, problems=(), narration=()))
     for _ in range(2):
         agent.demo.run_demo(model="m", out_dir=out, n_ctx=2048)
     assert runs[-1]["n_ctx"] == 2048

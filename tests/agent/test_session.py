@@ -140,7 +140,7 @@ class Kit:
 
     def verify(self) -> None:
         report = verify_trace(self.trace_path, artifact_root=self.artifact_root)
-        assert report.ok, report.problems
+        assert report.ok and not report.narration, (report.problems, report.narration)
 
 
 @pytest.fixture
@@ -410,10 +410,11 @@ def test_artifacts_are_traced_once_even_when_a_write_is_replayed(kit: Kit) -> No
     kit.verify()  # the final answer claims a write, and the trace proves it
 
 
-def test_a_claimed_write_without_execution_fails_verification(kit: Kit) -> None:
+def test_a_claimed_write_without_execution_is_flagged_by_the_narration_check(kit: Kit) -> None:
     session, _ = kit.session([final("I wrote the file report.md for you.")])
     assert session.run("write it").outcome is LoopOutcome.COMPLETED
-    assert not verify_trace(kit.trace_path).ok
+    report = verify_trace(kit.trace_path)
+    assert report.ok and len(report.narration) == 1 and "claims an artifact" in report.narration[0]
 
 
 def test_tool_failure_and_timeout_are_results_not_crashes(kit: Kit) -> None:

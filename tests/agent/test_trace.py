@@ -649,14 +649,31 @@ def test_an_execution_that_never_finished_is_a_problem_for_a_completed_run(tmp_p
     assert any("has no tool_execution_finished" in p for p in verify_trace(path).problems)
 
 
-def test_final_answer_claiming_a_write_without_write_artifact_is_a_problem(tmp_path: Path) -> None:
+def test_a_claimed_write_the_trace_does_not_record_is_a_narration_finding_not_a_fact_problem(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     write_run(path, None, write_artifact=False,
               final_text="I have written the results to best-config.md. DONE 21.57%")
     report = verify_trace(path)
-    assert not report.ok
-    assert report.problems == ("final answer claims an artifact but no write_artifact execution exists "
-                               f"(answer from run_completed (seq {report.n_events - 1}))",)
+    assert report.ok and report.problems == ()  # the record itself is consistent
+    assert report.narration == ("the final answer claims an artifact was written, but the trace records none "
+                                f"(answer from run_completed (seq {report.n_events - 1}))",)
+    assert verify_trace(path, narration=False).narration == ()
+
+
+def test_the_narration_check_is_backed_by_any_recorded_artifact_not_a_builtin_tool_name(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    store = ArtifactStore(tmp_path / "a")
+    ref = store.write("notes.md", b"# notes")
+    with TraceRecorder(path) as tr:
+        tr.emit(EventType.RUN_STARTED)
+        tr.emit(EventType.PROVENANCE, data=_provenance())
+        tr.emit(EventType.TOOL_EXECUTION_STARTED, data={"call_id": "c", "tool": "crm.save_notes"})
+        tr.emit(EventType.ARTIFACT_WRITTEN, data=artifact_written_data(ref, call_id="c", tool="crm.save_notes"))
+        tr.emit(EventType.TOOL_EXECUTION_FINISHED, data={"call_id": "c", "tool": "crm.save_notes", "ok": True,
+                                                         "artifact_ids": [ref.id]})
+        tr.emit(EventType.RUN_COMPLETED, data={"final_text": "I saved the notes file."})
+    report = verify_trace(path, artifact_root=tmp_path / "a")
+    assert report.ok and report.narration == ()
 
 
 def test_claim_check_falls_back_to_the_last_assistant_message(tmp_path: Path) -> None:
@@ -666,7 +683,7 @@ def test_claim_check_falls_back_to_the_last_assistant_message(tmp_path: Path) ->
         tr.emit(EventType.PROVENANCE, data=_provenance())
         tr.emit(EventType.MESSAGE_COMMITTED, data={"role": "assistant", "content": "Saved the report file."})
         tr.emit(EventType.RUN_TERMINATED, data={"limit": "max_model_steps"})
-    assert any("claims an artifact" in p for p in verify_trace(path).problems)
+    assert any("claims an artifact" in p for p in verify_trace(path).narration)
 
 
 def test_final_answer_claiming_a_write_that_happened_verifies(tmp_path: Path) -> None:
@@ -684,14 +701,15 @@ def test_final_answer_without_a_claim_and_without_a_write_verifies(tmp_path: Pat
 def test_final_answer_naming_an_unrecorded_artifact_id_is_a_problem(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     write_run(path, ArtifactStore(tmp_path / "a"), final_text="See 0007-94474f5d7426-best-config.md.")
-    assert any("never recorded" in p for p in verify_trace(path, artifact_root=tmp_path / "a").problems)
+    assert any("never recorded" in p for p in verify_trace(path, artifact_root=tmp_path / "a").narration)
 
 
 def test_a_hashed_final_answer_skips_the_claim_check_with_a_warning(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     write_run(path, None, write_artifact=False, privacy=PrivacyMode.HASHED, final_text="I wrote the file a.md")
     report = verify_trace(path)
-    assert report.ok and any("claim check skipped" in w for w in report.warnings)
+    assert report.ok and report.narration == ()
+    assert any(w.startswith("narration check skipped: the final answer") and "hashed" in w for w in report.warnings)
 
 
 @pytest.mark.parametrize("text", [
@@ -783,4 +801,5 @@ def test_an_artifact_id_that_is_not_a_string_is_a_problem_not_a_crash(tmp_path: 
     report = verify_trace(path)
     assert not report.ok
     assert any("artifact_written without an artifact_id" in p for p in report.problems)
-    assert any("names artifact 0000-4e07408562be-sum.md that the trace never recorded" in p for p in report.problems)
+    assert any("names artifact 0000-4e07408562be-sum.md, which the trace never recorded" in p
+               for p in report.narration)
