@@ -24,6 +24,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.errors import AgentError
+
 __all__ = [
     "ArtifactError",
     "ArtifactIntegrityError",
@@ -49,7 +51,7 @@ def _root_lock(root: Path) -> threading.Lock:
         return _ROOT_LOCKS.setdefault(root, threading.Lock())
 
 
-class ArtifactError(Exception):
+class ArtifactError(AgentError):
     """Base of every error this module raises."""
 
 

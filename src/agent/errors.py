@@ -1,18 +1,44 @@
-"""Misuse of the agent API: the errors that *raise*.
+"""Misuse of the agent API: the errors that *raise*, all under one root, `AgentError`.
 
 Outcomes a run expects (a malformed call, invalid arguments, a tool that fails or times out, a cancel) are
 values, never exceptions: see `agent.results.ResultErrorKind`, `agent.schema.ArgumentErrors` and
-`agent.tool.ToolOutcome`. What is here is a programming error on the caller's side (a duplicate tool name, a
-schema that is not a schema, arguments validated for a different tool, a result budget too small to say
-anything): fail loud, with fields that say what and where.
+`agent.tool.ToolOutcome`. What raises is a programming error on the caller's side or input our API cannot use
+(a duplicate tool name, a schema that is not a schema, an unknown codec, a trace that cannot be written): fail
+loud, with fields that say what and where. Each family keeps a second, standard base (``ValueError``,
+``OSError``…), so ``except ValueError`` clauses keep working; ``except AgentError`` catches them all (the CLI
+does: one line, exit 2).
 
-    AgentError
-    ├── DuplicateToolError(name)                         ValueError
-    ├── ToolDefinitionError(name, detail)                ValueError
-    ├── ArgumentsMismatchError(tool_name, arguments_tool, reason)   ValueError
-    └── ResultBudgetError(max_bytes, min_bytes)          ValueError
+    AgentError                                                        (here)
+    ├── DuplicateToolError(name)                          ValueError  (here)
+    ├── ToolDefinitionError(name, detail)                 ValueError  (here)
+    ├── ArgumentsMismatchError(tool_name, arguments_tool, reason)  ValueError  (here)
+    ├── ResultBudgetError(max_bytes, min_bytes)           ValueError  (here)
+    ├── InputError                                        ValueError  agent.inputs: a CLI flag or input file
+    ├── SessionError                                                  agent.session: misuse of a Session
+    │   └── ToolChoicePlanError(choice, tools)            ValueError
+    ├── LedgerError                                                   agent.ledger: a commit out of order
+    ├── EngineError                                                   agent.engine: the model turn failed
+    │   ├── ContextWindowError(n_prompt_tokens, max_tokens, n_ctx)
+    │   └── ScriptExhaustedError(n_turns)                             agent.testkit
+    ├── ProtocolError                                                 agent.protocol.base: codecs
+    │   ├── UnknownCodecError(family_or_model, known)     ValueError
+    │   ├── MessageFormatError(index, reason)             ValueError
+    │   ├── TemplateVariableError(names, accepted)        TypeError
+    │   ├── ToolChoiceError(tool_choice, offered, reason) ValueError
+    │   └── ToolNameError(name, reason)                   ValueError
+    ├── TraceError                                                    agent.trace_format: recorder and reader
+    │   ├── TraceMisuseError(event_type)                  ValueError
+    │   ├── TraceWriteError(path, errno_code, seq)        OSError
+    │   └── UnsupportedTraceSchemaError(schema, line_no)  ValueError
+    ├── ArtifactError                                                 agent.artifact
+    │   ├── InvalidArtifactIdError(artifact_id)           ValueError
+    │   ├── ArtifactNotFoundError(artifact_id, root)      FileNotFoundError
+    │   └── ArtifactIntegrityError(artifact_id, actual_sha256)
+    └── ModelStoreError(model, detail, expected_sha256, actual_sha256, hint)  RuntimeError  agent.models
 
-(`agent.artifact` keeps its own `ArtifactError` family; it is usable without the rest of the agent.)
+Not here, by design: `agent.tool.ToolFailure` is how a *tool* fails its call (it becomes an ok:false result,
+never reaches the caller), and `constrained.errors.ConstrainedError` is the engine package's own root
+(`constrained` never imports `agent`). This module imports nothing of the agent, so any module may use it.
 """
 
 from __future__ import annotations

@@ -19,13 +19,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from agent.errors import AgentError
+
 __all__ = ["InputError", "check_json_schema", "import_attr", "load_pydantic_model", "one_line", "read_json_file",
            "read_jsonl_file", "read_text_file"]
 
 _MAX_SHOWN = 160
 
 
-class InputError(ValueError):
+class InputError(AgentError, ValueError):
     """A flag or input file that cannot be used as given; the message names it and says why, on one line."""
 
 

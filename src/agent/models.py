@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from agent.errors import AgentError
+
 __all__ = [
     "ArchivePart",
     "ModelSpec",
@@ -232,7 +234,7 @@ class ModelInfo:
         }  # fmt: skip
 
 
-class ModelStoreError(RuntimeError):
+class ModelStoreError(AgentError, RuntimeError):
     """The store cannot provide a verified file: unknown name, offline, hash mismatch, missing archive member."""
 
     def __init__(

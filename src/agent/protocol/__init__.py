@@ -105,8 +105,9 @@ def codec_for_template(template: str, *, vocabulary: Any = None, label: str = "c
             raise UnknownCodecError(label, _KNOWN, "its chat template is neither ChatML nor Llama 3.1+")
     codec = _codec_for_family(family, template=template)
     if specials is not None:
-        if isinstance(codec, QwenCodec) and "<tool_call>" not in specials:
-            codec.special_tags = False
+        if isinstance(codec, QwenCodec) and codec.special_tags and "<tool_call>" not in specials:
+            codec = QwenCodec(family=codec.family, special_tags=False, note=codec.note,
+                              default_system=codec.default_system)
         if isinstance(codec, Llama3Codec) and "<|python_tag|>" not in specials:
             codec = Llama3Codec(family=codec.family, python_tag=False)
     return codec

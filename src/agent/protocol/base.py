@@ -1,7 +1,6 @@
 """The protocol boundary: what every model-family codec provides, and the actions it parses turns into.
 
-CONTRACT STUB (lead): the session and the engine depend only on these names. Codec implementers keep
-them; add what you need.
+The session and the engine depend only on these names; a codec implements `Codec` and returns these actions.
 
     model bytes ─► Codec.parse ─► Action = FinalText | ToolCalls | MalformedToolCall
 
@@ -15,6 +14,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from agent.errors import AgentError
 
 __all__ = [
     "Action",
@@ -143,7 +144,7 @@ Action = FinalText | ToolCalls | MalformedToolCall
 # -- misuse errors -----------------------------------------------------------------------------------------------
 
 
-class ProtocolError(Exception):
+class ProtocolError(AgentError):
     """Base of every error the protocol package raises (misuse or bad input to our API, never model output)."""
 
 
