@@ -1,0 +1,69 @@
+"""The demo's job, on a scripted model: its data, plan, answer pattern and expected answer agree, and the plan
+run through the real tools ends in that answer with a verified trace."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from agent.artifact import ArtifactStore
+from agent.builtins import builtin_tools
+from agent.demo import DEMO_DATA, EXPECTED_ANSWER, FINAL_ANSWER_PATTERN, TOOL_PLAN
+from agent.protocol.base import FinalText, ToolCall, ToolCalls
+from agent.protocol.qwen import QwenCodec
+from agent.session import LoopOutcome, Session
+from agent.testkit import ScriptedEngine
+from agent.tool import ToolRegistry
+from agent.trace import EventType, TraceRecorder, read_trace, verify_trace
+
+CODEC = QwenCodec()
+
+
+def _score(name: str) -> float:
+    return float(re.search(r"score: ([0-9.]+)", (DEMO_DATA / name).read_text()).group(1))
+
+
+def _text(action: FinalText | ToolCalls) -> str:
+    base = [{"role": "user", "content": "u"}]
+    prompt = CODEC.render(base, add_generation_prompt=True)
+    full = CODEC.render([*base, CODEC.assistant_message(action)], add_generation_prompt=False)
+    return full[len(prompt):].removesuffix("\n").removesuffix("<|im_end|>")
+
+
+def _call(name: str, /, **arguments) -> str:
+    return _text(ToolCalls(calls=(ToolCall(name=name, arguments=arguments, raw=""),)))
+
+
+def test_the_expected_answer_is_the_improvement_the_data_holds() -> None:
+    baseline, tuned = _score("baseline_q4.md"), _score("tuned_q8.md")
+    assert EXPECTED_ANSWER == f"DONE {round((tuned - baseline) / baseline * 100, 2):.2f}%"
+    assert re.fullmatch(FINAL_ANSWER_PATTERN, EXPECTED_ANSWER)
+
+
+def test_the_plan_names_only_builtin_tools_and_ends_in_an_answer(tmp_path: Path) -> None:
+    names = {t.name for t in builtin_tools(tmp_path)}
+    assert set(TOOL_PLAN[:-1]) <= names and TOOL_PLAN[-1] == "none"
+
+
+def test_the_plan_on_a_scripted_model_ends_in_the_expected_answer_with_a_verified_trace(tmp_path: Path) -> None:
+    sandbox = tmp_path / "experiments"
+    shutil.copytree(DEMO_DATA, sandbox)
+    turns = [_call("read_file", path="baseline_q4.md"), _call("read_file", path="tuned_q8.md"),
+             _call("calculator", expression="round((0.744 - 0.612) / 0.612 * 100, 2)"),
+             _call("write_artifact", name="best-config.md", content="# tuned_q8\n0.744 vs 0.612: +21.57%\n"),
+             _text(FinalText(text=EXPECTED_ANSWER))]
+    artifacts = tmp_path / "artifacts"
+    with TraceRecorder(tmp_path / "trace.jsonl") as trace:
+        session = Session(ScriptedEngine(turns, CODEC), ToolRegistry(builtin_tools(sandbox)), trace=trace,
+                          artifacts=ArtifactStore(artifacts), tool_choice=TOOL_PLAN,
+                          final_pattern=FINAL_ANSWER_PATTERN)
+        result = session.run("the demo prompt")
+    assert result.outcome is LoopOutcome.COMPLETED and result.final_text == EXPECTED_ANSWER
+    events = read_trace(tmp_path / "trace.jsonl").events
+    finished = [e.data for e in events if e.event_type == EventType.TOOL_EXECUTION_FINISHED]
+    assert [d["tool"] for d in finished] == list(TOOL_PLAN[:-1]) and all(d["ok"] for d in finished)
+    assert json.loads(json.dumps(finished[2]["result"]))["result"] == 21.57
+    report = verify_trace(tmp_path / "trace.jsonl", artifact_root=artifacts)
+    assert report.ok and not report.narration, (report.problems, report.narration)
