@@ -38,7 +38,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.json_text import plain_encoder
 from agent.trace_format import (MAX_LINE_BYTES, TERMINAL_EVENTS, TRACE_SCHEMA, EventType, TraceError,
                                 TraceMisuseError, TraceWriteError, UnsupportedTraceSchemaError)
 from agent.trace_narration import check_narration, claims_artifact
@@ -74,11 +73,9 @@ DEFAULT_EXCERPT_CHARS = 200
 """Characters kept by ``PrivacyMode.SUMMARY``."""
 _LINE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 """Built once: ``json.dumps`` with these options builds an encoder per call (stateless, so shared safely)."""
-_json_string = json.encoder.encode_basestring
-"""A str as JSON text, exactly as `_LINE_ENCODER` writes it (``ensure_ascii=False``)."""
-_data_text = plain_encoder(_LINE_ENCODER)
-"""`_LINE_ENCODER.encode` for an event's data dict; circular data ends in RecursionError, and `_encode` then
-reports it."""
+_json_text = _LINE_ENCODER.encode
+"""JSON text of a run id, step, phase or event data, exactly as `_encode` writes it inside the whole line (public
+``JSONEncoder.encode``; circular data raises ValueError, and `_encode` then reports it)."""
 
 
 _EVENT_NAMES = {kind: kind.value for kind in EventType}
@@ -316,18 +313,18 @@ class TraceRecorder:
         run_id = self.run_id
         if run_id is not self._prefix_run_id:
             try:
-                self._prefix = f'{{"schema":"{TRACE_SCHEMA}","run_id":{_LINE_ENCODER.encode(run_id)},"seq":'
+                self._prefix = f'{{"schema":"{TRACE_SCHEMA}","run_id":{_json_text(run_id)},"seq":'
             except (TypeError, ValueError, RecursionError):
                 return None
             self._prefix_run_id = run_id
         try:
-            body = _data_text(data)
+            body = _json_text(data)
         except (TypeError, ValueError, RecursionError):
             return None  # `_encode` reports it
         try:
             line = (f'{self._prefix}{seq},"event_type":"{name}","t_ms":{t_ms!r},"ts_epoch_ms":{ts_epoch_ms},'
-                    f'"step":{"null" if step is None else _json_string(step)},'
-                    f'"phase":{"null" if phase is None else _json_string(phase)},"data":{body}}}\n').encode("utf-8")
+                    f'"step":{"null" if step is None else _json_text(step)},'
+                    f'"phase":{"null" if phase is None else _json_text(phase)},"data":{body}}}\n').encode("utf-8")
         except UnicodeEncodeError:
             return None  # `_encode` falls back to \u escapes
         return line if len(line) <= MAX_LINE_BYTES else None  # `_encode` refuses an oversize line
