@@ -1,8 +1,9 @@
 """The public encoders write exactly the bytes the retired C-encoder fast path wrote, so no hash changes.
 
 The trace's lines and `canonical_json` (the text every argument and schema hash is taken over) were written by
-calling ``json.encoder.c_make_encoder`` directly; they are now written by `json.JSONEncoder.encode`. The old
-construction is kept here, in the test only, as the oracle of the old bytes.
+calling ``json.encoder.c_make_encoder`` directly (``agent.json_text.plain_encoder``, now gone); they are written by
+`json.JSONEncoder.encode` with the same options (the trace recorder's line encoder, `canonical_json`'s encoder).
+The old construction is kept here, in the test only, as the oracle of the old bytes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.json_text import plain_encoder
 from agent.schema import canonical_json
 
 _JSON = st.recursive(
@@ -52,7 +52,7 @@ def _outcome(encode, value):
 @given(_JSON, st.sampled_from(range(len(_ENCODERS))))
 def test_the_public_encoder_writes_the_old_fast_paths_bytes(value, which):
     encoder = _ENCODERS[which]
-    assert _outcome(plain_encoder(encoder), value) == _outcome(_old_encoder(encoder), value)
+    assert _outcome(encoder.encode, value) == _outcome(_old_encoder(encoder), value)
 
 
 @pytest.mark.skipif(_c_make_encoder is None, reason="this Python has no C JSON encoder to compare with")
