@@ -504,8 +504,9 @@ def validate_arguments(tool_name: str, schema: Mapping[str, Any] | CompiledParam
                                                     reason=f"more than {max_nodes} values in the arguments"))])
     if walk.errors:
         return failed(tool_name, walk.errors)
-    mapped = describe_errors(compiled.closed, plain, compiled.validator.iter_errors(plain))
-    if mapped:
-        return failed(tool_name, mapped)
+    if not compiled.validator.is_valid(plain):  # the same validator; is_valid skips building error objects
+        mapped = describe_errors(compiled.closed, plain, compiled.validator.iter_errors(plain))
+        return failed(tool_name, mapped or [((), ArgumentError(path="", kind=ValidationErrorKind.OTHER,
+                                                              reason="does not match the parameters schema"))])
     return ValidatedArguments(_CONSTRUCTOR_TOKEN, tool_name=tool_name, plain=plain,
                               schema_sha256=compiled.schema_sha256)
