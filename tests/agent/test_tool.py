@@ -740,3 +740,17 @@ def test_orchestration_tool_links_its_nested_run():
     assert context.linked_runs == ["run-nested-7"]
     with pytest.raises(ValueError):
         context.link_run("")
+
+
+def test_tool_execute_is_execute_tool_on_that_tool():
+    tool = make()
+    outcome = tool.execute(valid(tool, {"a": 2, "b": 40}), ctx(), timeout_s=5)
+    assert outcome.ok and outcome.value == 42
+    keyed = tool.execute(valid(tool, {"a": 1, "b": 1}), ctx(), timeout_s=5, approval=lambda t, a: _deny())
+    assert not keyed.ok and not keyed.started and keyed.detail.endswith("no")
+
+
+def _deny():
+    from agent.tool import ApprovalDecision
+
+    return ApprovalDecision(allowed=False, reason="no")

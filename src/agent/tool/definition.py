@@ -164,6 +164,14 @@ class Tool:
         return ToolSpec(name=self.name, description=self.description, parameters=copy.deepcopy(self.parameters),
                         constrained=self.constrained)
 
+    def execute(self, args: ValidatedArguments, ctx: ToolContext, **options: Any) -> Any:
+        """`agent.tool.execute_tool` on this tool (``timeout_s``, ``idempotency``, ``approval`` as there); returns
+        its `ToolOutcome`. Execution lives in `agent.tool.execution`, which registers itself here on import, so
+        definition and execution do not import each other."""
+        if not _EXECUTORS:
+            raise RuntimeError("agent.tool.execution is not loaded: import agent.tool")
+        return _EXECUTORS[0](self, args, ctx, **options)
+
     def snapshot(self) -> dict[str, Any]:
         """Everything that defines the tool's contract, as JSON (for the provenance record)."""
         return {"name": self.name, "description": self.description, "parameters": self.parameters,
@@ -301,6 +309,9 @@ class Tool:
 
 
 # -- from_function / from_pydantic helpers ------------------------------------------------------------------
+
+_EXECUTORS: list[Callable[..., Any]] = []
+"""`agent.tool.execution.execute_tool`, once that module is imported (`Tool.execute` calls it)."""
 
 _SECTION_RE = re.compile(r"^(\s*)(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$")
 _ARG_LINE_RE = re.compile(r"^(\s*)\*{0,2}([A-Za-z_][A-Za-z0-9_]*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")

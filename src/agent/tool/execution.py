@@ -7,6 +7,8 @@
                                                                               │            | result_not_serializable
                                                                               ├─ timeout → worker detached
                                                                               └─ cancel  → worker detached
+                                                            (orchestration: its nested run is told to stop and
+                                                             waited for, since it shares the parent's engine)
 
 The function runs in a daemon worker thread under a watchdog. Idle workers are parked and reused (starting a
 thread costs milliseconds on a busy machine, waking a parked one microseconds), so thread-local state may outlive
@@ -41,6 +43,7 @@ from agent.errors import ArgumentsMismatchError
 from agent.results import ResultErrorKind
 from agent.schema import ValidatedArguments
 from agent.tool.approval import ApprovalPolicy, check_approval
+from agent.tool import definition
 from agent.tool.definition import Tool, ToolContext, ToolFailure, ToolKind
 from agent.tool.idempotency import IdempotencyStore
 from agent.tool.outcome import ToolOutcome
@@ -329,6 +332,12 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
             if deadline is not None and time.perf_counter() >= deadline:
                 detach_kind = ResultErrorKind.TIMEOUT
                 break
+        if detach_kind is not None and tool.kind is ToolKind.ORCHESTRATION:
+            # A nested session stops at its next boundary or token once its cancel is set, and it shares the
+            # parent's engine: wait for it, so no child runs on after the parent moves on.
+            call_cancel.detach()
+            done.acquire()
+            finished = True
     finally:
         if not finished and not done.acquire(blocking=False):
             call_cancel.detach()
@@ -337,12 +346,14 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
         ctx.linked_runs.extend(linked)
     duration_ms = (time.perf_counter() - start) * 1000.0
     common = {"duration_ms": duration_ms, "artifacts": artifacts, "linked_runs": linked, "started": True}
+    after = ("the nested run was stopped and its result is discarded" if finished
+             else "the worker was detached and its result will be discarded")
     if detach_kind is ResultErrorKind.TIMEOUT:
         return ToolOutcome(ok=False, error_kind=detach_kind, detail=f"tool {tool.name!r} did not finish within "
-                           f"{limit:g} s; the worker was detached and its result will be discarded", **common)
+                           f"{limit:g} s; {after}", **common)
     if detach_kind is ResultErrorKind.CANCELLED:
         return ToolOutcome(ok=False, error_kind=detach_kind, detail="the run was cancelled while the tool was "
-                           "running; the worker was detached and its result will be discarded", **common)
+                           f"running; {after}", **common)
     exc = box[1]
     if exc is not None:
         if isinstance(exc, ToolFailure):
@@ -354,3 +365,6 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
         return ToolOutcome(ok=False, error_kind=ResultErrorKind.RESULT_NOT_SERIALIZABLE,
                            detail=f"the tool returned a value that is not JSON: {_describe(exc)}", **common)
     return ToolOutcome(ok=True, value=value, **common)
+
+
+definition._EXECUTORS[:] = [execute_tool]  # what `Tool.execute` calls (see its docstring)
