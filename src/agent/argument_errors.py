@@ -212,7 +212,8 @@ class _Mapper:
                             if isinstance(instance, Mapping) and t in instance and kind.property in needed]
                 p = path + (kind.property,)
                 return [(p, ArgumentError(path=render_path(p), kind=K.MISSING_REQUIRED,
-                                          reason=f"required when {show_value(t)} is present")) for t in triggers or ["?"]]
+                                          reason=f"required when {show_value(t)} is present"))
+                        for t in triggers or ["?"]]
             return self.one(path + (kind.property,), K.MISSING_REQUIRED, "missing required argument")
         if isinstance(kind, (_K.AdditionalProperties, _K.UnevaluatedProperties)):
             reason = "unknown field" if expected is False else "does not match the schema for undeclared fields"
@@ -233,7 +234,8 @@ class _Mapper:
             return self.one(path, K.OUT_OF_RANGE, f"must be {_RANGE_WORDS[keyword]} {show_value(expected)}, "
                                                   f"got {show_value(instance)}")
         if isinstance(kind, _K.MultipleOf):
-            return self.one(path, K.OUT_OF_RANGE, f"must be a multiple of {show_value(expected)}, got {show_value(instance)}")
+            return self.one(path, K.OUT_OF_RANGE,
+                            f"must be a multiple of {show_value(expected)}, got {show_value(instance)}")
         if keyword == "pattern":
             return self.one(path, K.PATTERN_MISMATCH, f"does not match pattern {expected}")
         if isinstance(kind, _K.Format):
@@ -242,7 +244,8 @@ class _Mapper:
         if isinstance(kind, (_K.MaxLength, _K.MinLength)):
             longest = isinstance(kind, _K.MaxLength)
             return self.one(path, K.TOO_LONG if longest else K.TOO_SHORT,
-                            f"must be {'at most' if longest else 'at least'} {expected} characters, got {len(instance)}")
+                            f"must be {'at most' if longest else 'at least'} {expected} characters, "
+                            f"got {len(instance)}")
         if isinstance(kind, (_K.MaxItems, _K.MinItems, _K.MaxProperties, _K.MinProperties)):
             most = isinstance(kind, (_K.MaxItems, _K.MaxProperties))
             noun = "items" if isinstance(kind, (_K.MaxItems, _K.MinItems)) else "fields"

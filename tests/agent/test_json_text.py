@@ -19,7 +19,8 @@ from agent.schema import canonical_json
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.integers(min_value=2**63, max_value=2**200)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from([0.1, -0.0, 1e16, 1e-7, 5e-324, 1.7976931348623157e308])
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([0.1, -0.0, 1e16, 1e-7, 5e-324, 1.7976931348623157e308])
     | st.text() | st.text(alphabet="é😀\u2028\x00\x7f\"\\/ \u00ff\u4e2d", max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=20,

@@ -13,7 +13,8 @@ from hostile_workers import compile_schema
 
 
 def judge(payload: tuple[Any, list[str]]) -> dict[str, Any]:
-    """``(schema, samples)`` → ``{"outcome": "error", "type": ...}`` or ``{"outcome": "grammar", "accepts": [...]}``."""
+    """``(schema, samples)`` → ``{"outcome": "error", "type": ...}`` or
+    ``{"outcome": "grammar", "accepts": [...], ...}``."""
     schema, samples = payload
     from constrained import fsm
     from constrained.errors import ConstrainedError
