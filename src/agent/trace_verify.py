@@ -2,6 +2,7 @@
 
     file ─► read_trace ─► envelope checks (seq, run_id, first / terminal events, provenance)
                       ─► execution checks (started ↔ finished, artifact_written ↔ its call ↔ bytes on disk)
+                      ─► nested runs (an orchestration call's linked run: its own trace, verified the same way)
                       ─► VerifyReport(ok, problems, warnings)      + narration: check_narration's findings
 
 Every check here reads recorded facts (event order, ids, hashes, files). What the final answer *says* is read
@@ -32,8 +33,6 @@ def sha256_file(path: str | os.PathLike[str], *, chunk_bytes: int = 1 << 20) -> 
         while chunk := f.read(chunk_bytes):
             digest.update(chunk)
     return digest.hexdigest()
-
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +169,46 @@ def _check_artifact_on_disk(ev: TraceEvent, artifact_id: str, root: Path | None,
         problems.append(f"seq {ev.seq}: artifact {artifact_id} size differs from the trace")
 
 
+def _nested_traces(events: list[TraceEvent], where: Path) -> list[tuple[TraceEvent, str, Path | None]]:
+    """Each run an execution linked (``linked_runs``), with the trace file that records it when one is found:
+    the path its call's result names (``"trace"``, as `agent.subagent` returns it), else
+    ``<parent run id>.<call id>.jsonl`` anywhere under the parent trace's directory."""
+    found = []
+    for ev in events:
+        if ev.event_type != EventType.TOOL_EXECUTION_FINISHED:
+            continue
+        linked = ev.data.get("linked_runs") or []
+        result = ev.data.get("result")
+        value = result.get("value") if isinstance(result, dict) else None
+        named = value.get("trace") if isinstance(value, dict) else None
+        for run_id in linked if isinstance(linked, list) else []:
+            candidates = [where / named] if isinstance(named, str) and len(linked) == 1 else []
+            candidates += sorted(where.rglob(f"{ev.run_id}.{ev.data.get('call_id')}.jsonl"))
+            found.append((ev, str(run_id), next((c for c in candidates if c.is_file()), None)))
+    return found
+
+
+def _check_nested(events: list[TraceEvent], where: Path, depth: int, problems: list[str],
+                  warnings: list[str]) -> None:
+    for ev, run_id, child in _nested_traces(events, where):
+        if child is None:
+            warnings.append(f"seq {ev.seq}: linked run {run_id} of call {ev.data.get('call_id')}: no trace of it found "
+                            f"under {where} (the nested run was not traced, or its file moved)")
+            continue
+        if depth >= _MAX_NESTING:
+            warnings.append(f"seq {ev.seq}: linked run {run_id} not verified: nesting deeper than {_MAX_NESTING}")
+            continue
+        report = _verify(child, artifact_root=None, narration=False, depth=depth + 1)
+        head = read_trace(child).events
+        if head and head[0].run_id != run_id:
+            problems.append(f"seq {ev.seq}: {child} records run {head[0].run_id}, not the linked run {run_id}")
+        problems.extend(f"nested run {run_id} ({child.name}): {p}" for p in report.problems)
+        warnings.extend(f"nested run {run_id} ({child.name}): {w}" for w in report.warnings)
+
+
+_MAX_NESTING = 8
+
+
 def verify_trace(path: str | os.PathLike[str] | BinaryIO | bytes, *,
                  artifact_root: str | os.PathLike[str] | None = None, narration: bool = True) -> VerifyReport:
     """Check that a trace is a complete, consistent execution record. Never raises for a bad trace (an unknown
@@ -181,8 +220,16 @@ def verify_trace(path: str | os.PathLike[str] | BinaryIO | bytes, *,
     of its call, is listed by that call's tool_execution_finished, and (given ``artifact_root``) exists there
     with the recorded sha256 and size.
 
+    A run that a call linked (agent as a tool) is verified too, from its own trace file when one is found (see
+    `_nested_traces`; only for a ``path`` on disk): its problems are the parent's, prefixed with its run id.
+
     With ``narration`` (the default) the report also carries `check_narration`'s findings, apart from the facts.
     """
+    return _verify(path, artifact_root=artifact_root, narration=narration, depth=0)
+
+
+def _verify(path: str | os.PathLike[str] | BinaryIO | bytes, *, artifact_root: str | os.PathLike[str] | None,
+            narration: bool, depth: int) -> VerifyReport:
     problems: list[str] = []
     warnings: list[str] = []
     try:
@@ -196,6 +243,8 @@ def verify_trace(path: str | os.PathLike[str] | BinaryIO | bytes, *,
     _check_envelope(events, problems, warnings)
     root = Path(artifact_root) if artifact_root is not None else None
     _check_executions(events, root, problems, warnings)
+    if isinstance(path, (str, os.PathLike)):
+        _check_nested(events, Path(path).parent, depth, problems, warnings)
     findings: tuple[str, ...] = ()
     if narration:
         narrated = check_narration(events)

@@ -113,3 +113,18 @@ def test_cancelling_the_parent_stops_the_child_and_keeps_the_effect_it_had(tmp_p
     assert verify_trace(tmp_path / "trace.jsonl").ok and verify_trace(child_path).ok
 
 
+
+
+def test_verifying_the_parent_verifies_the_nested_trace(tmp_path: Path) -> None:
+    engine = ScriptedEngine([call("travel_desk", request="Airport code of Seville?"),
+                             call("airports.lookup", city="Seville"), final("SVQ"), final("Fly to SVQ.")], CODEC)
+    parent(engine, desk(engine, tmp_path / "desk"), tmp_path / "trace.jsonl").run("Where do I fly?")
+    assert verify_trace(tmp_path / "trace.jsonl").problems == ()
+    [child] = (tmp_path / "desk").iterdir()
+    lines = child.read_bytes().splitlines(keepends=True)
+    child.write_bytes(b"".join(lines[:-1]))  # the nested run loses its terminal event
+    problems = verify_trace(tmp_path / "trace.jsonl").problems
+    assert problems and all(p.startswith("nested run run-") for p in problems), problems
+    child.unlink()
+    report = verify_trace(tmp_path / "trace.jsonl")
+    assert report.ok and any("no trace of it found" in w for w in report.warnings)
