@@ -103,7 +103,7 @@ Event = Delta | CallDelta | Done | Failed | Gone
 
 @dataclass(eq=False)
 class Job:
-    """One request in the queue. Its ``is_set()`` is the turn's cancel signal."""
+    """One request in the queue; also the turn's cancel signal (``is_set()``, ``reason``)."""
 
     request: ChatRequest
     loop: asyncio.AbstractEventLoop
@@ -120,6 +120,15 @@ class Job:
 
     def is_set(self) -> bool:
         return self.disconnected.is_set() or self.stop_hit or time.monotonic() > self.deadline
+
+    @property
+    def reason(self) -> str:
+        """Why the turn stops (`constrained.decoding.CancelSignal`): "" while it runs on."""
+        if self.disconnected.is_set():
+            return "the client disconnected"
+        if self.stop_hit:
+            return "a stop sequence appeared"
+        return "the request's deadline passed" if time.monotonic() > self.deadline else ""
 
     def emit(self, event: Event) -> None:
         try:

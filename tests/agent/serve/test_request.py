@@ -101,3 +101,17 @@ def test_answered_calls_are_those_a_tool_message_follows_whatever_their_spacing_
     assert request.answered_calls == {call_key("f", {"a": [2], "b": 1})}
     assert call_key("f", {"a": [2], "b": 1}) == call_key("f", json.loads('{"b":1,"a":[2]}'))
     assert call_key("f", {"a": 1}) != call_key("f", {"a": 1.5})
+
+
+def test_a_job_is_a_cancel_signal_that_says_why():
+    import asyncio
+    import time
+
+    from agent.serve.worker import Job
+    from constrained.decoding import CancelSignal
+
+    job = Job(request=parse(), loop=asyncio.new_event_loop(), deadline=time.monotonic() + 60)
+    assert isinstance(job, CancelSignal) and (job.is_set(), job.reason) == (False, "")
+    job.cancel()
+    assert job.is_set() and job.reason == "the client disconnected"
+    job.loop.close()
