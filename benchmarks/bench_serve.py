@@ -26,6 +26,7 @@ from _common import environment_lines, markdown_table, percentiles, write_sectio
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 HEADING = "## Serving: ember serve under load, queue full, TTFT cold / warm / after restart"
+TTFT_HEADING = "## Serving: TTFT alone (cold / warm / after restart)"
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
                                            "age": {"type": "integer", "minimum": 0, "maximum": 120}},
           "required": ["name", "age"], "additionalProperties": False}
@@ -145,19 +146,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-queue", type=int, default=16)
     parser.add_argument("--no-results", action="store_true", help="print only; do not write RESULTS.md")
+    parser.add_argument("--ttft-only", action="store_true",
+                        help="only the TTFT phase (its own RESULTS section): for a machine without other load")
     args = parser.parse_args(argv)
 
     from agent.serve import BackgroundServer, create_app, load_worker
 
     rows = []
+    load = burst = None
     with tempfile.TemporaryDirectory() as cache:
         worker = load_worker(MODEL, n_ctx=4096, n_threads=args.threads, max_queue=args.max_queue,
                              prefix_cache=cache)
         with BackgroundServer(create_app(worker)) as server:
-            load = load_phase(server.base_url, args.clients, args.requests)
-            print("load", load, flush=True)
-            burst = queue_full_phase(server.base_url, args.max_queue + 8)
-            print("queue", burst, flush=True)
+            if not args.ttft_only:
+                load = load_phase(server.base_url, args.clients, args.requests)
+                print("load", load, flush=True)
+                burst = queue_full_phase(server.base_url, args.max_queue + 8)
+                print("queue", burst, flush=True)
             for n in (1, 20):
                 cold = ttft(server.base_url, n, "Find something for me.")
                 warm = ttft(server.base_url, n, "Find something else for me.")
@@ -172,6 +177,15 @@ def main(argv: list[str] | None = None) -> int:
                 print("restart", row, flush=True)
         restarted.close()
 
+    ttft_table = markdown_table(["tools", "TTFT cold s", "TTFT warm s", "TTFT after restart (disk prefix) s"],
+                                [[n, f"{c:.2f}", f"{w:.2f}", f"{r:.2f}"] for n, c, w, r in rows])
+    if load is None or burst is None:
+        body = "\n".join([*environment_lines(["llama-cpp-python", "starlette", "uvicorn", "openai"]), "",
+                          f"TTFT phase alone, {args.threads} llama.cpp thread(s), model {MODEL}:", "", ttft_table])
+        print(body)
+        if not args.no_results:
+            write_section(Path(__file__).resolve().parent / "RESULTS.md", TTFT_HEADING, body)
+        return 0
     body = "\n".join([
         *environment_lines(["llama-cpp-python", "starlette", "uvicorn", "openai"]), "",
         f"{args.clients} clients x {args.requests} requests (strict json_schema and required tool calls alternate), "
@@ -181,9 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{load['p99_s']:.2f}", f"{load['throughput_rps']:.3f}"]]), "",
         f"Queue full: a burst of {burst['burst']} requests at --max-queue {args.max_queue}: {burst['ok']} answered, "
         f"{burst['429']} refused with 429 (Retry-After on all: {burst['all_429_have_retry_after']}), "
-        f"{burst['other']} other.", "",
-        markdown_table(["tools", "TTFT cold s", "TTFT warm s", "TTFT after restart (disk prefix) s"],
-                       [[n, f"{c:.2f}", f"{w:.2f}", f"{r:.2f}"] for n, c, w, r in rows]),
+        f"{burst['other']} other.", "", ttft_table,
     ])
     print(body)
     if not args.no_results:
