@@ -29,7 +29,6 @@ Refuses (raises): raw arguments (`TypeError`), arguments validated for another t
 
 from __future__ import annotations
 
-import _thread
 import contextvars
 import functools
 import json
@@ -304,8 +303,8 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
     call_ctx = ToolContext(run_id=ctx.run_id, call_id=ctx.call_id, artifacts=recording,  # type: ignore[arg-type]
                            cancel=call_cancel, linked_runs=[])
     box: list[Any] = [None, None]  # [value, exception]
-    done = _thread.allocate_lock()
-    done.acquire()  # held here, released by the worker once the job returned (a C-level lock, created held)
+    done = threading.Lock()
+    done.acquire()  # held here, released by the worker once the job returned (a plain lock, taken here)
 
     def work() -> None:
         try:

@@ -12,7 +12,6 @@ same key wait for the first. In memory only.
 
 from __future__ import annotations
 
-import _thread
 import dataclasses
 import threading
 from collections.abc import Mapping
@@ -29,8 +28,8 @@ IDEMPOTENCY_KEY_FIELD: Final = "idempotency_key"
 
 
 def _held_lock() -> Any:
-    """A C-level lock created held: released once, by whoever finishes what others wait for."""
-    lock = _thread.allocate_lock()
+    """A lock created held: released once, by whoever finishes what others wait for."""
+    lock = threading.Lock()
     lock.acquire()
     return lock
 
