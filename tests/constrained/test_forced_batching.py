@@ -105,8 +105,11 @@ MIN_CORRELATION = 0.99
 
 def max_flips(n_sampled: int) -> int:
     """Sampled positions whose batched choice may differ from the stepwise argmax (always within `NEAR_TIE`): one
-    per eight sampled positions, at least one. Measured here: none; SmolLM2 ``order`` on an AVX-512 CPU: one."""
-    return max(1, n_sampled // 8)
+    per three sampled positions, at least two. Measured: none on one CPU; SmolLM2 ``order`` on an AVX-512 CPU one
+    of 9; on another EPYC two of 9, with gaps of 0.02 and 0.03 logits (true ties to rounding). The count is the
+    coarse check; what catches a batching bug is the gap (`NEAR_TIE`: a runner-up choice is 2-11 logits off) and
+    the logit correlation (`MIN_CORRELATION`: a wrong position or history), checked at every sampled position."""
+    return max(2, n_sampled // 3)
 
 
 @pytest.fixture(scope="module")
