@@ -17,6 +17,9 @@ that week). Phrase semantics, chosen once and documented here:
 * ``next Friday`` — the first Friday strictly after today (a Monday's "next Friday" is 4 days later).
 * ``the 3rd of next month`` — day 3 of the calendar month after today's month (December rolls into January).
 * ``15 December`` — the next 15 December on or after today.
+
+The same 24 requests exist in Finnish (`FI_REQUESTS`, the study's second language): same ids, pairs and answers,
+the seed's Finnish phrasings (`FI_DATE_PHRASES`), city names in their Finnish case forms (`FI_CITY_FORMS`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ __all__ = [
     "BASE_SYSTEM_PROMPT",
     "CITY_PAIRS",
     "DATE_PHRASES",
+    "FI_CITY_FORMS",
+    "FI_DATE_PHRASES",
+    "FI_REQUESTS",
+    "LANGUAGES",
     "DISTRACTOR_AIRPORTS",
     "FLIGHT_TOOL_DESCRIPTION",
     "REQUESTS",
@@ -49,6 +56,8 @@ __all__ = [
     "Request",
     "airport_enum",
     "build_requests",
+    "build_requests_fi",
+    "requests_for",
     "enum_schema",
     "found_call",
     "resolve_date",
@@ -96,6 +105,41 @@ _PHRASE_IN_REQUEST: Mapping[str, str] = {
     "tomorrow": "tomorrow",
 }
 
+FI_DATE_PHRASES: Mapping[str, str] = {
+    "the 3rd of next month": "ensi kuun 3. päivä",
+    "next Friday": "ensi perjantaina",
+    "15 December": "15. joulukuuta",
+    "tomorrow": "huomenna",
+}
+"""The seed's four Finnish phrasings, keyed by the English phrase whose semantics (and answer) they share."""
+
+_FI_PHRASE_IN_REQUEST: Mapping[str, str] = {
+    "the 3rd of next month": "ensi kuun 3. päivänä",  # the seed's "3. päivä" in the essive a sentence needs
+    "next Friday": "ensi perjantaina",
+    "15 December": "15. joulukuuta",
+    "tomorrow": "huomenna",
+}
+
+FI_CITY_FORMS: Mapping[str, tuple[str, str, str]] = {
+    "Madrid": ("Madrid", "Madridista", "Madridiin"),
+    "Berlin": ("Berliini", "Berliinistä", "Berliiniin"),
+    "Lisbon": ("Lissabon", "Lissabonista", "Lissaboniin"),
+    "Oslo": ("Oslo", "Oslosta", "Osloon"),
+    "Helsinki": ("Helsinki", "Helsingistä", "Helsinkiin"),
+    "Athens": ("Ateena", "Ateenasta", "Ateenaan"),
+    "Zurich": ("Zürich", "Zürichistä", "Zürichiin"),
+    "Copenhagen": ("Kööpenhamina", "Kööpenhaminasta", "Kööpenhaminaan"),
+    "Bucharest": ("Bukarest", "Bukarestista", "Bukarestiin"),
+    "Seville": ("Sevilla", "Sevillasta", "Sevillaan"),
+    "Porto": ("Porto", "Portosta", "Portoon"),
+    "Bologna": ("Bologna", "Bolognasta", "Bolognaan"),
+}
+"""City → its Finnish (nominative, elative "from", illative "to"): a Finnish request says "Madridista Berliiniin"
+(from Madrid to Berlin). Finnish exonyms where Finnish has one (Berliini, Lissabon, Ateena, Kööpenhamina…)."""
+
+LANGUAGES: tuple[str, ...] = ("en", "fi")
+"""The study's two request languages."""
+
 DISTRACTOR_AIRPORTS: tuple[str, ...] = ("LHR", "CDG", "FRA", "AMS", "FCO", "BCN", "MUC", "VIE", "DUB", "BRU",
                                         "WAW", "PRG")
 """Codes of other airports added to the enum row, so the enum is not just the answer set."""
@@ -142,6 +186,10 @@ class Request:
     """Expected IATA code of the destination."""
     date: str
     """Expected departure date, ISO 8601 (``YYYY-MM-DD``), resolved against `TODAY`."""
+    language: str = "en"
+    """``en`` or ``fi`` (`LANGUAGES`)."""
+    date_words: str = ""
+    """The date phrasing as written in ``text`` (``phrase`` itself in English; `FI_DATE_PHRASES` in Finnish)."""
 
 
 def build_requests(today: dt.date = TODAY) -> tuple[Request, ...]:
@@ -154,12 +202,39 @@ def build_requests(today: dt.date = TODAY) -> tuple[Request, ...]:
                 text=f"Search flights from {origin} to {destination} {_PHRASE_IN_REQUEST[phrase]}.",
                 origin_city=origin, destination_city=destination, phrase=phrase,
                 origin=AIRPORTS[origin], destination=AIRPORTS[destination],
-                date=resolve_date(phrase, today).isoformat()))
+                date=resolve_date(phrase, today).isoformat(), language="en", date_words=phrase))
+    return tuple(requests)
+
+
+def build_requests_fi(today: dt.date = TODAY) -> tuple[Request, ...]:
+    """The same 24 requests (same ids, pairs, phrase semantics and answers) written in Finnish:
+    ``"Etsi lennot Madridista Berliiniin ensi perjantaina."``."""
+    requests = []
+    for i, (origin, destination) in enumerate(CITY_PAIRS):
+        for j, phrase in enumerate(DATE_PHRASES):
+            requests.append(Request(
+                id=f"{i}-{j}",
+                text=f"Etsi lennot {FI_CITY_FORMS[origin][1]} {FI_CITY_FORMS[destination][2]} "
+                     f"{_FI_PHRASE_IN_REQUEST[phrase]}.",
+                origin_city=origin, destination_city=destination, phrase=phrase,
+                origin=AIRPORTS[origin], destination=AIRPORTS[destination],
+                date=resolve_date(phrase, today).isoformat(), language="fi",
+                date_words=_FI_PHRASE_IN_REQUEST[phrase]))
     return tuple(requests)
 
 
 REQUESTS: tuple[Request, ...] = build_requests()
 """The 24 requests against `TODAY`."""
+
+FI_REQUESTS: tuple[Request, ...] = build_requests_fi()
+"""The 24 requests in Finnish, against `TODAY`."""
+
+
+def requests_for(language: str) -> tuple[Request, ...]:
+    """`REQUESTS` (``en``) or `FI_REQUESTS` (``fi``)."""
+    if language not in LANGUAGES:
+        raise ValueError(f"unknown language {language!r}; known: {list(LANGUAGES)}")
+    return REQUESTS if language == "en" else FI_REQUESTS
 
 
 def today_system_prompt(today: dt.date = TODAY) -> str:

@@ -1,0 +1,245 @@
+"""Deterministic knowledge tools of the flight study: ``calendar.resolve_date`` and ``airports.lookup``.
+
+Owns the two data tools the study offers beside ``search_flights`` — knowledge moved out of the model into its
+input: a small date-expression parser (English and Finnish) that resolves against the study's fixed today, and an
+airport table (English and Finnish city names, with a small rule for Finnish case endings). Refuses: answer keys
+(that is `studies_data`), model turns, scoring.
+
+    "next Friday" / "ensi perjantaina" ──resolve_expression(expr, today)──► date ──► {"expression","date","weekday"}
+    "Madrid" / "Berliiniin" ──lookup_city──► {"city", "iata"}                          (ToolFailure when unknown)
+
+Date semantics (the same as `studies_data.resolve_date` for the study's phrases, which the tests check):
+
+* ``today`` / ``tänään`` — today; ``tomorrow`` / ``huomenna`` — today + 1; ``day after tomorrow`` /
+  ``ylihuomenna`` — today + 2.
+* ``next <weekday>`` / ``ensi <weekday, essive: maanantaina … sunnuntaina>`` — the first such weekday strictly
+  after today (a Monday's "next Monday" is 7 days later, its "next Friday" 4 days later).
+* ``this <weekday>``, a bare ``<weekday>`` / ``tänä <essive>``, a bare ``<essive>`` — the first such weekday on or
+  after today.
+* ``the Nth of next month`` / ``ensi kuun N. päivä(nä)`` — day N of the calendar month after today's (December
+  rolls into January); a day the month does not have is an error, never clamped.
+* ``N(st|nd|rd|th)? <Month>``, ``<Month> N(st|nd|rd|th)?`` / ``N. <month, partitive: tammikuuta … joulukuuta>`` —
+  the next such date on or after today; with a year (``15 December 2027``, ``15. joulukuuta 2027``) that date.
+* ``YYYY-MM-DD`` — that date.
+
+Expressions are matched case-insensitively after trimming whitespace, a trailing full stop and a leading ``on``
+(English). Anything else is a `ToolFailure` naming the forms understood, so the model can repair its call.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import re
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+import studies_data as sd
+
+__all__ = [
+    "AIRPORT_NAMES",
+    "CALENDAR_TOOL",
+    "FI_MONTHS_PARTITIVE",
+    "FI_WEEKDAYS_ESSIVE",
+    "LOOKUP_TOOL",
+    "airport_candidates",
+    "airports_tool",
+    "calendar_tool",
+    "lookup_city",
+    "resolve_expression",
+]
+
+CALENDAR_TOOL = "calendar.resolve_date"
+LOOKUP_TOOL = "airports.lookup"
+
+EN_WEEKDAYS: tuple[str, ...] = tuple(calendar.day_name[i].lower() for i in range(7))
+EN_MONTHS: tuple[str, ...] = tuple(calendar.month_name[i].lower() for i in range(1, 13))
+FI_WEEKDAYS_ESSIVE: tuple[str, ...] = ("maanantaina", "tiistaina", "keskiviikkona", "torstaina", "perjantaina",
+                                       "lauantaina", "sunnuntaina")
+"""Monday … Sunday in the essive ("on Friday" = "perjantaina")."""
+FI_MONTHS_PARTITIVE: tuple[str, ...] = ("tammikuuta", "helmikuuta", "maaliskuuta", "huhtikuuta", "toukokuuta",
+                                        "kesäkuuta", "heinäkuuta", "elokuuta", "syyskuuta", "lokakuuta",
+                                        "marraskuuta", "joulukuuta")
+"""January … December in the partitive, as in a Finnish date ("15. joulukuuta")."""
+
+_ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
+
+
+class DateExpressionError(ValueError):
+    """An expression the parser does not understand, or one naming a date that does not exist."""
+
+
+def _next_month(today: dt.date) -> tuple[int, int]:
+    return (today.year + 1, 1) if today.month == 12 else (today.year, today.month + 1)
+
+
+def _weekday_from(today: dt.date, weekday: int, *, strictly_after: bool) -> dt.date:
+    ahead = (weekday - today.weekday()) % 7
+    if ahead == 0 and strictly_after:
+        ahead = 7
+    return today + dt.timedelta(days=ahead)
+
+
+def _date(year: int, month: int, day: int, expression: str) -> dt.date:
+    try:
+        return dt.date(year, month, day)
+    except ValueError:
+        raise DateExpressionError(f"{expression!r} names no real date ({year}-{month:02d} has no day {day})") \
+            from None
+
+
+def _day_month(day: int, month: int, year: int | None, today: dt.date, expression: str) -> dt.date:
+    if year is not None:
+        return _date(year, month, day, expression)
+    max_day = 29 if month == 2 else calendar.monthrange(2001, month)[1]
+    if not 1 <= day <= max_day:
+        raise DateExpressionError(f"{expression!r} names no real date (month {month} has no day {day})")
+    for year_ in range(today.year, today.year + 9):  # 29 February: the next leap year within 8 years
+        if day <= calendar.monthrange(year_, month)[1] and dt.date(year_, month, day) >= today:
+            return dt.date(year_, month, day)
+    raise DateExpressionError(f"{expression!r}: no such date in the next 8 years")  # pragma: no cover
+
+
+def _normalize(expression: str) -> str:
+    text = unicodedata.normalize("NFC", expression).casefold().strip()
+    text = re.sub(r"\s+", " ", text)
+    text = text.rstrip(" .!?,")
+    return re.sub(r"^on ", "", text)
+
+
+def resolve_expression(expression: str, today: dt.date = sd.TODAY) -> dt.date:
+    """The date ``expression`` means on ``today`` (semantics in the module docstring).
+
+    Raises:
+        DateExpressionError: an expression outside the documented forms, or a date that does not exist.
+    """
+    text = _normalize(expression)
+    simple = {"today": 0, "tomorrow": 1, "day after tomorrow": 2, "the day after tomorrow": 2,
+              "tänään": 0, "huomenna": 1, "ylihuomenna": 2}
+    if text in simple:
+        return today + dt.timedelta(days=simple[text])
+    if m := re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", text):
+        return _date(int(m[1]), int(m[2]), int(m[3]), expression)
+    weekdays = "|".join(EN_WEEKDAYS)
+    if m := re.fullmatch(rf"(next |this )?({weekdays})", text):
+        return _weekday_from(today, EN_WEEKDAYS.index(m[2]), strictly_after=m[1] == "next ")
+    essives = "|".join(FI_WEEKDAYS_ESSIVE)
+    if m := re.fullmatch(rf"(ensi |tänä )?({essives})", text):
+        return _weekday_from(today, FI_WEEKDAYS_ESSIVE.index(m[2]), strictly_after=m[1] == "ensi ")
+    if m := (re.fullmatch(rf"(?:the )?{_ORD} (?:day )?of next month", text)
+             or re.fullmatch(r"ensi kuun (\d{1,2})\.?(?: päivä| päivänä)?", text)):
+        year, month = _next_month(today)
+        return _date(year, month, int(m[1]), expression)
+    months = "|".join(EN_MONTHS)
+    if m := re.fullmatch(rf"(?:the )?{_ORD} (?:of )?({months}),?(?: (\d{{4}}))?", text):
+        return _day_month(int(m[1]), EN_MONTHS.index(m[2]) + 1, int(m[3]) if m[3] else None, today, expression)
+    if m := re.fullmatch(rf"({months}) (?:the )?{_ORD},?(?: (\d{{4}}))?", text):
+        return _day_month(int(m[2]), EN_MONTHS.index(m[1]) + 1, int(m[3]) if m[3] else None, today, expression)
+    partitives = "|".join(FI_MONTHS_PARTITIVE)
+    if m := re.fullmatch(rf"(\d{{1,2}})\. ?({partitives})(?: (\d{{4}}))?", text):
+        return _day_month(int(m[1]), FI_MONTHS_PARTITIVE.index(m[2]) + 1, int(m[3]) if m[3] else None, today,
+                          expression)
+    raise DateExpressionError(
+        f"cannot resolve date expression {expression!r}; understood: today, tomorrow, day after tomorrow, "
+        "next/this <weekday>, the Nth of next month, N <Month>, <Month> N, YYYY-MM-DD (Finnish: tänään, huomenna, "
+        "ylihuomenna, ensi <perjantaina…>, ensi kuun N. päivä, N. <joulukuuta…>)")
+
+
+# -- airports -------------------------------------------------------------------------------------------------------
+
+AIRPORT_NAMES: Mapping[str, tuple[str, ...]] = {
+    "Madrid": ("Madrid",), "Berlin": ("Berlin", "Berliini"),
+    "Lisbon": ("Lisbon", "Lisboa", "Lissabon"), "Oslo": ("Oslo",),
+    "Helsinki": ("Helsinki", "Helsingfors"), "Athens": ("Athens", "Ateena"),
+    "Zurich": ("Zurich", "Zürich"), "Copenhagen": ("Copenhagen", "Kööpenhamina", "København"),
+    "Bucharest": ("Bucharest", "Bukarest", "București"), "Seville": ("Seville", "Sevilla"),
+    "Porto": ("Porto",), "Bologna": ("Bologna",),
+}
+"""Study city (the key of `studies_data.AIRPORTS`) → the names it goes by: English, Finnish, local. Data, like the
+codes: a lookup table knows a city's names."""
+
+_BY_NAME: dict[str, str] = {name.casefold(): city for city, names in AIRPORT_NAMES.items() for name in names}
+
+_FI_LOCAL_CASES = ("sta", "stä", "lta", "ltä", "ssa", "ssä", "lla", "llä", "lle")
+"""Elative, ablative, inessive, adessive, allative endings (from/in/at/to)."""
+
+
+def airport_candidates(word: str) -> list[str]:
+    """Base forms a (possibly Finnish-inflected) city name may stand for, most literal first.
+
+    The rule, general but deliberately small: the word itself; minus a local-case ending (-sta/-stä, -lta/-ltä,
+    -ssa/-ssä, -lla/-llä, -lle); an illative long vowel + n (``Osloon``, ``Berliiniin``) minus its ``Vn``; and each
+    of those minus a final connecting ``i`` (foreign consonant-final names: ``Madridista`` → ``Madridi`` →
+    ``Madrid``). It does not undo consonant gradation (``Helsingistä`` is not found) or -seen/-hVn illatives."""
+    w = word.strip()
+    stems = [w]
+    low = w.casefold()
+    for ending in _FI_LOCAL_CASES:
+        if low.endswith(ending) and len(w) > len(ending) + 2:
+            stems.append(w[: -len(ending)])
+    if re.search(r"([aeiouyäö])\1n$", low) and len(w) > 4:
+        stems.append(w[:-2])
+    out: list[str] = []
+    for stem in stems:
+        for s in (stem, stem[:-1] if stem.casefold().endswith("i") and len(stem) > 3 else None):
+            if s and s not in out:
+                out.append(s)
+    return out
+
+
+def lookup_city(name: str) -> tuple[str, str]:
+    """(study city, IATA code) for ``name``.
+
+    Raises:
+        KeyError: no airport city by that name (or a Finnish case form of it, see `airport_candidates`)."""
+    for candidate in airport_candidates(name):
+        city = _BY_NAME.get(candidate.casefold())
+        if city is not None:
+            return city, sd.AIRPORTS[city]
+    raise KeyError(name)
+
+
+# -- the tools ------------------------------------------------------------------------------------------------------
+
+def calendar_tool(*, constrained: bool = True, today: dt.date = sd.TODAY) -> Any:
+    """``calendar.resolve_date`` (data tool): ``{"expression"}`` → ``{"expression", "date", "weekday"}``."""
+    from agent.tool import Tool, ToolFailure, ToolKind
+
+    def resolve(args: Any, ctx: Any) -> dict[str, str]:
+        expression = str(args["expression"])
+        try:
+            date = resolve_expression(expression, today)
+        except DateExpressionError as e:
+            raise ToolFailure(str(e)) from None
+        return {"expression": expression, "date": date.isoformat(), "weekday": f"{date:%A}"}
+
+    return Tool(
+        name=CALENDAR_TOOL, kind=ToolKind.DATA, constrained=constrained,
+        description="Resolve a date expression from the user's request (e.g. 'next Friday', 'tomorrow', "
+                    "'15 December', 'ensi perjantaina') against today's date; returns the ISO date YYYY-MM-DD.",
+        parameters={"type": "object", "properties": {"expression": {
+            "type": "string", "description": "The date words exactly as the user wrote them, e.g. next Friday."}},
+            "required": ["expression"]},
+        function=resolve)
+
+
+def airports_tool(*, constrained: bool = True) -> Any:
+    """``airports.lookup`` (data tool): ``{"city"}`` → ``{"city", "iata"}``, names as in `lookup_city`."""
+    from agent.tool import Tool, ToolFailure, ToolKind
+
+    def lookup(args: Any, ctx: Any) -> dict[str, str]:
+        name = str(args["city"]).strip()
+        try:
+            _, code = lookup_city(name)
+        except KeyError:
+            raise ToolFailure(f"no airport known for city {name!r}") from None
+        return {"city": name, "iata": code}
+
+    return Tool(
+        name=LOOKUP_TOOL, kind=ToolKind.DATA, constrained=constrained,
+        description="Look up the IATA code of a city's airport. Call it for each city before search_flights.",
+        parameters={"type": "object", "properties": {"city": {"type": "string",
+                                                              "description": "City name, e.g. Madrid."}},
+                    "required": ["city"]},
+        function=lookup)

@@ -1,0 +1,154 @@
+"""benchmarks/knowledge_tools.py: calendar.resolve_date agrees with the study's answer key and with datetime
+arithmetic; airports.lookup knows the study's cities in English and in their Finnish case forms; the kept traces of
+the flight study verify."""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import knowledge_tools as kt  # noqa: E402
+import studies_data as sd  # noqa: E402
+
+DAYS = st.dates(min_value=dt.date(2000, 1, 1), max_value=dt.date(2099, 12, 31))
+
+
+@pytest.mark.parametrize("phrase", sd.DATE_PHRASES)
+def test_every_english_study_phrase_resolves_to_the_answer_key(phrase: str) -> None:
+    assert kt.resolve_expression(phrase) == sd.resolve_date(phrase)
+
+
+@pytest.mark.parametrize("phrase", sd.DATE_PHRASES)
+def test_every_finnish_study_phrase_resolves_to_the_answer_key(phrase: str) -> None:
+    assert kt.resolve_expression(sd.FI_DATE_PHRASES[phrase]) == sd.resolve_date(phrase)
+
+
+@pytest.mark.parametrize("request_", sd.REQUESTS + sd.FI_REQUESTS, ids=lambda r: f"{r.language}-{r.id}")
+def test_the_date_words_of_every_request_resolve_to_its_answer(request_: sd.Request) -> None:
+    assert request_.date_words in request_.text
+    assert kt.resolve_expression(request_.date_words).isoformat() == request_.date
+
+
+@given(DAYS)
+def test_study_phrases_agree_with_the_answer_key_on_any_day(today: dt.date) -> None:
+    for phrase in sd.DATE_PHRASES:
+        expected = sd.resolve_date(phrase, today)
+        assert kt.resolve_expression(phrase, today) == expected
+        assert kt.resolve_expression(sd.FI_DATE_PHRASES[phrase], today) == expected
+
+
+@given(DAYS, st.integers(0, 6))
+def test_weekdays_follow_datetime_arithmetic(today: dt.date, weekday: int) -> None:
+    en, fi = calendar.day_name[weekday], kt.FI_WEEKDAYS_ESSIVE[weekday]
+    nxt = kt.resolve_expression(f"next {en}", today)
+    assert nxt.weekday() == weekday and 1 <= (nxt - today).days <= 7
+    assert kt.resolve_expression(f"ensi {fi}", today) == nxt
+    this = kt.resolve_expression(f"this {en}", today)
+    assert this.weekday() == weekday and 0 <= (this - today).days <= 6
+    assert kt.resolve_expression(en.upper(), today) == this == kt.resolve_expression(fi, today)
+
+
+@given(DAYS, st.integers(1, 31))
+def test_day_of_next_month_follows_datetime_arithmetic(today: dt.date, day: int) -> None:
+    year, month = (today.year + 1, 1) if today.month == 12 else (today.year, today.month + 1)
+    suffix = {1: "st", 2: "nd", 3: "rd"}.get(day % 10 if day not in (11, 12, 13) else 0, "th")
+    phrases = (f"the {day}{suffix} of next month", f"ensi kuun {day}. päivä", f"ensi kuun {day}. päivänä")
+    if day > calendar.monthrange(year, month)[1]:
+        for phrase in phrases:
+            with pytest.raises(kt.DateExpressionError):
+                kt.resolve_expression(phrase, today)
+        return
+    for phrase in phrases:
+        assert kt.resolve_expression(phrase, today) == dt.date(year, month, day)
+
+
+@given(DAYS, DAYS)
+def test_day_and_month_is_the_next_such_date(today: dt.date, target: dt.date) -> None:
+    if target.month == 2 and target.day == 29:
+        return  # leap day: covered below
+    day, month = target.day, target.month
+    this_year = dt.date(today.year, month, day)
+    expected = this_year if this_year >= today else dt.date(today.year + 1, month, day)
+    en, fi = calendar.month_name[month], kt.FI_MONTHS_PARTITIVE[month - 1]
+    for phrase in (f"{day} {en}", f"{day}th {en}", f"{en} {day}", f"on {en} {day}.", f"{day}. {fi}"):
+        assert kt.resolve_expression(phrase, today) == expected, phrase
+    assert kt.resolve_expression(f"{day} {en} {target.year}", today) == target
+    assert kt.resolve_expression(f"{day}. {fi} {target.year}", today) == target
+    assert kt.resolve_expression(target.isoformat(), today) == target
+
+
+def test_leap_day_is_the_next_leap_years_and_impossible_days_fail() -> None:
+    assert kt.resolve_expression("29 February", dt.date(2026, 9, 7)) == dt.date(2028, 2, 29)
+    for phrase in ("31 April", "30. helmikuuta", "2026-02-30", "February 30"):
+        with pytest.raises(kt.DateExpressionError):
+            kt.resolve_expression(phrase)
+
+
+@pytest.mark.parametrize("phrase", ["", "someday", "next fortnight", "ensi vuonna", "the 3rd of last month",
+                                    "15 Decembre", "2026/09/11", "in two weeks"])
+def test_unknown_expressions_are_a_clear_tool_failure(phrase: str) -> None:
+    from agent.tool import ToolFailure
+
+    with pytest.raises(kt.DateExpressionError, match="cannot resolve date expression"):
+        kt.resolve_expression(phrase)
+    tool = kt.calendar_tool()
+    with pytest.raises(ToolFailure, match="understood: today, tomorrow"):
+        tool.function({"expression": phrase}, None)
+
+
+def test_the_calendar_tool_returns_date_and_weekday() -> None:
+    tool = kt.calendar_tool()
+    assert tool.name == kt.CALENDAR_TOOL and tool.kind.value == "data"
+    assert tool.function({"expression": "ensi perjantaina"}, None) == {
+        "expression": "ensi perjantaina", "date": "2026-09-11", "weekday": "Friday"}
+
+
+@pytest.mark.parametrize("city", sorted(sd.AIRPORTS))
+def test_lookup_knows_every_city_in_english_and_in_finnish_case_forms(city: str) -> None:
+    code = sd.AIRPORTS[city]
+    nominative, elative, illative = sd.FI_CITY_FORMS[city]
+    assert kt.lookup_city(city) == (city, code)
+    assert kt.lookup_city(city.upper()) == (city, code)
+    assert kt.lookup_city(nominative) == (city, code)
+    assert kt.lookup_city(illative) == (city, code)
+    if elative != "Helsingistä":  # consonant gradation (k -> g): documented as not undone
+        assert kt.lookup_city(elative) == (city, code)
+
+
+def test_lookup_rejects_unknown_cities_with_a_tool_failure() -> None:
+    from agent.tool import ToolFailure
+
+    with pytest.raises(KeyError):
+        kt.lookup_city("Helsingistä")
+    with pytest.raises(ToolFailure, match="no airport known for city 'Paris'"):
+        kt.airports_tool().function({"city": "Paris"}, None)
+    assert kt.airports_tool().function({"city": "Madridista"}, None) == {"city": "Madridista", "iata": "MAD"}
+
+
+def test_finnish_requests_mirror_the_english_ones() -> None:
+    assert [(r.id, r.origin, r.destination, r.date) for r in sd.FI_REQUESTS] == \
+        [(r.id, r.origin, r.destination, r.date) for r in sd.REQUESTS]
+    assert sd.FI_REQUESTS[1].text == "Etsi lennot Madridista Berliiniin ensi perjantaina."
+
+
+TRACES = BENCHMARKS / "traces" / "flights"
+
+
+@pytest.mark.skipif(not TRACES.is_dir(), reason="the flight study's example traces are not written yet")
+def test_the_kept_flight_traces_verify() -> None:
+    from agent.trace_verify import verify_trace
+
+    parents = [p for p in sorted(TRACES.glob("*.jsonl")) if p.name.count(".") == 1]
+    assert parents
+    for path in parents:
+        report = verify_trace(path)
+        assert report.ok, (path.name, report.problems)
