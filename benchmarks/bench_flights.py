@@ -15,13 +15,24 @@ then knowledge injected on top of the constrained/required row, so form is held 
 (a) today's date in the system prompt, (b) an ``airports.lookup`` data tool in a real `Session`, (c) an IATA enum
 in the schema, and all three together.
 
+The auto study (`AUTO_ROWS`, English and Finnish requests, ``--lang en,fi``): every request a real `Session` under
+``tool_choice="auto"`` — no per-turn plan, no forced first tool — on top of the constrained rich schema: the
+baseline, (a) today and weekday in the system prompt, (b) airports.lookup offered, (b2) calendar.resolve_date
+offered (`knowledge_tools`), (c) the IATA enum, the best combination of those, and agent as a tool (one
+``travel_desk`` tool whose implementation is a child Session with airports.lookup and calendar.resolve_date,
+`agent.subagent.agent_tool`). Each request is traced and the trace verified (nested traces included); one request's
+trace per row is kept under ``benchmarks/traces/flights/``. Each row's per-request results are stored under
+``benchmarks/results/flights/`` and the RESULTS.md section is rebuilt from every stored row (``--report-only``
+rebuilds it without a model).
+
 Measurement shortcut (documented in the table notes): a turn stops once its first ``</tool_call>`` has been
 generated (the engine's cancel hook), because only the first call is scored and this model otherwise repeats the
 call until ``max_tokens`` when the envelope is forced. The constrained rows use `rich_schema(date_pattern=False)`:
 Ember's schema compiler refuses ``format`` together with ``pattern`` (``UnsupportedSchemaError``); every
 ``format: date`` string already matches the dropped pattern, so the enforced language is the intersection anyway.
 
-Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_flights.py [--model NAME|PATH] [--limit N] [--rows a,b]``
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_flights.py [--model NAME|PATH] [--limit N] [--rows a,b]
+[--lang en,fi] [--no-write] [--report-only]``
 (also ``ember bench flights``).
 """
 
@@ -104,6 +115,18 @@ class Row:
     """Knowledge (b): an airports.lookup data tool, run as a real Session."""
     first_tool_choice: str | None = None
     """The Session's tool_choice for its first turn when it differs from ``tool_choice`` (e.g. force the lookup)."""
+    session: bool = False
+    """Run as a real multi-step `Session` under ``tool_choice`` (the auto study: no plan, no forced first tool)."""
+    calendar: bool = False
+    """Knowledge (b2): a calendar.resolve_date data tool beside search_flights."""
+    hint: bool = True
+    """Auto rows: tell the model in the system prompt to call the offered knowledge tools first (`TOOL_HINTS`)."""
+    agent: bool = False
+    """Agent as a tool: one travel_desk tool (a child Session with airports.lookup and calendar.resolve_date)."""
+
+    @property
+    def multi_step(self) -> bool:
+        return self.lookup or self.session
 
 
 def _rich_c() -> dict[str, Any]:
@@ -132,7 +155,26 @@ ROWS: tuple[Row, ...] = (
     Row(key="all", label="+ (a) + (b') + (c)", schema=_enum_c, constrained=True, tool_choice="required", today=True,
         lookup=True, first_tool_choice=LOOKUP_TOOL),
 )
-"""The study's rows, in table order."""
+"""The single-turn study's rows (``tool_choice="required"``), in table order."""
+
+AUTO_ROWS: tuple[Row, ...] = (
+    Row(key="auto", label="rich, constrained, auto (Session)", schema=_rich_c, constrained=True, session=True),
+    Row(key="auto-today", label="+ (a) today and weekday in system prompt", schema=_rich_c, constrained=True,
+        session=True, today=True),
+    Row(key="auto-lookup", label="+ (b) airports.lookup offered", schema=_rich_c, constrained=True, session=True,
+        lookup=True),
+    Row(key="auto-calendar", label="+ (b2) calendar.resolve_date offered", schema=_rich_c, constrained=True,
+        session=True, calendar=True),
+    Row(key="auto-enum", label="+ (c) IATA enum in schema", schema=_enum_c, constrained=True, session=True),
+    Row(key="auto-best", label="best combination: (a) + (c)", schema=_enum_c, constrained=True, session=True,
+        today=True),
+    Row(key="auto-agent", label="agent as a tool: travel_desk (lookup + calendar)", schema=_rich_c,
+        constrained=True, session=True, agent=True),
+)
+"""The auto study's rows: every request a real `Session` under ``tool_choice="auto"`` (no per-turn plan, no forced
+first tool), knowledge rows on top of the constrained auto baseline."""
+
+ALL_ROWS: tuple[Row, ...] = ROWS + AUTO_ROWS
 
 
 # -- one turn -----------------------------------------------------------------------------------------------------
@@ -225,8 +267,21 @@ class RowResult:
         return sum(bool(getattr(o.score, column)) for o in self.outcomes)
 
 
+TOOL_HINTS: tuple[tuple[str, str], ...] = (
+    ("lookup", "Before search_flights, call airports.lookup for each city to get its IATA code."),
+    ("calendar", "Before search_flights, call calendar.resolve_date with the date words of the request to get the "
+                 "date."),
+    ("agent", "Before search_flights, ask travel_desk for the airport codes and the date."),
+)
+"""Auto rows only: one sentence per offered knowledge tool, appended to the system prompt (a study input: with the
+plain prompt this model called none of them in a smoke run, see RESULTS.md)."""
+
+
 def _system(row: Row) -> str:
-    return sd.today_system_prompt() if row.today else sd.BASE_SYSTEM_PROMPT
+    prompt = sd.today_system_prompt() if row.today else sd.BASE_SYSTEM_PROMPT
+    if row.session and row.hint:
+        prompt = " ".join([prompt, *(hint for attr, hint in TOOL_HINTS if getattr(row, attr))])
+    return prompt
 
 
 def _flight_spec(row: Row) -> Any:
@@ -320,20 +375,147 @@ def _run_session(engine: Any, row: Row, request: sd.Request, max_tokens: int) ->
                                   "limit": str(result.limit) if result.limit else None})
 
 
+AUTO_LIMITS = dict(max_model_steps=6, max_tool_calls=12)
+"""The auto study's Session bounds: room for lookup → lookup → resolve → search → answer (and one repair)."""
+AGENT_TOOL = "travel_desk"
+AGENT_SYSTEM_PROMPT = ("You are a travel desk. For each city in the request call airports.lookup, and for the date "
+                       "words call calendar.resolve_date. Then answer with the departure airport code, the arrival "
+                       "airport code and the date as YYYY-MM-DD.")
+AGENT_DESCRIPTION = ("Ask the travel desk to resolve a travel request into airport codes and an ISO date. Pass the "
+                     "cities and the date words; it answers with IATA codes and YYYY-MM-DD. Call it before "
+                     "search_flights.")
+
+
+def auto_tools(engine: Any, row: Row, searches: list[dict[str, Any]], *, child_dir: Path | None) -> list[Any]:
+    """The auto row's registry: search_flights (recording, canned result) plus the row's knowledge tools."""
+    from agent.limits import AgentLimits
+    from agent.subagent import SubAgent, agent_tool
+    from agent.tool import Tool, ToolKind, ToolRegistry
+
+    import knowledge_tools as kt
+
+    def search(args: Any, ctx: Any) -> dict[str, Any]:
+        searches.append(dict(args.values))
+        return {"flights": [{"flight": "EM 123", "departs": "08:05", "arrives": "11:40", "price_eur": 129}]}
+
+    tools: list[Any] = []
+    if row.lookup:
+        tools.append(kt.airports_tool(constrained=row.constrained))
+    if row.calendar:
+        tools.append(kt.calendar_tool(constrained=row.constrained))
+    if row.agent:
+        desk = SubAgent(engine=engine, tools=ToolRegistry([kt.airports_tool(), kt.calendar_tool()]),
+                        system_prompt=AGENT_SYSTEM_PROMPT,
+                        limits=AgentLimits(**AUTO_LIMITS, max_output_tokens=MAX_TOKENS), trace_dir=child_dir)
+        tools.append(agent_tool(AGENT_TOOL, AGENT_DESCRIPTION, desk))
+    tools.append(Tool(name=FLIGHT_TOOL, kind=ToolKind.DATA, constrained=row.constrained,
+                      description=sd.FLIGHT_TOOL_DESCRIPTION, parameters=row.schema(), function=search))
+    return tools
+
+
+def _message_calls(message: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    calls = []
+    for tc in message.get("tool_calls") or []:
+        fn = tc.get("function", tc)
+        args = fn.get("arguments")
+        try:
+            args = json.loads(args) if isinstance(args, str) else args
+        except ValueError:
+            args = {"_unparsed": args}
+        calls.append((fn["name"], dict(args or {}) if isinstance(args, dict) else {"_value": args}))
+    return calls
+
+
+def _run_auto(engine: Any, row: Row, request: sd.Request, max_tokens: int, trace_path: Path | None) -> RequestOutcome:
+    """One request as a real Session under ``row.tool_choice`` (auto): the model decides which tools to call."""
+    from agent.limits import AgentLimits
+    from agent.session import Session
+    from agent.tool import ToolRegistry
+    from agent.trace import TraceRecorder
+    from agent.trace_verify import verify_trace
+
+    searches: list[dict[str, Any]] = []
+    trace = None
+    if trace_path is not None:
+        trace_path.parent.mkdir(parents=True, exist_ok=True)
+        trace = TraceRecorder(trace_path)
+    tools = auto_tools(engine, row, searches, child_dir=None if trace_path is None else trace_path.parent)
+    session = Session(engine, ToolRegistry(tools), system_prompt=_system(row), tool_choice=row.tool_choice,
+                      trace=trace, limits=AgentLimits(**AUTO_LIMITS, max_output_tokens=max_tokens))
+    started = time.perf_counter()
+    try:
+        result = session.run(request.text)
+    finally:
+        if trace is not None:
+            trace.close()
+    seconds = time.perf_counter() - started
+    engine.rollback()
+    call, calls, raw = None, [], []
+    for message in result.messages:
+        if message.get("role") == "tool":
+            raw.append(f"<result {str(message.get('content'))[:160]}>")
+        if message.get("role") != "assistant":
+            continue
+        strict = _message_calls(message)
+        calls.extend(strict)
+        raw.extend(f"<call {n} {json.dumps(a, ensure_ascii=False)}>" for n, a in strict)
+        if message.get("content"):
+            raw.append(message["content"])
+        if call is None:
+            found = sd.found_call([c for c in strict if c[0] == FLIGHT_TOOL], "" if strict else
+                                  message.get("content") or "", prefer=FLIGHT_TOOL)
+            if found is not None and found.name == FLIGHT_TOOL:
+                call = found
+    detail: dict[str, Any] = {
+        "outcome": str(result.outcome.value), "steps": result.steps, "tool_calls": result.tool_calls,
+        "calls": [[n, a] for n, a in calls], "executed_searches": searches,
+        "limit": str(result.limit.value) if result.limit else None, "run_id": result.run_id,
+        "final_text": result.final_text}
+    if trace_path is not None:
+        report = verify_trace(trace_path)
+        detail["trace_ok"] = report.ok
+        detail["trace_problems"] = list(report.problems)
+        detail["trace"] = str(trace_path)
+    return RequestOutcome(request_id=request.id, score=sd.score_call(call, request, tool=FLIGHT_TOOL),
+                          call=_call_dict(call), raw="\n".join(raw), seconds=seconds, detail=detail)
+
+
+KNOWLEDGE_TOOLS: tuple[tuple[str, str], ...] = (("lookup", "airports.lookup"), ("calendar", "calendar.resolve_date"),
+                                                ("agent", AGENT_TOOL))
+
+
+def knowledge_use(result: "RowResult") -> dict[str, int]:
+    """Knowledge tool → in how many requests the model called it (auto rows; the row's own tools only)."""
+    out = {}
+    for attr, name in KNOWLEDGE_TOOLS:
+        if getattr(result.row, attr):
+            out[name] = sum(any(c[0] == name for c in o.detail.get("calls", ())) for o in result.outcomes)
+    return out
+
+
 def run_row(engine: Any, row: Row, requests: Sequence[sd.Request], *, max_tokens: int = MAX_TOKENS,
-            progress: Callable[[str], None] | None = None) -> RowResult:
-    """Every request under ``row``, in order."""
+            progress: Callable[[str], None] | None = None, trace_dir: Path | None = None,
+            language: str = "en") -> RowResult:
+    """Every request under ``row``, in order. Auto rows trace every request under ``trace_dir`` (when given) as
+    ``<language>-<row>/<request id>.jsonl`` and verify each trace."""
     started = time.perf_counter()
     outcomes = []
     for i, request in enumerate(requests, 1):
-        run = _run_session if row.lookup else _run_single
-        outcome = run(engine, row, request, max_tokens)
+        if row.session:
+            path = None if trace_dir is None else trace_dir / f"{language}-{row.key}" / f"{request.id}.jsonl"
+            outcome = _run_auto(engine, row, request, max_tokens, path)
+        else:
+            run = _run_session if row.lookup else _run_single
+            outcome = run(engine, row, request, max_tokens)
         outcomes.append(outcome)
         if progress is not None:
             call = outcome.call
             shown = "no call" if call is None else (f"{'' if call['strict'] else '~'}{call['name']} "
                                                     f"{json.dumps(call['arguments'], ensure_ascii=False)}")
-            progress(f"[{row.key} {i}/{len(requests)}] {request.id} {outcome.seconds:5.1f}s {shown}")
+            steps = " > ".join(f"{n}({next(iter(a.values()), '') if a else ''})"
+                               for n, a in outcome.detail.get("calls", ()) if n != FLIGHT_TOOL)
+            progress(f"[{language} {row.key} {i}/{len(requests)}] {request.id} {outcome.seconds:5.1f}s "
+                     f"{steps + ' > ' if steps else ''}{shown}")
     return RowResult(row=row, outcomes=tuple(outcomes), seconds=time.perf_counter() - started)
 
 
@@ -358,16 +540,19 @@ def table(results: Sequence[RowResult]) -> str:
     return markdown_table(headers, rows)
 
 
-def plot(results: Sequence[RowResult], path: Path) -> Path:
+def plot(results: Sequence[RowResult], path: Path, *, languages: Sequence[str] | None = None) -> Path:
     import numpy as np
 
-    fig, ax = figure(figsize=(11, 4.8))
+    fig, ax = figure(figsize=(13, 5.2))
     cols = [c for c in COLUMNS if c[0] != "strict"]
     width = 0.8 / len(cols)
     x = np.arange(len(results))
     for k, (col, label) in enumerate(cols):
         ax.bar(x + k * width - 0.4 + width / 2, [r.count(col) for r in results], width, label=label)
-    ax.set_xticks(x, [r.row.label.replace(", ", ",\n").replace(" (", "\n(") for r in results], fontsize=7)
+    labels = [r.row.label.replace(", ", ",\n").replace(" (", "\n(") for r in results]
+    if languages is not None:
+        labels = [f"[{lang}] {label}" for lang, label in zip(languages, labels)]
+    ax.set_xticks(x, labels, fontsize=6)
     n = max((len(r.outcomes) for r in results), default=24)
     ax.set_ylim(0, n + 1)
     ax.set_ylabel(f"requests (of {n})")
@@ -376,77 +561,268 @@ def plot(results: Sequence[RowResult], path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def report(results: Sequence[RowResult], *, model_label: str, model_sha: str, codec_id: str, n_requests: int,
-           plot_name: str, wall_s: float, max_tokens: int, threads: int) -> str:
+RESULTS_DIR = BENCHMARKS_DIR / "results" / "flights"
+"""Stored per-row results (``<language>-<row>.json``): the section is rebuilt from every stored row, so rows can be
+measured in separate runs (one process at a time on a shared machine) and still land in one table."""
+ARCHIVED_SINGLE_TURN = RESULTS_DIR / "single-turn-2026-11-30.md"
+"""The single-turn table as measured on 2026-11-30 (and its 2026-12-01 auto re-run), kept verbatim until those rows
+are re-run and stored."""
+TRACES_DIR = BENCHMARKS_DIR / "traces" / "flights"
+"""One example session trace per auto row: ``<language>-<row>.jsonl`` (+ the nested traces of the agent row)."""
+KEPT_REQUEST = "0-1"
+"""The request whose trace is kept per row (Madrid → Berlin, next Friday), or the first request run when absent."""
+
+
+def _stored_path(language: str, key: str) -> Path:
+    return RESULTS_DIR / f"{language}-{key}.json"
+
+
+def store(result: RowResult, *, language: str, meta: Mapping[str, Any]) -> Path:
+    path = _stored_path(language, result.row.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"row": result.row.key, "language": language, "seconds": result.seconds,
+                                **meta, "outcomes": [{**asdict(o), "score": asdict(o.score)} for o in result.outcomes]},
+                               indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def load_stored(language: str, row: Row) -> tuple[RowResult, dict[str, Any]] | None:
+    path = _stored_path(language, row.key)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    outcomes = tuple(RequestOutcome(request_id=o["request_id"], score=sd.CallScore(**o["score"]), call=o["call"],
+                                    raw=o["raw"], seconds=o["seconds"], detail=o.get("detail") or {})
+                     for o in data["outcomes"])
+    meta = {k: v for k, v in data.items() if k not in ("outcomes",)}
+    return RowResult(row=row, outcomes=outcomes, seconds=data["seconds"]), meta
+
+
+def keep_trace(run_dir: Path, result: RowResult, *, language: str) -> Path | None:
+    """Copy one request's trace (and its nested traces) from ``run_dir`` to `TRACES_DIR` as
+    ``<language>-<row>.jsonl``; the nested ones keep their ``<parent run id>.<call id>.jsonl`` names, which is
+    where `verify_trace` looks for them. Returns the kept parent trace."""
+    import shutil
+
+    chosen = next((o for o in result.outcomes if o.request_id == KEPT_REQUEST), result.outcomes[0])
+    source = run_dir / f"{chosen.request_id}.jsonl"
+    if not source.is_file():
+        return None
+    TRACES_DIR.mkdir(parents=True, exist_ok=True)
+    target = TRACES_DIR / f"{language}-{result.row.key}.jsonl"
+    if target.is_file():  # drop the previous example's nested traces
+        old_run = _run_id(target)
+        for stale in TRACES_DIR.glob(f"{old_run}.*.jsonl") if old_run else ():
+            stale.unlink()
+    shutil.copyfile(source, target)
+    run_id = chosen.detail.get("run_id")
+    for nested in run_dir.glob(f"{run_id}.*.jsonl") if run_id else ():
+        shutil.copyfile(nested, TRACES_DIR / nested.name)
+    return target
+
+
+def _run_id(path: Path) -> str | None:
+    try:
+        first = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return first.get("run_id")
+
+
+def _knowledge_note(result: RowResult) -> str:
+    n = len(result.outcomes)
+    used = knowledge_use(result)
+    parts = [f"{name} called in {k}/{n} requests" for name, k in used.items()]
+    reached = sum(bool(o.call) for o in result.outcomes)
+    executed = sum(bool(o.detail.get("executed_searches")) for o in result.outcomes)
+    traced = [o for o in result.outcomes if "trace_ok" in o.detail]
+    verified = f"; trace verify OK {sum(o.detail['trace_ok'] for o in traced)}/{len(traced)}" if traced else ""
+    return (f"- {result.row.label}: {'; '.join(parts) + '; ' if parts else ''}search_flights attempted in "
+            f"{reached}/{n}, executed in {executed}/{n}{verified}.")
+
+
+def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: Sequence[RowResult], *,
+           model_label: str, model_sha: str, codec_id: str, plot_name: str, max_tokens: int, threads: int,
+           dates: Sequence[str]) -> str:
     env = "\n".join(environment_lines(PACKAGES))
+    when = f"rows measured {min(dates)} – {max(dates)}" if dates else "no rows stored"
     notes = [
         f"- Model: `{model_label}` (sha256 `{model_sha[:16]}…`), codec `{codec_id}`, greedy, "
-        f"max_tokens {max_tokens}, n_threads {threads or 'default'}; {n_requests} requests; today fixed at "
-        f"{sd.TODAY.isoformat()} ({sd.TODAY:%A}); whole run {wall_s:.0f} s.",
-        "- Columns count requests. *parses (envelope)*: the codec parsed a `<tool_call>` — what the runtime would "
-        "execute. *right tool* and the value columns score the first search_flights call, strict or — when the model "
-        "wrote the call as a JSON object in prose (e.g. a ```json block) — recovered by the benchmark, so form and "
-        "truth are measured even where the envelope failed.",
-        "- *date format ok*: a real calendar date written YYYY-MM-DD; *from/to format ok*: both `^[A-Z]{3}$`; "
-        "*value right*: equals the answer key (`benchmarks/studies_data.py`).",
-        "- Constrained rows use the rich schema without the redundant date `pattern` (Ember's compiler refuses "
-        "`format` + `pattern` on one string); knowledge rows (a)–(c) sit on top of *rich, constrained, required*, so "
-        "only truth can move. Turns stop after their first `</tool_call>` (only the first call is scored).",
-        f"- Plot: `benchmarks/{plot_name}`. Interpretation: `docs/form-vs-truth.md`.",
+        f"max_tokens {max_tokens} per turn, n_threads {threads or 'default'}; today fixed at "
+        f"{sd.TODAY.isoformat()} ({sd.TODAY:%A}); {when} (one row per process, stored under "
+        "`benchmarks/results/flights/`, this section rebuilt from all of them).",
+        "- Columns count requests and score the **first search_flights call** the model wrote (executed, or "
+        "attempted and rejected), strict or — when it wrote the call as JSON in prose — recovered by the benchmark. "
+        "*parses (envelope)*: the codec parsed it as a call (what the runtime would execute). *date format ok*: a "
+        "real calendar date written YYYY-MM-DD; *from/to format ok*: both `^[A-Z]{3}$`; *value right*: equals the "
+        "answer key (`benchmarks/studies_data.py`). A request where search_flights was never called scores 0 in "
+        "every column.",
+        "- **Auto study** (the two tables below): every request is a real `Session` under `tool_choice=\"auto\"` — "
+        "no per-turn plan, no forced first tool; the model decides whether to call a knowledge tool. Limits: "
+        f"{AUTO_LIMITS['max_model_steps']} model steps, {AUTO_LIMITS['max_tool_calls']} tool calls. search_flights "
+        "is constrained (rich schema minus the redundant date `pattern`) and returns a canned flight. Knowledge "
+        "tools (`benchmarks/knowledge_tools.py`): `airports.lookup` (city → IATA, English and Finnish names and "
+        "case forms), `calendar.resolve_date` (a date-expression parser against today, English and Finnish). "
+        f"(a) appends `{sd.today_system_prompt()[len(sd.BASE_SYSTEM_PROMPT) + 1:]}` to the system prompt "
+        f"`{sd.BASE_SYSTEM_PROMPT}`. The agent row offers one tool `{AGENT_TOOL}`: a child Session "
+        "(`agent.subagent.agent_tool`) with its own system prompt, airports.lookup and calendar.resolve_date, "
+        "the same limits, and a nested trace per call.",
+        "- Study inputs chosen here (prompts, descriptions): knowledge-tool descriptions say what to pass and what "
+        "comes back (`knowledge_tools.py`); the travel desk's system prompt and description are "
+        "`bench_flights.AGENT_SYSTEM_PROMPT` / `AGENT_DESCRIPTION`. No answer is written anywhere but the answer key.",
+        "- Finnish requests: `Etsi lennot Madridista Berliiniin ensi perjantaina.` — city names in their Finnish "
+        "elative/illative (`studies_data.FI_CITY_FORMS`), the seed's four phrasings (\"ensi kuun 3. päivänä\", "
+        "\"ensi perjantaina\", \"15. joulukuuta\", \"huomenna\"); same answer key.",
+        f"- Example traces (one request per row, `trace verify` OK): `benchmarks/traces/flights/<language>-<row>.jsonl`"
+        f" (request {KEPT_REQUEST}; the agent row's nested traces beside it). Plot: `benchmarks/{plot_name}`. "
+        "Interpretation: `docs/form-vs-truth.md`.",
     ]
-    for r in results:
-        if r.row.lookup:
-            called = sum(bool(o.detail.get("lookups")) for o in r.outcomes)
-            notes.append(f"- {r.row.label}: the model called airports.lookup in {called}/{len(r.outcomes)} requests "
-                         f"(Session limits: 3 model steps; the first search_flights call is scored).")
-    return "\n".join([env, *notes, "", table(results)])
+    parts = [env, *notes]
+    titles = {"en": "English requests", "fi": "Finnish requests"}
+    for language, results in results_by_language.items():
+        if not results:
+            continue
+        parts += ["", f"### Auto study, {titles.get(language, language)} (`tool_choice=\"auto\"`, Session)", "",
+                  table(results), ""]
+        parts += [_knowledge_note(r) for r in results]
+    parts += ["", "### Single-turn study (`tool_choice=\"required\"` unless noted), English requests", ""]
+    if single_turn:
+        parts += [table(single_turn)]
+        parts += [_knowledge_note(r) for r in single_turn if r.row.lookup]
+    elif ARCHIVED_SINGLE_TURN.is_file():
+        parts += ["Measured 2026-11-30 (not re-run with the auto study; kept verbatim from the previous run):", "",
+                  ARCHIVED_SINGLE_TURN.read_text(encoding="utf-8").strip()]
+    return "\n".join(parts)
+
+
+def _select(keys: str | None, rows: Sequence[Row], parser: argparse.ArgumentParser) -> tuple[Row, ...]:
+    if not keys:
+        return tuple(rows)
+    wanted = [k.strip() for k in keys.split(",") if k.strip()]
+    unknown = [k for k in wanted if k not in {r.key for r in rows}]
+    if unknown:
+        parser.error(f"unknown rows {unknown}; known: {[r.key for r in rows]}")
+    return tuple(r for r in rows if r.key in wanted)
+
+
+def write_results(engine_meta: Mapping[str, Any], results_path: Path, *, max_tokens: int, threads: int) -> None:
+    """Rebuild the section (and the plot) from every stored row."""
+    by_language: dict[str, list[RowResult]] = {}
+    dates: list[str] = []
+    for language in sd.LANGUAGES:
+        for row in AUTO_ROWS:
+            loaded = load_stored(language, row)
+            if loaded is not None:
+                by_language.setdefault(language, []).append(loaded[0])
+                dates.append(loaded[1].get("date", ""))
+    single = []
+    for row in ROWS:
+        loaded = load_stored("en", row)
+        if loaded is not None:
+            single.append(loaded[0])
+            dates.append(loaded[1].get("date", ""))
+    plot_name = "flights.png"
+    plotted = [r for rs in by_language.values() for r in rs]
+    if plotted:
+        plot(plotted, BENCHMARKS_DIR / plot_name, languages=[lang for lang, rs in by_language.items() for _ in rs])
+    body = report(by_language, single, plot_name=plot_name, max_tokens=max_tokens, threads=threads,
+                  dates=[d for d in dates if d], **engine_meta)
+    write_section(results_path, HEADING, body)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=DEFAULT_MODEL, help="store name or GGUF path")
     parser.add_argument("--limit", type=int, default=None, help="first N requests only (quick run)")
-    parser.add_argument("--rows", default=None, help=f"comma-separated subset of {[r.key for r in ROWS]}")
+    parser.add_argument("--rows", default=None, help=f"comma-separated subset of {[r.key for r in ALL_ROWS]}")
+    parser.add_argument("--lang", default="en", help="comma-separated request languages (en, fi); single-turn rows "
+                                                     "are English only")
     parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
                         help="llama.cpp threads (0: llama-cpp-python's default; see DEFAULT_THREADS)")
     parser.add_argument("--records", type=Path, default=None, help="write per-request records (JSON) here")
     parser.add_argument("--results", type=Path, default=BENCHMARKS_DIR / "RESULTS.md")
-    parser.add_argument("--no-write", action="store_true", help="print the table only; leave RESULTS.md and the plot")
+    parser.add_argument("--no-write", action="store_true",
+                        help="print the table only; store nothing, keep no trace, leave RESULTS.md and the plot")
+    parser.add_argument("--report-only", action="store_true",
+                        help="load no model: rebuild the section from the stored rows")
     args = parser.parse_args(argv)
 
-    rows = ROWS
-    if args.rows:
-        keys = [k.strip() for k in args.rows.split(",") if k.strip()]
-        unknown = [k for k in keys if k not in {r.key for r in ROWS}]
-        if unknown:
-            parser.error(f"unknown rows {unknown}; known: {[r.key for r in ROWS]}")
-        rows = tuple(r for r in ROWS if r.key in keys)
-    requests = sd.REQUESTS[: args.limit] if args.limit else sd.REQUESTS
+    rows = _select(args.rows, ALL_ROWS, parser)
+    languages = [lang.strip() for lang in args.lang.split(",") if lang.strip()]
+    for lang in languages:
+        if lang not in sd.LANGUAGES:
+            parser.error(f"unknown language {lang!r}; known: {list(sd.LANGUAGES)}")
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    started = time.perf_counter()
-    engine = load_engine(args.model, threads=args.threads, progress=progress)
-    results = [run_row(engine, row, requests, max_tokens=args.max_tokens, progress=progress) for row in rows]
-    wall = time.perf_counter() - started
+    if args.report_only:
+        meta = _stored_meta()
+        if meta is None:
+            parser.error("no stored rows to report")
+        write_results(meta, args.results, max_tokens=args.max_tokens, threads=args.threads)
+        print(f"wrote {args.results}", file=sys.stderr)
+        return 0
 
-    text = table(results)
-    print(text)
+    import tempfile
+
+    engine = load_engine(args.model, threads=args.threads, progress=progress)
+    meta = {"model_label": args.model, "model_sha": engine.model.sha256, "codec_id": engine.codec.id}
+    results: list[tuple[str, RowResult]] = []
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="flights-traces-") as tmp:
+        for lang in languages:
+            for row in rows:
+                if not row.session and lang != "en":
+                    continue
+                requests = sd.requests_for(lang)
+                requests = requests[: args.limit] if args.limit else requests
+                result = run_row(engine, row, requests, max_tokens=args.max_tokens, progress=progress,
+                                 trace_dir=Path(tmp), language=lang)
+                results.append((lang, result))
+                print(f"{lang} {row.key}: {_knowledge_note(result)}", file=sys.stderr, flush=True)
+                bad = [o.request_id for o in result.outcomes if o.detail.get("trace_ok") is False]
+                if bad:
+                    failures.append(f"{lang} {row.key}: trace verify failed for {bad}")
+                if not args.no_write:
+                    store(result, language=lang, meta={**meta, "date": _now(), "limit": args.limit})
+                    if row.session:
+                        kept = keep_trace(Path(tmp) / f"{lang}-{row.key}", result, language=lang)
+                        if kept is not None:
+                            from agent.trace_verify import verify_trace
+
+                            report_ = verify_trace(kept)
+                            if not report_.ok:
+                                failures.append(f"kept trace {kept}: {list(report_.problems)}")
+    for lang in languages:
+        chosen = [r for language, r in results if language == lang]
+        if chosen:
+            print(f"\n{lang}:\n{table(chosen)}")
     if args.records:
-        args.records.write_text(json.dumps([{"row": r.row.key, "outcomes": [
-            {**asdict(o), "score": asdict(o.score)} for o in r.outcomes]} for r in results],
+        args.records.write_text(json.dumps([{"row": r.row.key, "language": lang, "outcomes": [
+            {**asdict(o), "score": asdict(o.score)} for o in r.outcomes]} for lang, r in results],
             indent=1, ensure_ascii=False, default=str), encoding="utf-8")
     if not args.no_write:
-        plot_name = "flights.png"
-        plot(results, BENCHMARKS_DIR / plot_name)
-        body = report(results, model_label=args.model, model_sha=engine.model.sha256, codec_id=engine.codec.id,
-                      n_requests=len(requests), plot_name=plot_name, wall_s=wall, max_tokens=args.max_tokens,
-                      threads=args.threads)
-        write_section(args.results, HEADING, body)
-        print(f"wrote {args.results} and {BENCHMARKS_DIR / plot_name}", file=sys.stderr)
-    return 0
+        write_results(meta, args.results, max_tokens=args.max_tokens, threads=args.threads)
+        print(f"wrote {args.results} and {BENCHMARKS_DIR / 'flights.png'}", file=sys.stderr)
+    for failure in failures:
+        print(f"FAIL {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _stored_meta() -> dict[str, Any] | None:
+    for path in sorted(RESULTS_DIR.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if "model_sha" in data:
+            return {k: data[k] for k in ("model_label", "model_sha", "codec_id")}
+    return None
 
 
 if __name__ == "__main__":

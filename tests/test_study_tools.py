@@ -152,3 +152,72 @@ def test_the_kept_flight_traces_verify() -> None:
     for path in parents:
         report = verify_trace(path)
         assert report.ok, (path.name, report.problems)
+
+
+# -- the auto study's plumbing, on the scripted engine (no model) ---------------------------------------------------
+
+def _scripted(turns):
+    from agent.protocol import QwenCodec
+    from agent.testkit import ScriptedEngine
+
+    return ScriptedEngine(turns, QwenCodec())
+
+
+def _call_text(name: str, **arguments) -> str:
+    from agent.protocol import FinalText, QwenCodec, ToolCall, ToolCalls  # noqa: F401
+
+    codec = QwenCodec()
+    base = [{"role": "user", "content": "u"}]
+    prompt = codec.render(base, add_generation_prompt=True)
+    action = ToolCalls(calls=(ToolCall(name=name, arguments=arguments, raw=""),))
+    full = codec.render([*base, codec.assistant_message(action)], add_generation_prompt=False)
+    turn = full[len(prompt):]
+    return turn[: turn.rindex(codec.stop_token_names[0])]
+
+
+def test_the_agent_row_scores_the_search_counts_the_desk_and_keeps_verified_nested_traces(tmp_path, monkeypatch):
+    import bench_flights as bf
+    from agent.trace_verify import verify_trace
+
+    request = sd.FI_REQUESTS[1]  # Madridista Berliiniin ensi perjantaina
+    engine = _scripted([
+        _call_text("travel_desk", request="Madridista Berliiniin ensi perjantaina"),          # parent
+        _call_text("airports.lookup", city="Madridista"), _call_text("airports.lookup", city="Berliiniin"),
+        _call_text("calendar.resolve_date", expression="ensi perjantaina"), "MAD BER 2026-09-11",  # child
+        _call_text("search_flights", **{"from": "MAD", "to": "BER", "date": "2026-09-11"}),    # parent
+        "One flight: EM 123."])
+    row = next(r for r in bf.AUTO_ROWS if r.key == "auto-agent")
+    run_dir = tmp_path / "run"
+    outcome = bf._run_auto(engine, row, request, 512, run_dir / f"{request.id}.jsonl")
+    assert outcome.detail["trace_ok"], outcome.detail["trace_problems"]
+    assert outcome.score.date_value and outcome.score.airport_value and outcome.score.strict
+    result = bf.RowResult(row=row, outcomes=(outcome,), seconds=1.0)
+    assert bf.knowledge_use(result) == {"travel_desk": 1}
+    monkeypatch.setattr(bf, "TRACES_DIR", tmp_path / "kept")
+    kept = bf.keep_trace(run_dir, result, language="fi")
+    assert kept == tmp_path / "kept" / "fi-auto-agent.jsonl"
+    assert len(list((tmp_path / "kept").glob("*.jsonl"))) == 2  # the parent and its nested desk run
+    report = verify_trace(kept)
+    assert report.ok and not any("no trace of it found" in w for w in report.warnings)
+
+
+def test_the_section_is_rebuilt_from_stored_rows(tmp_path, monkeypatch):
+    import bench_flights as bf
+
+    monkeypatch.setattr(bf, "RESULTS_DIR", tmp_path / "stored")
+    row = next(r for r in bf.AUTO_ROWS if r.key == "auto-calendar")
+    score = sd.CallScore(strict=True, found=True, right_tool=True, date_format=True, date_value=True,
+                         airport_format=True, airport_value=False)
+    outcome = bf.RequestOutcome(request_id="0-1", score=score, call=None, raw="", seconds=2.0,
+                                detail={"calls": [["calendar.resolve_date", {"expression": "next Friday"}],
+                                                  ["search_flights", {}]], "trace_ok": True})
+    meta = {"model_label": "m", "model_sha": "0" * 64, "codec_id": "c"}
+    bf.store(bf.RowResult(row=row, outcomes=(outcome,), seconds=2.0), language="fi", meta={**meta, "date": "d"})
+    loaded, stored_meta = bf.load_stored("fi", row)
+    assert loaded.outcomes == (outcome,) and stored_meta["date"] == "d"
+    results = tmp_path / "RESULTS.md"
+    bf.write_results(meta, results, max_tokens=64, threads=1)
+    text = results.read_text(encoding="utf-8")
+    assert "### Auto study, Finnish requests" in text
+    assert "| + (b2) calendar.resolve_date offered | 1/1 | 1/1 | 1/1 | 1/1 | 1/1 | 0/1 | 2.0 |" in text
+    assert "calendar.resolve_date called in 1/1 requests" in text and "trace verify OK 1/1" in text
