@@ -15,6 +15,7 @@ always ends in an accepted document. After EOS the matcher is terminated and all
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -130,6 +131,27 @@ class Matcher:
         self._states.append(next_state)
         self._tokens.append(int(token_id))
         return True
+
+    def validate_tokens(self, token_ids: Sequence[int]) -> int:
+        """How many leading ``token_ids`` `advance` would accept in a row from here; nothing changes (what a
+        speculative decoder asks of its draft tokens)."""
+        accepted = 0
+        try:
+            for token_id in token_ids:
+                if not self.advance(token_id):
+                    break
+                accepted += 1
+        finally:
+            self.rollback(accepted)
+        return accepted
+
+    def copy(self) -> Matcher:
+        """An independent matcher at the same position, with the same history and budget (the grammar is shared)."""
+        twin = Matcher.__new__(Matcher)
+        twin.grammar, twin._index, twin._initial = self.grammar, self._index, self._initial
+        twin.max_tokens, twin._n_eos = self.max_tokens, self._n_eos
+        twin._states, twin._tokens = list(self._states), list(self._tokens)
+        return twin
 
     def rollback(self, n_tokens: int) -> None:
         """Undo the last ``n_tokens`` advances (EOS included)."""
