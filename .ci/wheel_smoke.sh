@@ -6,7 +6,8 @@
 #      (dependencies from PyPI through pip's caches: the llama-cpp-python wheel built by `make test` is reused
 #      from pip's wheel cache, not rebuilt; the log says which);
 #   3. from that temporary directory (so nothing of the checkout can be imported by accident):
-#      a. every string format compiles (the format patterns are package data, not files of the checkout);
+#      a. every module of both packages imports; every string format compiles (the format patterns are package
+#         data, not files of the checkout);
 #      b. `ember generate` with a schema whose property has "format": "date" prints a document whose field is a
 #         valid ISO date;
 #      c. `ember call --tool-choice required` yields action "tool_calls".
@@ -64,12 +65,14 @@ ember="$work/venv/bin/ember"
 step "imports come from the wheel; every string format compiles"
 model="$("$ember" models path "$model_name")"
 "$venv_python" - "$work" "$model" <<'EOF'
-import sys
+import importlib, pkgutil, sys
 import agent, constrained
 from constrained import schema
 
 for module in (agent, constrained):
     assert module.__file__.startswith(sys.argv[1] + "/venv/"), f"{module.__name__} imported from {module.__file__}"
+    for sub in pkgutil.walk_packages(module.__path__, module.__name__ + "."):  # every module ships and imports
+        importlib.import_module(sub.name)
 vocab = constrained.Vocabulary.from_gguf(sys.argv[2])
 for name in schema.STRING_FORMATS:
     constrained.compile_json_schema({"type": "string", "format": name}, vocab)
