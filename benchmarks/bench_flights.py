@@ -139,6 +139,8 @@ def _enum_c() -> dict[str, Any]:
     return schema
 
 
+AGENT_TOOL_NAME = "travel_desk"
+
 ROWS: tuple[Row, ...] = (
     Row(key="thin", label="thin schema, free", schema=sd.thin_schema),
     Row(key="rich", label="rich schema, free", schema=sd.rich_schema),
@@ -174,7 +176,13 @@ AUTO_ROWS: tuple[Row, ...] = (
 """The auto study's rows: every request a real `Session` under ``tool_choice="auto"`` (no per-turn plan, no forced
 first tool), knowledge rows on top of the constrained auto baseline."""
 
-ALL_ROWS: tuple[Row, ...] = ROWS + AUTO_ROWS
+DIAGNOSTIC_ROWS: tuple[Row, ...] = (
+    Row(key="auto-agent-first", label="diagnostic: travel_desk forced first, then auto", schema=_rich_c,
+        constrained=True, session=True, agent=True, first_tool_choice=AGENT_TOOL_NAME),
+)
+"""Not part of the auto study (they force a first tool): what the child agent does when it is called at all."""
+
+ALL_ROWS: tuple[Row, ...] = ROWS + AUTO_ROWS + DIAGNOSTIC_ROWS
 
 
 # -- one turn -----------------------------------------------------------------------------------------------------
@@ -377,7 +385,7 @@ def _run_session(engine: Any, row: Row, request: sd.Request, max_tokens: int) ->
 
 AUTO_LIMITS = dict(max_model_steps=6, max_tool_calls=12)
 """The auto study's Session bounds: room for lookup → lookup → resolve → search → answer (and one repair)."""
-AGENT_TOOL = "travel_desk"
+AGENT_TOOL = AGENT_TOOL_NAME
 AGENT_SYSTEM_PROMPT = ("You are a travel desk. For each city in the request call airports.lookup, and for the date "
                        "words call calendar.resolve_date. Then answer with the departure airport code, the arrival "
                        "airport code and the date as YYYY-MM-DD.")
@@ -440,7 +448,8 @@ def _run_auto(engine: Any, row: Row, request: sd.Request, max_tokens: int, trace
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         trace = TraceRecorder(trace_path)
     tools = auto_tools(engine, row, searches, child_dir=None if trace_path is None else trace_path.parent)
-    session = Session(engine, ToolRegistry(tools), system_prompt=_system(row), tool_choice=row.tool_choice,
+    choice = (row.first_tool_choice, row.tool_choice) if row.first_tool_choice else row.tool_choice
+    session = Session(engine, ToolRegistry(tools), system_prompt=_system(row), tool_choice=choice,
                       trace=trace, limits=AgentLimits(**AUTO_LIMITS, max_output_tokens=max_tokens))
     started = time.perf_counter()
     try:
@@ -668,7 +677,10 @@ def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: 
         "(`agent.subagent.agent_tool`) with its own system prompt, airports.lookup and calendar.resolve_date, "
         "the same limits, and a nested trace per call.",
         "- Study inputs chosen here (prompts, descriptions): knowledge-tool descriptions say what to pass and what "
-        "comes back (`knowledge_tools.py`); the travel desk's system prompt and description are "
+        "comes back (`knowledge_tools.py`); each knowledge row appends one sentence per offered tool to the system "
+        "prompt, e.g. \"" + TOOL_HINTS[1][1] + "\" (`bench_flights.TOOL_HINTS`; in a 2-request smoke the plain "
+        "prompt and the hinted one both got 0 knowledge-tool calls, as did two stronger step-by-step prompts tried "
+        "on one English and one Finnish request); the travel desk's system prompt and description are "
         "`bench_flights.AGENT_SYSTEM_PROMPT` / `AGENT_DESCRIPTION`. No answer is written anywhere but the answer key.",
         "- Finnish requests: `Etsi lennot Madridista Berliiniin ensi perjantaina.` — city names in their Finnish "
         "elative/illative (`studies_data.FI_CITY_FORMS`), the seed's four phrasings (\"ensi kuun 3. päivänä\", "
@@ -710,7 +722,7 @@ def write_results(engine_meta: Mapping[str, Any], results_path: Path, *, max_tok
     by_language: dict[str, list[RowResult]] = {}
     dates: list[str] = []
     for language in sd.LANGUAGES:
-        for row in AUTO_ROWS:
+        for row in AUTO_ROWS + DIAGNOSTIC_ROWS:
             loaded = load_stored(language, row)
             if loaded is not None:
                 by_language.setdefault(language, []).append(loaded[0])
