@@ -39,6 +39,7 @@ Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_flights.py [--model NAME
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -481,12 +482,31 @@ def _run_auto(engine: Any, row: Row, request: sd.Request, max_tokens: int, trace
         "limit": str(result.limit.value) if result.limit else None, "run_id": result.run_id,
         "final_text": result.final_text}
     if trace_path is not None:
+        detail["child_calls"] = _child_calls(trace_path.parent, result.run_id)
+        detail["child_runs"] = len(list(trace_path.parent.glob(f"{result.run_id}.*.jsonl")))
         report = verify_trace(trace_path)
         detail["trace_ok"] = report.ok
         detail["trace_problems"] = list(report.problems)
         detail["trace"] = str(trace_path)
     return RequestOutcome(request_id=request.id, score=sd.score_call(call, request, tool=FLIGHT_TOOL),
                           call=_call_dict(call), raw="\n".join(raw), seconds=seconds, detail=detail)
+
+
+def _child_calls(directory: Path, run_id: str) -> list[list[Any]]:
+    """The calls the nested (agent-as-a-tool) runs of ``run_id`` validated or rejected, in order, read from their
+    traces: ``[tool, arguments, "validated" | "rejected"]``."""
+    calls: list[list[Any]] = []
+    for path in sorted(directory.glob(f"{run_id}.*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            kind = event.get("event_type")
+            if kind in ("tool_call_validated", "tool_call_rejected"):
+                data = event.get("data") or {}
+                calls.append([data.get("tool"), data.get("arguments"), kind.rsplit("_", 1)[1]])
+    return calls
 
 
 KNOWLEDGE_TOOLS: tuple[tuple[str, str], ...] = (("lookup", "airports.lookup"), ("calendar", "calendar.resolve_date"),
@@ -646,12 +666,19 @@ def _knowledge_note(result: RowResult) -> str:
     executed = sum(bool(o.detail.get("executed_searches")) for o in result.outcomes)
     traced = [o for o in result.outcomes if "trace_ok" in o.detail]
     verified = f"; trace verify OK {sum(o.detail['trace_ok'] for o in traced)}/{len(traced)}" if traced else ""
+    if result.row.agent:
+        child = [o.detail.get("child_calls") or [] for o in result.outcomes]
+        runs = sum(o.detail.get("child_runs", 0) for o in result.outcomes)
+        verified += (f"; {runs} nested runs traced and verified with their parents; inside them airports.lookup "
+                     f"called in {sum(any(c[0] == 'airports.lookup' for c in cs) for cs in child)}/{n}, "
+                     f"calendar.resolve_date in {sum(any(c[0] == 'calendar.resolve_date' for c in cs) for cs in child)}"
+                     f"/{n} requests")
     return (f"- {result.row.label}: {'; '.join(parts) + '; ' if parts else ''}search_flights attempted in "
             f"{reached}/{n}, executed in {executed}/{n}{verified}.")
 
 
 def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: Sequence[RowResult], *,
-           model_label: str, model_sha: str, codec_id: str, plot_name: str, max_tokens: int, threads: int,
+           diagnostic: Sequence[tuple[str, RowResult]] = (), model_label: str, model_sha: str, codec_id: str, plot_name: str, max_tokens: int, threads: int,
            dates: Sequence[str]) -> str:
     env = "\n".join(environment_lines(PACKAGES))
     when = f"rows measured {min(dates)} – {max(dates)}" if dates else "no rows stored"
@@ -697,6 +724,12 @@ def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: 
         parts += ["", f"### Auto study, {titles.get(language, language)} (`tool_choice=\"auto\"`, Session)", "",
                   table(results), ""]
         parts += [_knowledge_note(r) for r in results]
+    if diagnostic:
+        parts += ["", "### Diagnostic (not the auto study: the first turn is forced to the travel desk, "
+                  "`Session(tool_choice=(\"travel_desk\", \"auto\"))`)", "",
+                  table([dataclasses.replace(r, row=dataclasses.replace(r.row, label=f"[{lang}] {r.row.label}"))
+                         for lang, r in diagnostic]), ""]
+        parts += [_knowledge_note(r) for _, r in diagnostic]
     parts += ["", "### Single-turn study (`tool_choice=\"required\"` unless noted), English requests", ""]
     if single_turn:
         parts += [table(single_turn)]
@@ -721,11 +754,15 @@ def write_results(engine_meta: Mapping[str, Any], results_path: Path, *, max_tok
     """Rebuild the section (and the plot) from every stored row."""
     by_language: dict[str, list[RowResult]] = {}
     dates: list[str] = []
+    diagnostic: list[tuple[str, RowResult]] = []
     for language in sd.LANGUAGES:
         for row in AUTO_ROWS + DIAGNOSTIC_ROWS:
             loaded = load_stored(language, row)
             if loaded is not None:
-                by_language.setdefault(language, []).append(loaded[0])
+                if row in DIAGNOSTIC_ROWS:
+                    diagnostic.append((language, loaded[0]))
+                else:
+                    by_language.setdefault(language, []).append(loaded[0])
                 dates.append(loaded[1].get("date", ""))
     single = []
     for row in ROWS:
@@ -737,7 +774,7 @@ def write_results(engine_meta: Mapping[str, Any], results_path: Path, *, max_tok
     plotted = [r for rs in by_language.values() for r in rs]
     if plotted:
         plot(plotted, BENCHMARKS_DIR / plot_name, languages=[lang for lang, rs in by_language.items() for _ in rs])
-    body = report(by_language, single, plot_name=plot_name, max_tokens=max_tokens, threads=threads,
+    body = report(by_language, single, diagnostic=diagnostic, plot_name=plot_name, max_tokens=max_tokens, threads=threads,
                   dates=[d for d in dates if d], **engine_meta)
     write_section(results_path, HEADING, body)
 

@@ -5,6 +5,7 @@ the flight study verify."""
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import datetime as dt
 import sys
 from pathlib import Path
@@ -221,3 +222,13 @@ def test_the_section_is_rebuilt_from_stored_rows(tmp_path, monkeypatch):
     assert "### Auto study, Finnish requests" in text
     assert "| + (b2) calendar.resolve_date offered | 1/1 | 1/1 | 1/1 | 1/1 | 1/1 | 0/1 | 2.0 |" in text
     assert "calendar.resolve_date called in 1/1 requests" in text and "trace verify OK 1/1" in text
+    assert "### Diagnostic" not in text
+    diag = next(r for r in bf.DIAGNOSTIC_ROWS if r.key == "auto-agent-first")
+    child = {"calls": [["travel_desk", {"request": "r"}]], "trace_ok": True, "child_runs": 1,
+             "child_calls": [["airports.lookup", {"city": "Madrid"}, "validated"]]}
+    bf.store(bf.RowResult(row=diag, outcomes=(dataclasses.replace(outcome, detail=child),), seconds=2.0),
+             language="en", meta={**meta, "date": "d"})
+    bf.write_results(meta, results, max_tokens=64, threads=1)
+    text = results.read_text(encoding="utf-8")
+    assert "| [en] diagnostic: travel_desk forced first, then auto |" in text
+    assert "1 nested runs traced and verified with their parents; inside them airports.lookup called in 1/1" in text
