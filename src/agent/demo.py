@@ -53,7 +53,8 @@ DEMO_PROMPT = ("Follow this plan, one step per turn:\n"
                "using the two scores you read\n"
                "4. write_artifact with name best-config.md and as content a short Markdown report: the best "
                "configuration, both scores, and the improvement in percent from step 3\n"
-               "5. reply with exactly one line: DONE <the step 3 calculator result>%")
+               "5. reply with exactly one line: DONE followed by the result the calculator returned in step 3, "
+               "then %")
 
 
 _RUN_FILES = ("trace.jsonl", "report.html", "artifacts")

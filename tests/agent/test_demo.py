@@ -8,6 +8,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from agent.artifact import ArtifactStore
 from agent.builtins import builtin_tools
 from agent.demo import DEMO_DATA, EXPECTED_ANSWER, FINAL_ANSWER_PATTERN, TOOL_PLAN
@@ -67,3 +69,16 @@ def test_the_plan_on_a_scripted_model_ends_in_the_expected_answer_with_a_verifie
     assert json.loads(json.dumps(finished[2]["result"]))["result"] == 21.57
     report = verify_trace(tmp_path / "trace.jsonl", artifact_root=artifacts)
     assert report.ok and not report.narration, (report.problems, report.narration)
+
+
+@pytest.mark.model
+def test_ember_demo_on_the_default_model_answers_right_with_a_verified_trace(tmp_path: Path, capsys) -> None:
+    """The README's first command, as `make demo` runs it (greedy, so it repeats): exit 0 means the answer is
+    DONE 21.57% and the trace verifies. A prompt or rendering change that loses the value fails here (the
+    spaced-argument rendering once made the model answer with the artifact's size, DONE 310.00%)."""
+    from agent.demo import run_demo
+
+    status = run_demo(model="qwen2.5-coder-0.5b-instruct", out_dir=tmp_path / "demo", n_threads=1)
+    printed = capsys.readouterr().out
+    assert status == 0, printed[-600:]
+    assert f"final answer : {EXPECTED_ANSWER}" in printed and "trace verify : OK" in printed
