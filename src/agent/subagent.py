@@ -41,7 +41,7 @@ __all__ = ["SubAgent", "agent_tool"]
 
 REQUEST_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["request"],
                   "properties": {"request": {"type": "string", "minLength": 1,
-                                             "description": "What to ask, in full: the agent sees nothing else."}}}
+                                             "description": "The question for the agent, with every detail it needs."}}}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,6 +14,7 @@ or 3 (facts verified, the narration check flagged the answer): docs/trace.md.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,10 +171,12 @@ def _check_artifact_on_disk(ev: TraceEvent, artifact_id: str, root: Path | None,
 
 
 def _nested_traces(events: list[TraceEvent], where: Path) -> list[tuple[TraceEvent, str, Path | None]]:
-    """Each run an execution linked (``linked_runs``), with the trace file that records it when one is found:
-    the path its call's result names (``"trace"``, as `agent.subagent` returns it), else
-    ``<parent run id>.<call id>.jsonl`` anywhere under the parent trace's directory."""
-    found = []
+    """Each run an execution linked (``linked_runs``), once, with the trace file that records it when one is
+    found: the path its call's result names (``"trace"``, as `agent.subagent` returns it), else
+    ``<parent run id>.<call id>.jsonl`` under the parent trace's directory, else any ``*.jsonl`` there whose first
+    event belongs to that run (a replayed call links the run an earlier call made)."""
+    found: list[tuple[TraceEvent, str, Path | None]] = []
+    seen: set[str] = set()
     for ev in events:
         if ev.event_type != EventType.TOOL_EXECUTION_FINISHED:
             continue
@@ -181,11 +184,28 @@ def _nested_traces(events: list[TraceEvent], where: Path) -> list[tuple[TraceEve
         result = ev.data.get("result")
         value = result.get("value") if isinstance(result, dict) else None
         named = value.get("trace") if isinstance(value, dict) else None
-        for run_id in linked if isinstance(linked, list) else []:
+        for run_id in map(str, linked if isinstance(linked, list) else []):
+            if run_id in seen:
+                continue
+            seen.add(run_id)
             candidates = [where / named] if isinstance(named, str) and len(linked) == 1 else []
             candidates += sorted(where.rglob(f"{ev.run_id}.{ev.data.get('call_id')}.jsonl"))
-            found.append((ev, str(run_id), next((c for c in candidates if c.is_file()), None)))
+            child = next((c for c in candidates if c.is_file() and _first_run_id(c) == run_id), None)
+            if child is None:
+                child = next((c for c in sorted(where.rglob("*.jsonl")) if _first_run_id(c) == run_id), None)
+            found.append((ev, run_id, child))
     return found
+
+
+def _first_run_id(path: Path) -> str | None:
+    """The run id on a trace file's first line (None when it has none)."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline(1 << 20)
+        value = json.loads(line).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _check_nested(events: list[TraceEvent], where: Path, depth: int, problems: list[str],
@@ -199,9 +219,6 @@ def _check_nested(events: list[TraceEvent], where: Path, depth: int, problems: l
             warnings.append(f"seq {ev.seq}: linked run {run_id} not verified: nesting deeper than {_MAX_NESTING}")
             continue
         report = _verify(child, artifact_root=None, narration=False, depth=depth + 1)
-        head = read_trace(child).events
-        if head and head[0].run_id != run_id:
-            problems.append(f"seq {ev.seq}: {child} records run {head[0].run_id}, not the linked run {run_id}")
         problems.extend(f"nested run {run_id} ({child.name}): {p}" for p in report.problems)
         warnings.extend(f"nested run {run_id} ({child.name}): {w}" for w in report.warnings)
 

@@ -128,3 +128,14 @@ def test_verifying_the_parent_verifies_the_nested_trace(tmp_path: Path) -> None:
     child.unlink()
     report = verify_trace(tmp_path / "trace.jsonl")
     assert report.ok and any("no trace of it found" in w for w in report.warnings)
+
+
+def test_a_nested_trace_is_found_by_its_run_id_when_it_moved(tmp_path: Path) -> None:
+    engine = ScriptedEngine([call("travel_desk", request="Airport code of Seville?"),
+                             call("airports.lookup", city="Seville"), final("SVQ"), final("Fly to SVQ.")], CODEC)
+    (tmp_path / "run").mkdir()
+    parent(engine, desk(engine, tmp_path / "elsewhere"), tmp_path / "run" / "trace.jsonl").run("Where do I fly?")
+    [child] = (tmp_path / "elsewhere").iterdir()
+    child.rename(tmp_path / "run" / "kept-desk-trace.jsonl")  # copied beside the parent under another name
+    report = verify_trace(tmp_path / "run" / "trace.jsonl")
+    assert report.ok and not any("no trace of it found" in w for w in report.warnings), report.warnings
