@@ -344,6 +344,13 @@ def lookup_tools(row: Row, searches: list[dict[str, Any]]) -> list[Any]:
     return [lookup_tool, search_tool]
 
 
+def _search_call(strict: list[tuple[str, dict[str, Any]]], message: Mapping[str, Any]) -> sd.FoundCall | None:
+    """The search_flights call of one assistant message: a strict call, else one written in its prose."""
+    found = sd.found_call([c for c in strict if c[0] == FLIGHT_TOOL], "" if strict else message.get("content") or "",
+                          prefer=FLIGHT_TOOL)
+    return found if found is not None and found.name == FLIGHT_TOOL else None
+
+
 def _run_session(engine: Any, row: Row, request: sd.Request, max_tokens: int) -> RequestOutcome:
     from agent.limits import AgentLimits
     from agent.session import Session
@@ -373,10 +380,7 @@ def _run_session(engine: Any, row: Row, request: sd.Request, max_tokens: int) ->
         if message.get("content"):
             raw.append(message["content"])
         if call is None:
-            found = sd.found_call([c for c in strict if c[0] == FLIGHT_TOOL], "" if strict else
-                                  message.get("content") or "", prefer=FLIGHT_TOOL)
-            if found is not None and found.name == FLIGHT_TOOL:
-                call = found
+            call = _search_call(strict, message)
     return RequestOutcome(request_id=request.id, score=sd.score_call(call, request, tool=FLIGHT_TOOL),
                           call=_call_dict(call), raw="\n".join(raw), seconds=seconds,
                           detail={"outcome": str(result.outcome), "steps": result.steps,
@@ -472,10 +476,7 @@ def _run_auto(engine: Any, row: Row, request: sd.Request, max_tokens: int, trace
         if message.get("content"):
             raw.append(message["content"])
         if call is None:
-            found = sd.found_call([c for c in strict if c[0] == FLIGHT_TOOL], "" if strict else
-                                  message.get("content") or "", prefer=FLIGHT_TOOL)
-            if found is not None and found.name == FLIGHT_TOOL:
-                call = found
+            call = _search_call(strict, message)
     detail: dict[str, Any] = {
         "outcome": str(result.outcome.value), "steps": result.steps, "tool_calls": result.tool_calls,
         "calls": [[n, a] for n, a in calls], "executed_searches": searches,
