@@ -70,11 +70,8 @@ class ProseGuard:
         shrinks as ``text`` grows."""
         if self._triggers is None:
             return ""
-        lead = text.lstrip(DIALECT_WS)
-        if not lead or lead.startswith("{"):
-            return ""
-        found = [at for at in (text.find(word) for word in self._triggers) if at != -1]
-        cut = min(found) if found else len(text) - self._unfinished_trigger(text)
+        region = _call_region(text, self._triggers)
+        cut = region if region is not None else len(text) - self._unfinished_trigger(text)
         return text[:cut].rstrip(DIALECT_WS)
 
     def _unfinished_trigger(self, text: str) -> int:

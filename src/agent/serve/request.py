@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from agent.protocol.base import ToolChoice, ToolSpec
+from agent.schema import canonical_json
 from agent.serve.errors import ApiError
 from constrained.sampling import SamplingParams
 
@@ -90,7 +91,7 @@ class ChatRequest:
 
 def call_key(name: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
     """A call's identity: its name and its arguments as canonical JSON (key order and spacing do not count)."""
-    return name, json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return name, canonical_json(arguments)
 
 
 def parse_chat_request(body: Any, *, model_ids: Sequence[str]) -> ChatRequest:
