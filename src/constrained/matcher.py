@@ -15,6 +15,7 @@ always ends in an accepted document. After EOS the matcher is terminated and all
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -147,9 +148,7 @@ class Matcher:
 
     def copy(self) -> Matcher:
         """An independent matcher at the same position, with the same history and budget (the grammar is shared)."""
-        twin = Matcher.__new__(Matcher)
-        twin.grammar, twin._index, twin._initial = self.grammar, self._index, self._initial
-        twin.max_tokens, twin._n_eos = self.max_tokens, self._n_eos
+        twin = copy.copy(self)
         twin._states, twin._tokens = list(self._states), list(self._tokens)
         return twin
 

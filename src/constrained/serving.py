@@ -18,6 +18,7 @@ layout). A row wider than the vocabulary (a model whose embedding has padding ro
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,10 +49,10 @@ class RequestGrammar:
 
     def accept_tokens(self, request_id: str, tokens: Sequence[int]) -> bool:
         """Advance over every token in order; if one is not allowed, nothing moves and the answer is False."""
-        if self.matcher.validate_tokens(tokens) != len(tokens):
-            return False
-        for token in tokens:
-            self.matcher.advance(token)
+        for n_done, token in enumerate(tokens):
+            if not self.matcher.advance(token):
+                self.matcher.rollback(n_done)
+                return False
         return True
 
     def validate_tokens(self, tokens: Sequence[int]) -> list[int]:
@@ -80,6 +81,6 @@ class RequestGrammar:
 
     def copy(self) -> RequestGrammar:
         """An independent state at the same position (SGLang copies a grammar object per forked request)."""
-        twin = RequestGrammar.__new__(RequestGrammar)
-        twin.matcher, twin._words = self.matcher.copy(), self._words
+        twin = copy.copy(self)
+        twin.matcher = self.matcher.copy()
         return twin
