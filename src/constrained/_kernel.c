@@ -194,6 +194,47 @@ cmp_pair(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Sort (id, next) pairs by id in place: small outputs by qsort of pairs, large ones by a dense pass over
+ * scratch (int32[vsize], all -1, restored). 0, or 1 for an id out of range, 2 for no memory. */
+static int
+sort_by_id(int32_t *oid, int32_t *onext, Py_ssize_t *count_io, int32_t *scr, Py_ssize_t vsize)
+{
+    Py_ssize_t count = *count_io;
+    if (count * 16 < vsize) {
+        pair_t *pairs = (pair_t *)malloc(sizeof(pair_t) * (size_t)(count ? count : 1));
+        if (!pairs) return 2;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            pairs[k].id = oid[k];
+            pairs[k].next = onext[k];
+        }
+        qsort(pairs, (size_t)count, sizeof(pair_t), cmp_pair);
+        for (Py_ssize_t k = 0; k < count; k++) {
+            oid[k] = pairs[k].id;
+            onext[k] = pairs[k].next;
+        }
+        free(pairs);
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (oid[k] < 0 || oid[k] >= vsize) {
+            for (Py_ssize_t v = 0; v < vsize; v++) scr[v] = -1;
+            return 1;
+        }
+        scr[oid[k]] = onext[k];
+    }
+    Py_ssize_t c = 0;
+    for (Py_ssize_t v = 0; v < vsize; v++) {
+        if (scr[v] >= 0) {
+            oid[c] = (int32_t)v;
+            onext[c] = scr[v];
+            c++;
+            scr[v] = -1;
+        }
+    }
+    *count_io = c; /* duplicate ids cannot occur: each id ends at one node */
+    return 0;
+}
+
 PyDoc_STRVAR(walk_doc,
 "walk(transitions, width, state, node_byte, node_depth, node_end, tok_start, tok_ids, max_depth,\n"
 "     out_ids, out_next, scratch) -> count\n\n"
@@ -275,48 +316,7 @@ walk(PyObject *self, PyObject *args)
         }
         i++;
     }
-    if (!bad) {
-        /* Sort by id: small outputs by qsort of pairs, large ones by a dense pass over scratch. */
-        if (count * 16 < vsize) {
-            pair_t *pairs = (pair_t *)malloc(sizeof(pair_t) * (size_t)(count ? count : 1));
-            if (!pairs) {
-                bad = 2;
-            } else {
-                for (Py_ssize_t k = 0; k < count; k++) {
-                    pairs[k].id = oid[k];
-                    pairs[k].next = onext[k];
-                }
-                qsort(pairs, (size_t)count, sizeof(pair_t), cmp_pair);
-                for (Py_ssize_t k = 0; k < count; k++) {
-                    oid[k] = pairs[k].id;
-                    onext[k] = pairs[k].next;
-                }
-                free(pairs);
-            }
-        } else {
-            for (Py_ssize_t k = 0; k < count; k++) {
-                if (oid[k] < 0 || oid[k] >= vsize) {
-                    bad = 1;
-                    break;
-                }
-                scr[oid[k]] = onext[k];
-            }
-            if (!bad) {
-                Py_ssize_t c = 0;
-                for (Py_ssize_t v = 0; v < vsize; v++) {
-                    if (scr[v] >= 0) {
-                        oid[c] = (int32_t)v;
-                        onext[c] = scr[v];
-                        c++;
-                        scr[v] = -1;
-                    }
-                }
-                count = c; /* duplicates ids cannot occur: each id ends at one node */
-            } else {
-                for (Py_ssize_t v = 0; v < vsize; v++) scr[v] = -1;
-            }
-        }
-    }
+    if (!bad) bad = sort_by_id(oid, onext, &count, scr, vsize);
     Py_END_ALLOW_THREADS
 
     if (bad == 2) {
@@ -333,6 +333,111 @@ done:
     while (got > 0) {
         got--;
         PyBuffer_Release(bufs[got]);
+    }
+    return result;
+}
+
+PyDoc_STRVAR(walk_rule_doc,
+"walk_rule(transitions, width, state, boundary, start, node_byte, node_depth, node_end, tok_start, tok_ids,\n"
+"          max_depth, out_ids, out_next, out_exit_nodes, out_exit_states, scratch) -> (count, n_exits)\n\n"
+"`walk` over the subtree of trie node `start` (0 = the whole trie) from `state`, for a pushdown grammar's\n"
+"combined rule table: every token below `start` whose remaining bytes stay in the table is written to\n"
+"out_ids/out_next (ascending ids); every node below `start` that has children and whose state is a\n"
+"BOUNDARY (boundary[state] != 0: the state can call a rule or return from one) is written to\n"
+"out_exit_nodes/out_exit_states, in preorder, so the caller continues those subtrees through the stack.\n"
+"Exit outputs: int32[n_nodes]; the other arrays as for `walk`.");
+
+static PyObject *
+walk_rule(PyObject *self, PyObject *args)
+{
+    PyObject *o[12];
+    Py_ssize_t width, state, start, max_depth;
+    if (!PyArg_ParseTuple(args, "OnnOnOOOOOnOOOOO", &o[0], &width, &state, &o[1], &start, &o[2], &o[3], &o[4],
+                          &o[5], &o[6], &max_depth, &o[7], &o[8], &o[9], &o[10], &o[11])) {
+        return NULL;
+    }
+    Py_buffer b[12];
+    const Py_ssize_t sizes[12] = {4, 1, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+    const int wr[12] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+    const char *names[12] = {"transitions", "boundary", "node_byte", "node_depth", "node_end", "tok_start",
+                             "tok_ids", "out_ids", "out_next", "out_exit_nodes", "out_exit_states", "scratch"};
+    int got = 0;
+    PyObject *result = NULL;
+    int32_t *states = NULL;
+    for (; got < 12; got++) {
+        if (get_buf(o[got], &b[got], wr[got], sizes[got], names[got]) < 0) goto done;
+    }
+    const int32_t *T = (const int32_t *)b[0].buf;
+    const uint8_t *bd = (const uint8_t *)b[1].buf;
+    const uint8_t *nb = (const uint8_t *)b[2].buf;
+    const int32_t *nd = (const int32_t *)b[3].buf;
+    const int32_t *ne = (const int32_t *)b[4].buf;
+    const int32_t *ts = (const int32_t *)b[5].buf;
+    const int32_t *ti = (const int32_t *)b[6].buf;
+    int32_t *oid = (int32_t *)b[7].buf;
+    int32_t *onext = (int32_t *)b[8].buf;
+    int32_t *xnode = (int32_t *)b[9].buf;
+    int32_t *xstate = (int32_t *)b[10].buf;
+    int32_t *scr = (int32_t *)b[11].buf;
+    Py_ssize_t n_states = width > 0 ? n_items(&b[0]) / width : 0;
+    Py_ssize_t n_nodes = n_items(&b[2]);
+    Py_ssize_t n_tok = n_items(&b[6]);
+    Py_ssize_t vsize = n_items(&b[11]);
+    if (width < 256 || n_items(&b[0]) != n_states * width || state < 0 || state >= n_states ||
+        n_items(&b[1]) != n_states || n_items(&b[3]) != n_nodes || n_items(&b[4]) != n_nodes ||
+        n_items(&b[5]) != n_nodes + 1 || n_items(&b[7]) < n_tok || n_items(&b[8]) < n_tok ||
+        n_items(&b[9]) < n_nodes || n_items(&b[10]) < n_nodes || max_depth < 0 || n_nodes < 1 || start < 0 ||
+        start >= n_nodes) {
+        PyErr_SetString(PyExc_ValueError, "walk_rule: inconsistent array sizes");
+        goto done;
+    }
+    states = (int32_t *)malloc(sizeof(int32_t) * (size_t)(max_depth + 1));
+    if (!states) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t count = 0, n_exits = 0;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t d = 0; d <= max_depth; d++) states[d] = (int32_t)state;
+    Py_ssize_t end = ne[start];
+    /* trie and table validated by `check` (see `walk`): depth in [1, max_depth], targets in [-1, n_states) */
+    for (Py_ssize_t i = start + 1; i < end;) {
+        int32_t d = nd[i];
+        int32_t ns = T[(Py_ssize_t)states[d - 1] * width + nb[i]];
+        if (ns < 0) {
+            i = ne[i];
+            continue;
+        }
+        states[d] = ns;
+        for (int32_t k = ts[i]; k < ts[i + 1]; k++) {
+            oid[count] = ti[k];
+            onext[count] = ns;
+            count++;
+        }
+        if (bd[ns] && ne[i] > i + 1) {
+            xnode[n_exits] = (int32_t)i;
+            xstate[n_exits] = ns;
+            n_exits++;
+        }
+        i++;
+    }
+    bad = sort_by_id(oid, onext, &count, scr, vsize);
+    Py_END_ALLOW_THREADS
+    if (bad == 2) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "walk_rule: corrupt trie or transition table");
+        goto done;
+    }
+    result = Py_BuildValue("nn", count, n_exits);
+done:
+    free(states);
+    while (got > 0) {
+        got--;
+        PyBuffer_Release(&b[got]);
     }
     return result;
 }
@@ -1044,6 +1149,7 @@ expand_runs(PyObject *self, PyObject *args)
 static PyMethodDef kernel_methods[] = {
     {"build_trie", build_trie, METH_VARARGS, build_trie_doc},
     {"walk", walk, METH_VARARGS, walk_doc},
+    {"walk_rule", walk_rule, METH_VARARGS, walk_rule_doc},
     {"check", check, METH_VARARGS, check_doc},
     {"walk_exits", walk_exits, METH_VARARGS, walk_exits_doc},
     {"template_map", template_map, METH_VARARGS, template_map_doc},

@@ -16,8 +16,10 @@ __all__ = [
     "EmptyLanguageError",
     "IncompatibleVocabularyError",
     "BudgetTooSmallError",
+    "GrammarError",
     "MaskError",
     "UnknownKeywordWarning",
+    "GbnfSyntaxError",
 ]
 
 
@@ -101,6 +103,11 @@ class BudgetTooSmallError(ConstrainedError, ValueError):
         super().__init__(f"max_tokens={budget} cannot fit the shortest accepted document ({needed} tokens)")
 
 
+class GrammarError(ConstrainedError, ValueError):
+    """A rule set that cannot be a grammar: an undefined or invalid rule name, left recursion, a rule that
+    matches nothing, a special token the rules may not name."""
+
+
 class UnknownKeywordWarning(UserWarning):
     """A schema key that is no JSON Schema keyword (``_format``, ``javaType``...): the spec treats it as an
     annotation, so it constrains nothing. Warned about, never silently dropped; ``unknown_keywords="error"``
@@ -110,3 +117,13 @@ class UnknownKeywordWarning(UserWarning):
 class MaskError(ConstrainedError, RuntimeError):
     """Masking failed mid-generation (e.g. a token outside the mask was sampled). Generation stops; it never
     continues unconstrained."""
+
+
+class GbnfSyntaxError(ConstrainedError, ValueError):
+    """A GBNF grammar that llama.cpp's format cannot express or we cannot translate, at a 1-based line and column."""
+
+    def __init__(self, line: int, column: int, message: str) -> None:
+        self.line = line
+        self.column = column
+        self.message = message
+        super().__init__(f"GBNF error at line {line}, column {column}: {message}")

@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from constrained import fsm, grammar_file
-from constrained.errors import UnknownKeywordWarning
+from constrained import fsm, grammar_file, pushdown
+from constrained.errors import GrammarTooLargeError, UnknownKeywordWarning
 from constrained.fsm import DFA
 from constrained.grammar_file import FORMAT
 from constrained.index import TokenIndex
@@ -162,16 +162,61 @@ def compile_json_schema(
     ``unknown_keywords``: keys that are no JSON Schema keyword are warned about and ignored ("warn") or refused
     ("error"); see `constrained.schema.schema_to_pattern`. The warnings are emitted on every call, cached or not.
 
+    A schema that one DFA cannot hold (a recursive ``$ref``, or a `GrammarTooLargeError` on the way) compiles to
+    a pushdown grammar instead (`constrained.pushdown`, rules from `schema.schema_to_rules`): the same matcher
+    interface, exact recursion, no state budget over the whole document.
+
     Raises:
         UnsupportedSchemaError, InvalidSchemaError: from the schema compiler.
         IncompatibleVocabularyError: the vocabulary cannot spell the grammar.
     """
     canonical = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False, separators=(",", ":"))
     schema_key = (canonical, whitespace, unknown_keywords)
+    rules = _schema_rules.get(schema_key)
+    if rules is None:
+        try:
+            return _compile_schema_dfa(schema, canonical, vocab, whitespace, unknown_keywords)
+        except _OneDfaCannot as wall:
+            rules = _rules_for(schema, schema_key, warned=wall.warned)
+    else:
+        _emit_unknown_keywords(rules[2])
+    return pushdown.compile_rules(rules[0], rules[1], vocab)
+
+
+class _OneDfaCannot(Exception):
+    """The schema needs a pushdown grammar; ``warned``: its unknown-keyword warnings were already emitted."""
+
+    def __init__(self, warned: bool) -> None:
+        self.warned = warned
+
+
+def _rules_for(schema: Any, key: tuple[str, str, str], *, warned: bool) -> tuple[dict[str, str], str, tuple[str, ...]]:
+    from constrained import schema as schema_module
+
+    canonical, whitespace, unknown_keywords = key
+    (rules, start), messages, complete = _translate(
+        schema_module.schema_to_rules, schema, whitespace=whitespace, unknown_keywords=unknown_keywords
+    )
+    if not warned:
+        _emit_unknown_keywords(messages, stacklevel=4)
+    if complete:
+        if len(_schema_rules) >= _MEMORY_LIMIT:
+            _schema_rules.pop(next(iter(_schema_rules)))
+        _schema_rules[key] = (rules, start, messages)
+    return rules, start, messages
+
+
+def _compile_schema_dfa(
+    schema: Any, canonical: str, vocab: Vocabulary, whitespace: str, unknown_keywords: str
+) -> Grammar:
+    """`compile_json_schema` through one pattern and its caches; `_OneDfaCannot` when one DFA cannot hold it."""
+    from constrained.schema import RecursionUnrolled
+
+    schema_key = (canonical, whitespace, unknown_keywords)
     remembered = _schema_patterns.get(schema_key)
     if remembered is not None:
         pattern, messages = remembered
-        _emit_unknown_keywords(messages)
+        _emit_unknown_keywords(messages, stacklevel=4)
         return compile_regex(pattern, vocab)
     location = _cache_location()
     alias_path = None
@@ -183,13 +228,19 @@ def compile_json_schema(
         if loaded is not None:
             grammar, messages = loaded
             _remember_schema(schema_key, grammar.pattern, messages)
-            _emit_unknown_keywords(messages)
+            _emit_unknown_keywords(messages, stacklevel=4)
             return grammar
-    pattern, messages, complete = _schema_pattern(schema, whitespace, unknown_keywords)
+    try:
+        pattern, messages, complete = _schema_pattern(schema, whitespace, unknown_keywords)
+    except (GrammarTooLargeError, RecursionUnrolled):
+        raise _OneDfaCannot(warned=False) from None
     if complete:
         _remember_schema(schema_key, pattern, messages)
-    _emit_unknown_keywords(messages)
-    grammar = compile_regex(pattern, vocab)
+    _emit_unknown_keywords(messages, stacklevel=4)
+    try:
+        grammar = compile_regex(pattern, vocab)
+    except GrammarTooLargeError:
+        raise _OneDfaCannot(warned=True) from None
     if alias_path is not None and complete and grammar.save() is not None:
         alias = {"format": FORMAT, "grammar": grammar.fingerprint, "pattern_sha256": _sha256(pattern),
                  "warnings": list(messages)}  # fmt: skip
@@ -207,12 +258,15 @@ def clear_memory_cache() -> None:
     """Forget every in-memory grammar (tests; the disk cache is untouched)."""
     _memory.clear()
     _schema_patterns.clear()
+    _schema_rules.clear()
 
 
 # -- memory cache ---------------------------------------------------------------------------------------------------
 
 _memory: dict[tuple[str, bool, str], Grammar] = {}
 _schema_patterns: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {}
+_schema_rules: dict[tuple[str, str, str], tuple[dict[str, str], str, tuple[str, ...]]] = {}
+"""Schemas that need a pushdown grammar: their rules and unknown-keyword messages."""
 _locks = tuple(threading.Lock() for _ in range(64))
 """Compile locks, striped by key: one grammar is compiled once at a time, and no key (a whole pattern) is kept
 alive by its lock. Never nested, so two keys sharing a stripe only wait for each other."""
@@ -244,7 +298,17 @@ _capture_lock = threading.Lock()
 
 
 def _schema_pattern(schema: Any, whitespace: str, unknown_keywords: str) -> tuple[str, tuple[str, ...], bool]:
-    """(pattern, unknown-keyword messages, complete): ``schema_to_pattern`` with its warnings recorded.
+    """(pattern, unknown-keyword messages, complete): ``schema_to_pattern`` with its warnings recorded (see
+    `_translate`); a recursive $ref raises `RecursionUnrolled` (the caller compiles rules instead), and so does a
+    pattern too large, both without re-emitting its warnings (the rules translation warns them)."""
+    from constrained import schema as schema_module
+
+    return _translate(schema_module.schema_to_pattern, schema, whitespace=whitespace,
+                      unknown_keywords=unknown_keywords, recursion="refuse")  # fmt: skip
+
+
+def _translate(translate: Any, schema: Any, **options: Any) -> tuple[Any, tuple[str, ...], bool]:
+    """(result, unknown-keyword messages, complete): a schema translation with its warnings recorded.
 
     Warnings are recorded under "always" (so neither the caller's filters nor the once-per-location registry hide
     one from the cache) and handed back to be emitted by the caller. ``complete`` is False when anything else was
@@ -259,7 +323,9 @@ def _schema_pattern(schema: Any, whitespace: str, unknown_keywords: str) -> tupl
     try:
         with _capture_lock, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            pattern = schema_module.schema_to_pattern(schema, whitespace=whitespace, unknown_keywords=unknown_keywords)
+            result = translate(schema, **options)
+    except (GrammarTooLargeError, schema_module.RecursionUnrolled):
+        raise
     except BaseException:
         for record in caught:  # in order, as they would have been warned before the error
             if _is_unknown_keyword(record, source):
@@ -271,7 +337,7 @@ def _schema_pattern(schema: Any, whitespace: str, unknown_keywords: str) -> tupl
     others = [record for record in caught if not _is_unknown_keyword(record, source)]
     for record in others:
         _reemit(record)
-    return pattern, messages, not others
+    return result, messages, not others
 
 
 def _is_unknown_keyword(record: warnings.WarningMessage, source: str) -> bool:

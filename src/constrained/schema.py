@@ -44,6 +44,8 @@ from .errors import GrammarTooLargeError, InvalidSchemaError, UnknownKeywordWarn
 
 __all__ = [
     "schema_to_pattern",
+    "schema_to_rules",
+    "RecursionUnrolled",
     "ANNOTATION_KEYWORDS",
     "SUPPORTED_KEYWORDS",
     "UNSUPPORTED_KEYWORDS",
@@ -542,6 +544,15 @@ class _Compiler:
         self._cache: dict[tuple, tuple[Any, Pattern]] = {}
         self._verdicts: dict[tuple[int, str], bool] = {}
         self._cached_chars = 0
+        self.rules: dict[str, str] | None = None
+        """Rule mode (`schema_to_rules`): nested values become rules of a pushdown grammar; None for one pattern."""
+        self.refuse_unrolling = False
+        """Raise `RecursionUnrolled` instead of cutting a recursive $ref (the caller then compiles rules)."""
+        self._rule_names: dict[int, str] = {}
+        self._rule_results: dict[int, Pattern] = {}
+        self._in_progress: set[int] = set()
+        self._recursive: set[int] = set()
+        self._kept: list[Any] = []
 
     # -- entry: a schema node at a position ----------------------------------------------------------
 
@@ -549,6 +560,8 @@ class _Compiler:
         """Pattern of `node` at container depth `depth` (containers already open around it)."""
         if node is True or node == {}:
             return self.any_value(depth, self.any_value_depth)
+        if self.rules is not None and depth > 0:
+            return self.compile_rule(node, path, trail)
         key = (id(node), depth, trail)
         if key not in self._cache:  # the node is kept alive in the entry, so its id stays unique
             flats = self.flatten(node, path, trail)
@@ -559,8 +572,48 @@ class _Compiler:
                 raise GrammarTooLargeError("regex_length", MAX_PATTERN_CHARS, f"while compiling {path}")
         return self._cache[key][1]
 
+    def compile_rule(self, node: Any, path: str, trail: tuple[str, ...]) -> Pattern:
+        """Rule mode: a nested value compiled once per schema node; a call of its rule when the node is recursive
+        or its body big, else the body inline (small values keep masks inside one rule)."""
+        key = id(node)
+        if key in self._rule_results:
+            return self._rule_results[key]
+        name = self._rule_names.setdefault(key, f"v{len(self._rule_names)}")
+        if key in self._in_progress:
+            self._recursive.add(key)
+            return _call(name)
+        self._in_progress.add(key)
+        self._kept.append(node)  # ids stay unique while the compilation runs
+        try:
+            flats = self.flatten(node, path, trail)
+            body = _alt([self.compile_flat(flat, fpath, 1, ftrail, node) for flat, fpath, ftrail in flats])
+        finally:
+            self._in_progress.discard(key)
+        assert self.rules is not None
+        if body is None:
+            if key in self._recursive:
+                raise InvalidSchemaError(path, "a recursive schema with no finite instance")
+            result: Pattern = None
+        elif key in self._recursive or len(body) > _RULE_MIN_CHARS:
+            self.rules[name] = body
+            result = _call(name)
+        else:
+            result = body
+        self._rule_results[key] = result
+        return result
+
     def any_value(self, depth: int, budget: int) -> str:
-        """Any JSON value nesting at most min(budget, max_depth - depth) containers."""
+        """Any JSON value nesting at most min(budget, max_depth - depth) containers (rule mode: ``true`` and ``{}``
+        are any JSON value at all, through a recursive rule)."""
+        if self.rules is not None and budget == self.any_value_depth:
+            if "any" not in self.rules:
+                self.rules["any"] = ""  # reserved while its body is built
+                inner = _call("any")
+                pair = f"{STRING}{self.colon}{inner}"
+                arr = rf"\[{self.ws}(?:{inner}(?:{self.sep}{inner})*{self.ws})?\]"
+                obj = rf"\{{{self.ws}(?:{pair}(?:{self.sep}{pair})*{self.ws})?\}}"
+                self.rules["any"] = f"(?:{_SCALARS[3:-1]}|{arr}|{obj})"
+            return _call("any")
         levels = max(0, min(budget, self.max_depth - depth))
         if levels not in self._any_cache:
             if levels == 0:
@@ -642,6 +695,8 @@ class _Compiler:
         if target_path in since_container:
             raise UnsupportedSchemaError(path, "$ref", f"{ref} refers to itself without nesting a container")
         if trail.count(target_path) >= _MAX_REF_UNROLL:
+            if self.refuse_unrolling:
+                raise RecursionUnrolled(path, "$ref", f"{ref} is recursive: one pattern can only unroll it")
             return []  # recursion unrolled far enough: this branch is cut
         return self.flatten(self.pointer(target_path, path), target_path, trail + (target_path,))
 
@@ -1182,6 +1237,7 @@ def schema_to_pattern(
     max_depth: int = 12,
     any_value_depth: int = 2,
     unknown_keywords: Literal["warn", "error"] = "warn",
+    recursion: Literal["unroll", "refuse"] = "unroll",
 ) -> str:
     """Compile a JSON Schema into a full-match pattern for its (bounded) valid JSON texts.
 
@@ -1198,6 +1254,8 @@ def schema_to_pattern(
             ``additionalProperties`` is absent nest at most min(IMPLICIT_EXTRA_DEPTH, any_value_depth).
         unknown_keywords: a key that is no JSON Schema keyword is an annotation per the spec: "warn" ignores
             it with an `UnknownKeywordWarning` naming key and path; "error" raises UnsupportedSchemaError.
+        recursion: a recursive ``$ref`` is unrolled ``_MAX_REF_UNROLL`` times ("unroll": deeper documents are not
+            in the language) or refused with `RecursionUnrolled` ("refuse": `schema_to_rules` compiles it exactly).
 
     Returns:
         The pattern (constrained.regex dialect; also valid Python ``re`` unless it embeds an automaton ``(?@``).
@@ -1207,8 +1265,60 @@ def schema_to_pattern(
         InvalidSchemaError: malformed schema, dangling $ref, or a schema no document satisfies.
         GrammarTooLargeError: the pattern would exceed MAX_PATTERN_CHARS.
     """
-    if max_depth < 1 or any_value_depth < 0:
-        raise ValueError("max_depth must be >= 1 and any_value_depth >= 0")
+    if max_depth < 1:
+        raise ValueError("max_depth must be >= 1")
+    schema = _checked_arguments(schema, whitespace, any_value_depth, unknown_keywords)
+    compiler = _Compiler(schema, whitespace, max_depth, any_value_depth, unknown_keywords)
+    compiler.refuse_unrolling = recursion == "refuse"
+    pattern = compiler.compile(schema, "#", 0, ())
+    if pattern is None:
+        raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise GrammarTooLargeError("regex_length", MAX_PATTERN_CHARS, f"pattern has {len(pattern)} characters")
+    return pattern
+
+
+def schema_to_rules(
+    schema: dict | bool | str,
+    *,
+    whitespace: Whitespace = "compact",
+    any_value_depth: int = 2,
+    unknown_keywords: Literal["warn", "error"] = "warn",
+) -> tuple[dict[str, str], str]:
+    """Compile a JSON Schema into the rules of a pushdown grammar (`constrained.pushdown.compile_rules`).
+
+    The same keywords, whitespace and refusals as `schema_to_pattern`, without its size walls: a nested value whose
+    body is big, and every recursive one, becomes a rule called where it occurs (``(?&=NAME)``), so a shared
+    ``$ref`` is compiled once, recursion is exact at any depth, and containers nest without a depth limit
+    (``true`` / ``{}`` are any JSON value). Returns (rules, start rule name).
+    """
+    schema = _checked_arguments(schema, whitespace, any_value_depth, unknown_keywords)
+    compiler = _Compiler(schema, whitespace, _UNBOUNDED_DEPTH, any_value_depth, unknown_keywords)
+    compiler.rules = {}
+    root = compiler.compile(schema, "#", 0, ())
+    if root is None:
+        raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")
+    return {"root": root, **compiler.rules}, "root"
+
+
+class RecursionUnrolled(UnsupportedSchemaError):
+    """A recursive ``$ref`` that one pattern could only unroll (``schema_to_pattern(recursion="refuse")``)."""
+
+
+_RULE_MIN_CHARS = 1_000
+"""Rule mode: a nested value whose body is longer than this becomes a rule of its own (shorter ones stay inline)."""
+_UNBOUNDED_DEPTH = 1 << 30
+"""Rule mode's container depth limit: none (a document's depth is its token budget's business)."""
+
+
+def _call(name: str) -> str:
+    return f"(?&={name})"
+
+
+def _checked_arguments(schema: Any, whitespace: str, any_value_depth: int, unknown_keywords: str) -> dict | bool:
+    """The schema as a dict or bool, after the checks both entry points share."""
+    if any_value_depth < 0:
+        raise ValueError("any_value_depth must be >= 0")
     if whitespace not in ("compact", "spaced", "flexible"):
         raise ValueError(f"whitespace must be 'compact', 'spaced' or 'flexible', not {whitespace!r}")
     if isinstance(schema, str):
@@ -1220,10 +1330,4 @@ def schema_to_pattern(
         raise InvalidSchemaError("#", f"a schema must be an object or a boolean, not {type(schema).__name__}")
     if unknown_keywords not in ("warn", "error"):
         raise ValueError(f"unknown_keywords must be 'warn' or 'error', not {unknown_keywords!r}")
-    compiler = _Compiler(schema, whitespace, max_depth, any_value_depth, unknown_keywords)
-    pattern = compiler.compile(schema, "#", 0, ())
-    if pattern is None:
-        raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")
-    if len(pattern) > MAX_PATTERN_CHARS:
-        raise GrammarTooLargeError("regex_length", MAX_PATTERN_CHARS, f"pattern has {len(pattern)} characters")
-    return pattern
+    return schema

@@ -1,0 +1,705 @@
+"""Pushdown grammars: rules whose bodies are byte DFAs that call other rules; the matcher keeps a stack.
+
+One regular language per document hits a wall on big schemas (state budgets), shared ``$ref``s (copied per use),
+recursion (unrolled to a fixed depth) and many tools (one envelope DFA). Here a grammar is a set of RULES, each a
+pattern of our dialect compiled by the native DFA compiler, in which ``(?&=NAME)`` calls rule NAME. All rule DFAs
+are laid side by side in one table; a call is a move (push the continuation, enter the callee's start state), and
+reaching an accepting state of a called rule allows a return (pop). Recursion is unbounded: depth is the token
+budget's business, not the compiler's.
+
+    Rules {name: body} ──compile_dfa each──► table T [states, 256 + specials]   (all rules, one numbering)
+                                             calls[state] = ((callee start, continuation), ...)
+                                             boundary[state]: the state can call or return
+    configuration = (state, stack of continuation states);  a matcher holds a set of them (ambiguity is allowed)
+    mask(config)  = inside(state)         kernel walk of the whole trie in T (cached per state): tokens that stay
+                                          in the rule, plus the trie nodes where the walk sits on a boundary
+                  ∪ through the exits     each exit's subtree walked again from every call/return move there
+                                          (cached per (state, node)), with the live stack deciding where returns go
+
+Budget-aware closing: UB(state) is the token count of the canonical shortest completion of the state's rule,
+tokenized piecewise (each piece between calls and returns separately, so one token never spans a rule boundary
+and the bound holds after every token); UB(configuration) = UB(state) + UB of every continuation on the stack.
+A budgeted matcher allows a token only if 1 + UB(next) fits, so a document always completes.
+Left recursion (a rule reaching itself before consuming a byte) is refused; so is a rule that cannot finish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from constrained import _kernel, fsm
+from constrained.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError, IncompatibleVocabularyError
+from constrained.fsm import DEAD
+from constrained.index import TERMINAL, UNREACHABLE, StateMask, token_trie
+from constrained.vocabulary import Vocabulary
+
+__all__ = ["CALL_PREFIX", "PushdownGrammar", "PushdownMatcher", "compile_rules", "call"]
+
+CALL_PREFIX = "="
+"""A special-terminal name starting with this is a rule call: ``(?&=value)`` calls rule ``value``."""
+
+Config = tuple[int, tuple[int, ...]]
+"""(state, continuation states of the callers, innermost last)."""
+_DONE: frozenset[Config] = frozenset({(TERMINAL, ())})
+"""The configuration set after EOS."""
+_NOTHING = StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), 0)
+_CACHE_LIMIT = 65_536
+
+
+def call(name: str) -> str:
+    """The pattern text that calls rule ``name``."""
+    if not name or ")" in name:
+        raise GrammarError(f"invalid rule name {name!r}: it must be non-empty and contain no ')'")
+    return f"(?&{CALL_PREFIX}{name})"
+
+
+def compile_rules(
+    rules: Mapping[str, str], start: str, vocab: Vocabulary, *, allow_special: bool = False
+) -> PushdownGrammar:
+    """Compile rules (name → body pattern, ``(?&=NAME)`` calls) starting at ``start`` over ``vocab``.
+
+    Raises:
+        GrammarError: an undefined or invalid rule name, a special token without ``allow_special``, left recursion.
+        RegexSyntaxError, GrammarTooLargeError: from a rule body's DFA compiler.
+        EmptyLanguageError: the start rule derives no finite string.
+        IncompatibleVocabularyError: the vocabulary lacks a special token the rules name.
+    """
+    key = (tuple(rules.items()), start, bool(allow_special), vocab.fingerprint)
+    with _memory_lock:
+        grammar = _memory.get(key)
+    if grammar is None:
+        grammar = PushdownGrammar(rules, start, vocab, allow_special=allow_special)
+        with _memory_lock:
+            if len(_memory) >= 64:
+                _memory.pop(next(iter(_memory)))
+            grammar = _memory.setdefault(key, grammar)
+    return grammar
+
+
+_memory: dict[tuple, PushdownGrammar] = {}
+_memory_lock = threading.Lock()
+
+
+class PushdownGrammar:
+    """A compiled rule set over one vocabulary: immutable and shared; per-sequence state lives in the matcher."""
+
+    def __init__(self, rules: Mapping[str, str], start: str, vocab: Vocabulary, *, allow_special: bool) -> None:
+        self.rules = dict(rules)
+        """Rule name → body pattern, as given."""
+        self.start = start
+        """The start rule."""
+        self.vocabulary = vocab
+        """The vocabulary masks are computed over."""
+        self.allow_special = allow_special
+        """Whether rule bodies may name special tokens with ``(?&NAME)``."""
+        digest = hashlib.sha256(f"ember.rules.v1\0{start}\0{int(allow_special)}\0{vocab.fingerprint}".encode())
+        for name, body in self.rules.items():
+            digest.update(f"\0{name}\0{body}".encode("utf-8", errors="surrogatepass"))
+        self.fingerprint = digest.hexdigest()
+        """sha256 hex of the rules, start, special policy and vocabulary."""
+        self._layout(self.rules, start)
+        self._shortest()
+        self._refuse_left_recursion()
+        self.trie = token_trie(vocab)
+        self._special_ids = self._resolve_specials()
+        _kernel.check(self._table, self._width, np.zeros(1, dtype=np.int32), np.ones(1, dtype=np.int32),
+                      np.zeros(2, dtype=np.int32), np.zeros(0, dtype=np.int32), 0, self.trie.vocab_size)  # fmt: skip
+        self._eos = tuple(sorted(vocab.eos_token_ids))
+        self._lock = threading.Lock()
+        self._buffers: tuple[np.ndarray, ...] | None = None
+        self._inside: dict[int, tuple[StateMask, np.ndarray, np.ndarray, dict[int, int]]] = {}
+        self._subtree: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._masks: dict[frozenset[Config], _Mask] = {}
+        self._ub = np.full(self.n_states, -1, dtype=np.int64)
+        self._ub_stacks: dict[tuple[int, ...], int] = {(): 0}
+        self._forced: dict[frozenset[Config], bytes] = {}
+        self.initial: frozenset[Config] = frozenset({(self._starts[self._start_rule], ())})
+        """The configuration set at the start of a document."""
+
+    # -- construction ----------------------------------------------------------------------------------------------
+
+    def _layout(self, rules: Mapping[str, str], start: str) -> None:
+        """Compile every body and lay the DFAs side by side; calls go to a side table."""
+        if start not in rules:
+            raise GrammarError(f"the start rule {start!r} is not defined")
+        for name in rules:
+            call(name)  # validates the name
+        dfas: dict[str, fsm.DFA] = {}
+        for name, body in rules.items():
+            try:
+                dfas[name] = fsm.compile_dfa(body, allow_special=True)
+            except EmptyLanguageError:
+                raise GrammarError(f"rule {name!r} matches nothing") from None
+        called = {s[1:] for d in dfas.values() for s in d.special_names if s.startswith(CALL_PREFIX)}
+        undefined = sorted(called - set(rules))
+        if undefined:
+            raise GrammarError(f"rules call undefined rules {undefined}")
+        self._start_rule = start
+        if start in called:  # the start rule must never be on a stack: EOS is allowed only at its end
+            self._start_rule = "\0start"
+            dfas = {self._start_rule: fsm.compile_dfa(call(start), allow_special=True), **dfas}
+        specials: dict[str, int] = {}
+        for name, dfa in dfas.items():
+            for symbol in dfa.special_names:
+                if not symbol.startswith(CALL_PREFIX):
+                    if not self.allow_special:
+                        raise GrammarError(f"rule {name!r} names the special token {symbol!r}; pass allow_special=True")
+                    specials.setdefault(symbol, len(specials))
+        self.special_names = tuple(specials)
+        """Special tokens the rules name; symbol ``256 + i`` is ``special_names[i]``."""
+        self._width = 256 + len(specials)
+        offsets: dict[str, int] = {}
+        total = 0
+        for name, dfa in dfas.items():
+            offsets[name] = total
+            total += dfa.n_states
+        self.n_states = total
+        """States of all rules together."""
+        table = np.full((total, self._width), DEAD, dtype=np.int32)
+        rule_accept = np.zeros(total, dtype=bool)
+        calls: dict[int, list[tuple[int, int]]] = {}
+        self._starts = {name: offsets[name] + dfa.initial for name, dfa in dfas.items()}
+        for name, dfa in dfas.items():
+            base, n = offsets[name], dfa.n_states
+            rows = dfa.transitions
+            table[base:base + n, :256] = np.where(rows[:, :256] >= 0, rows[:, :256] + base, DEAD)
+            rule_accept[base:base + n] = dfa.accepting
+            for k, symbol in enumerate(dfa.special_names):
+                column = rows[:, 256 + k]
+                live = np.flatnonzero(column >= 0)
+                if symbol.startswith(CALL_PREFIX):
+                    callee = self._starts[symbol[1:]]
+                    for state in live.tolist():
+                        calls.setdefault(base + state, []).append((callee, base + int(column[state])))
+                else:
+                    table[base + live, 256 + specials[symbol]] = column[live] + base
+        self._table = table
+        self._rule_accept = rule_accept
+        self._top_accept = np.zeros(total, dtype=bool)
+        top = offsets[self._start_rule]
+        self._top_accept[top:top + dfas[self._start_rule].n_states] = dfas[self._start_rule].accepting
+        self._calls = {state: tuple(moves) for state, moves in calls.items()}
+
+    def _shortest(self) -> None:
+        """Shortest completion of every state within its rule (bytes and specials weigh 1, a call the callee's
+        shortest document): Knuth's generalisation of Dijkstra, since a call's weight is itself a distance.
+        States that cannot finish are cut off (their edges and calls removed); the start must finish."""
+        n = self.n_states
+        table = self._table
+        sources, symbols = np.nonzero(table >= 0)
+        targets = table[sources, symbols]
+        into: dict[int, list[tuple[int, int]]] = {}
+        for s, sym, t in zip(sources.tolist(), symbols.tolist(), targets.tolist()):
+            into.setdefault(t, []).append((s, sym))
+        by_callee: dict[int, list[tuple[int, int]]] = {}
+        by_continuation: dict[int, list[tuple[int, int]]] = {}
+        for s, moves in self._calls.items():
+            for callee, cont in moves:
+                by_callee.setdefault(callee, []).append((s, cont))
+                by_continuation.setdefault(cont, []).append((s, callee))
+        dist = np.full(n, UNREACHABLE, dtype=np.int64)
+        hop: list[Any] = [None] * n  # ("sym", symbol) or ("call", callee, continuation)
+        final = np.zeros(n, dtype=bool)
+        heap = [(0, s) for s in np.flatnonzero(self._rule_accept).tolist()]
+        for _, s in heap:
+            dist[s] = 0
+        heapq.heapify(heap)
+
+        def relax(state: int, d: int, how: tuple) -> None:
+            if d < dist[state] or (d == dist[state] and not final[state] and hop[state] is not None and how < hop[state]):
+                dist[state] = d
+                hop[state] = how
+                heapq.heappush(heap, (d, state))
+
+        while heap:
+            d, u = heapq.heappop(heap)
+            if final[u] or d != dist[u]:
+                continue
+            final[u] = True
+            for s, sym in into.get(u, ()):
+                if not final[s]:
+                    relax(s, d + 1, ("sym", sym))
+            for s, callee in by_continuation.get(u, ()):
+                if final[callee] and not final[s]:
+                    relax(s, int(dist[callee]) + d, ("call", callee, u))
+            for s, cont in by_callee.get(u, ()):
+                if final[cont] and not final[s]:
+                    relax(s, d + int(dist[cont]), ("call", u, cont))
+        start = self._starts[self._start_rule]
+        if not final[start]:
+            raise EmptyLanguageError(f"rules starting at {self.start!r} (no finite document)")
+        dead = ~final
+        if dead.any():
+            table[np.isin(table, np.flatnonzero(dead))] = DEAD
+            table[dead] = DEAD
+            self._calls = {
+                s: kept for s, moves in self._calls.items()
+                if final[s] and (kept := tuple(m for m in moves if final[m[0]] and final[m[1]]))
+            }  # fmt: skip
+        self._dist = dist
+        self._hop = hop
+        boundary = self._rule_accept.copy()
+        boundary[list(self._calls)] = True
+        self._boundary = boundary.astype(np.uint8)
+
+    def _refuse_left_recursion(self) -> None:
+        """A rule that can reach a call of itself without consuming a byte would push forever."""
+        edges: dict[int, set[int]] = {}
+        for start in self._starts.values():
+            seen, todo = {start}, [start]
+            while todo:
+                state = todo.pop()
+                for callee, cont in self._calls.get(state, ()):
+                    edges.setdefault(start, set()).add(callee)
+                    if self._dist[callee] == 0 and cont not in seen:  # a nullable callee: cont is reached for free
+                        seen.add(cont)
+                        todo.append(cont)
+        names = {state: name for name, state in self._starts.items()}
+        visiting: dict[int, int] = {}
+
+        def visit(rule: int, path: list[int]) -> None:
+            visiting[rule] = 1
+            for callee in edges.get(rule, ()):
+                if visiting.get(callee) == 1:
+                    cycle = path[path.index(callee):] + [callee] if callee in path else [rule, callee]
+                    raise GrammarError("left recursion: " + " -> ".join(names[r] for r in cycle))
+                if callee not in visiting:
+                    visit(callee, path + [callee])
+            visiting[rule] = 2
+
+        for rule in self._starts.values():
+            if rule not in visiting:
+                visit(rule, [rule])
+
+    def _resolve_specials(self) -> np.ndarray:
+        missing = [name for name in self.special_names if name not in self.vocabulary.special_ids_by_name]
+        if missing:
+            raise IncompatibleVocabularyError(
+                f"the grammar names special tokens {missing} that vocabulary {self.vocabulary.name or '?'} does not "
+                f"have", missing=tuple(missing),
+            )  # fmt: skip
+        return np.asarray([self.vocabulary.special_ids_by_name[n] for n in self.special_names], dtype=np.int32)
+
+    # -- the public surface ----------------------------------------------------------------------------------------
+
+    def matcher(self, max_tokens: int | None = None) -> PushdownMatcher:
+        """A fresh cursor at the start of the grammar (raises `BudgetTooSmallError` below the shortest document)."""
+        return PushdownMatcher(self, max_tokens)
+
+    def precompute(self) -> None:
+        """Nothing to precompute ahead: a pushdown grammar's masks depend on the stack and are computed lazily."""
+
+    def save(self) -> None:
+        """Pushdown grammars are not written to the disk cache (yet): compiling one costs only its rules' DFAs."""
+        return None
+
+    def accepts(self, data: bytes) -> bool:
+        """Whether ``data`` (bytes only, no special tokens) is a complete document of the grammar."""
+        configs: Iterable[Config] = self.initial
+        for byte in data:
+            configs = self.step(configs, byte)
+            if not configs:
+                return False
+        return any(self._top_accept[state] for state, _ in self.closure(configs))
+
+    def __repr__(self) -> str:
+        return (f"PushdownGrammar(fingerprint={self.fingerprint[:12]}…, rules={len(self.rules)}, "
+                f"n_states={self.n_states}, vocabulary={self.vocabulary.name or '?'})")  # fmt: skip
+
+    # -- configurations --------------------------------------------------------------------------------------------
+
+    def closure(self, configs: Iterable[Config]) -> tuple[Config, ...]:
+        """Every configuration reachable without consuming a symbol (calls entered, finished rules returned)."""
+        seen = dict.fromkeys(configs)
+        todo = list(seen)
+        calls, accept = self._calls, self._rule_accept
+        while todo:
+            state, stack = todo.pop()
+            for callee, cont in calls.get(state, ()):
+                moved = (callee, stack + (cont,))
+                if moved not in seen:
+                    seen[moved] = None
+                    todo.append(moved)
+            if stack and accept[state]:
+                moved = (stack[-1], stack[:-1])
+                if moved not in seen:
+                    seen[moved] = None
+                    todo.append(moved)
+        return tuple(seen)
+
+    def step(self, configs: Iterable[Config], symbol: int) -> frozenset[Config]:
+        """The configurations after one byte (or special symbol 256+i) from ``configs``."""
+        table = self._table
+        out = set()
+        for state, stack in self.closure(configs):
+            if state >= 0:
+                target = int(table[state, symbol])
+                if target >= 0:
+                    out.add((target, stack))
+        return frozenset(out)
+
+    def is_accepting(self, configs: frozenset[Config]) -> bool:
+        return configs == _DONE or any(self._top_accept[state] for state, _ in self.closure(configs))
+
+    # -- masks -----------------------------------------------------------------------------------------------------
+
+    def _walk_buffers(self) -> tuple[np.ndarray, ...]:
+        if self._buffers is None:
+            trie = self.trie
+            self._buffers = (
+                np.empty(trie.n_tokens, dtype=np.int32), np.empty(trie.n_tokens, dtype=np.int32),
+                np.empty(trie.n_nodes, dtype=np.int32), np.empty(trie.n_nodes, dtype=np.int32),
+                np.full(trie.vocab_size, -1, dtype=np.int32),
+            )  # fmt: skip
+        return self._buffers
+
+    def _walk(self, state: int, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, next states, exit nodes, exit states) of the trie below ``node`` walked from ``state``."""
+        trie = self.trie
+        with self._lock:
+            ids, nexts, exit_nodes, exit_states, scratch = self._walk_buffers()
+            count, n_exits = _kernel.walk_rule(
+                self._table, self._width, state, self._boundary, node, trie.node_byte, trie.node_depth,
+                trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, ids, nexts, exit_nodes, exit_states,
+                scratch,
+            )  # fmt: skip
+            return ids[:count].copy(), nexts[:count].copy(), exit_nodes[:n_exits].copy(), exit_states[:n_exits].copy()
+
+    def _inside_of(self, state: int) -> tuple[StateMask, np.ndarray, np.ndarray, dict[int, int]]:
+        """(mask of the tokens that stay in the rule, exit nodes, exit states, {special/EOS id: next state})."""
+        inside = self._inside.get(state)
+        if inside is None:
+            ids, nexts, exit_nodes, exit_states = self._walk(state, 0)
+            extra: dict[int, int] = {}
+            row = self._table[state]
+            for i, token_id in enumerate(self._special_ids.tolist()):
+                if row[256 + i] >= 0:
+                    extra[token_id] = int(row[256 + i])
+            if self._top_accept[state]:
+                for token_id in self._eos:
+                    extra.setdefault(token_id, TERMINAL)
+            inside = (StateMask(ids, nexts, self.trie.vocab_size), exit_nodes, exit_states, extra)
+            self._inside = _bounded_put(self._inside, state, inside)
+        return inside
+
+    def _subtree_of(self, state: int, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        key = (state, node)
+        walked = self._subtree.get(key)
+        if walked is None:
+            walked = self._walk(state, node)
+            self._subtree = _bounded_put(self._subtree, key, walked)
+        return walked
+
+    def mask(self, configs: frozenset[Config]) -> _Mask:
+        """What ``configs`` allows next (cached per configuration set)."""
+        mask = self._masks.get(configs)
+        if mask is None:
+            mask = self._compute_mask(configs)
+            self._masks = _bounded_put(self._masks, configs, mask)
+        return mask
+
+    def _compute_mask(self, configs: frozenset[Config]) -> _Mask:
+        if configs == _DONE:
+            return _Mask(self, [], {})
+        parts: list[tuple[StateMask, tuple[int, ...]]] = []
+        through: dict[int, set[Config]] = {}
+        for state, stack in self.closure(configs):
+            inside, exit_nodes, exit_states, extra = self._inside_of(state)
+            if len(inside):
+                parts.append((inside, stack))
+            for token_id, target in extra.items():
+                through.setdefault(token_id, set()).add((target, () if target == TERMINAL else stack))
+            for node, exit_state in zip(exit_nodes.tolist(), exit_states.tolist()):
+                self._through(node, exit_state, stack, through)
+        return _Mask(self, parts, through)
+
+    def _through(self, node: int, state: int, stack: tuple[int, ...], out: dict[int, set[Config]]) -> None:
+        """Tokens below trie ``node`` that go on past a call or return at ``state`` (reached at ``node``)."""
+        here = (state, stack)
+        for moved_state, moved_stack in self.closure((here,)):
+            if (moved_state, moved_stack) == here:
+                continue
+            ids, nexts, exit_nodes, exit_states = self._subtree_of(moved_state, node)
+            for token_id, target in zip(ids.tolist(), nexts.tolist()):
+                out.setdefault(token_id, set()).add((target, moved_stack))
+            for below, exit_state in zip(exit_nodes.tolist(), exit_states.tolist()):
+                self._through(below, exit_state, moved_stack, out)
+
+    # -- budget ----------------------------------------------------------------------------------------------------
+
+    def upper_bound(self, configs: Iterable[Config]) -> int:
+        """Fewest tokens known to finish from the best of ``configs`` (0 once accepted)."""
+        best = UNREACHABLE
+        for state, stack in configs:
+            if state == TERMINAL:
+                return 0
+            best = min(best, self.state_bound(state) + self._stack_bound(stack))
+        return int(best)
+
+    def _stack_bound(self, stack: tuple[int, ...]) -> int:
+        bound = self._ub_stacks.get(stack)
+        if bound is None:
+            bound = self._stack_bound(stack[:-1]) + self.state_bound(stack[-1])
+            self._ub_stacks = _bounded_put(self._ub_stacks, stack, bound)
+        return bound
+
+    def state_bound(self, state: int) -> int:
+        """UB(state): tokens of the canonical shortest completion of the state's rule, tokenized piecewise."""
+        ub = int(self._ub[state])
+        if ub >= 0:
+            return ub
+        chain, symbols = [state], []
+        current = state
+        while self._dist[current] > 0 and self._hop[current][0] == "sym":
+            symbol = self._hop[current][1]
+            symbols.append(symbol)
+            current = int(self._table[current, symbol])
+            chain.append(current)
+        tail = 0
+        if self._dist[current] > 0 or not self._rule_accept[current]:  # the chain ends at a call
+            _, callee, cont = self._hop[current]
+            tail = self.state_bound(callee) + self.state_bound(cont)
+        best = np.empty(len(symbols) + 1, dtype=np.int32)
+        trie = self.trie
+        _kernel.min_tokenization(np.asarray(symbols, dtype=np.int32), trie.node_byte, trie.node_end,
+                                 trie.tok_start, trie.root_child, best)  # fmt: skip
+        values = np.minimum(best.astype(np.int64) + tail, UNREACHABLE)
+        self._ub[np.asarray(chain, dtype=np.int64)] = values
+        return int(values[0])
+
+    # -- forced continuation ---------------------------------------------------------------------------------------
+
+    def forced_bytes(self, configs: frozenset[Config]) -> bytes:
+        """The bytes every continuation from ``configs`` starts with (stops at a choice, acceptance, a special)."""
+        forced = self._forced.get(configs)
+        if forced is None:
+            out = bytearray()
+            current: Iterable[Config] = configs
+            while len(out) < 4096:
+                closed = self.closure(current)
+                if any(state == TERMINAL or self._top_accept[state] for state, _ in closed):
+                    break
+                live: set[int] = set()
+                for state, _ in closed:
+                    live.update(np.flatnonzero(self._table[state] != DEAD).tolist())
+                    if len(live) > 1:
+                        break
+                if len(live) != 1 or (symbol := live.pop()) >= 256:
+                    break
+                out.append(symbol)
+                current = self.step(closed, symbol)
+            forced = bytes(out)
+            self._forced = _bounded_put(self._forced, configs, forced)
+        return forced
+
+
+def _bounded_put(cache: dict, key: Any, value: Any) -> dict:
+    """Insert into a cache dict, starting a fresh one when it is full (readers holding the old one stay valid)."""
+    if len(cache) >= _CACHE_LIMIT:
+        cache = {}
+    cache[key] = value
+    return cache
+
+
+class _Mask:
+    """What a configuration set allows: per-part inside masks (each with its stack) plus the tokens that go
+    through a call or return, or are special / EOS (each with its next configurations)."""
+
+    __slots__ = ("grammar", "parts", "through", "combined", "_budgeted")
+
+    def __init__(self, grammar: PushdownGrammar, parts: list[tuple[StateMask, tuple[int, ...]]],
+                 through: dict[int, set[Config]]) -> None:  # fmt: skip
+        self.grammar = grammar
+        self.parts = parts
+        self.through = {token_id: frozenset(configs) for token_id, configs in through.items()}
+        vocab_size = grammar.trie.vocab_size
+        if len(parts) == 1 and not through:
+            self.combined = parts[0][0]
+        elif not parts and not through:
+            self.combined = StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), vocab_size)
+        else:
+            pieces = [mask.allowed for mask, _ in parts]
+            pieces.append(np.fromiter(self.through, dtype=np.int32, count=len(self.through)))
+            allowed = np.unique(np.concatenate(pieces)).astype(np.int32)
+            self.combined = StateMask(allowed, np.zeros(allowed.shape[0], dtype=np.int32), vocab_size)
+        self._budgeted: dict[int, StateMask] = {}
+
+    def next_configs(self, token_id: int) -> frozenset[Config] | None:
+        """Where ``token_id`` leads, or None when it is not allowed."""
+        found = set(self.through.get(token_id, ()))
+        for mask, stack in self.parts:
+            target = mask.next_state(token_id)
+            if target is not None:
+                found.add((target, stack))
+        return frozenset(found) if found else None
+
+    def within(self, remaining: int) -> StateMask:
+        """The allowed tokens that still leave a completion within ``remaining`` tokens."""
+        budgeted = self._budgeted.get(remaining)
+        if budgeted is not None:
+            return budgeted
+        grammar = self.grammar
+        keep: list[np.ndarray] = []
+        everything = True
+        for mask, stack in self.parts:
+            nexts = mask.next_states
+            unknown = np.unique(nexts[grammar._ub[nexts] < 0]).tolist()
+            for state in unknown:
+                grammar.state_bound(int(state))
+            fits = grammar._ub[nexts] + grammar._stack_bound(stack) + 1 <= remaining
+            everything &= bool(fits.all())
+            keep.append(mask.allowed[fits])
+        through = [t for t, configs in self.through.items() if grammar.upper_bound(configs) + 1 <= remaining]
+        if everything and len(through) == len(self.through):
+            result = self.combined
+        else:
+            keep.append(np.asarray(through, dtype=np.int32))
+            allowed = np.unique(np.concatenate(keep)).astype(np.int32) if keep else np.zeros(0, dtype=np.int32)
+            result = StateMask(allowed, np.zeros(allowed.shape[0], dtype=np.int32), grammar.trie.vocab_size)
+        if len(self._budgeted) < 64:
+            self._budgeted[remaining] = result
+        return result
+
+
+class PushdownMatcher:
+    """One sequence's cursor in a pushdown grammar: the `Matcher` interface over configuration sets."""
+
+    def __init__(self, grammar: PushdownGrammar, max_tokens: int | None = None) -> None:
+        self.grammar = grammar
+        if max_tokens is not None:
+            needed = grammar.upper_bound(grammar.closure(grammar.initial))
+            if max_tokens < needed:
+                raise BudgetTooSmallError(max_tokens, needed)
+        self.max_tokens = max_tokens
+        """The token budget this matcher enforces, or ``None``."""
+        self._n_eos = len(grammar.vocabulary.eos_token_ids)
+        self._history: list[frozenset[Config]] = [grammar.initial]
+        self._tokens: list[int] = []
+
+    @property
+    def configurations(self) -> frozenset[Config]:
+        """The current (state, stack) configurations."""
+        return self._history[-1]
+
+    @property
+    def state(self) -> frozenset[Config]:
+        """The current position (the configuration set; `configurations`)."""
+        return self._history[-1]
+
+    @property
+    def tokens_consumed(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return tuple(self._tokens)
+
+    @property
+    def stack_depth(self) -> int:
+        """The deepest stack among the current configurations (rules entered and not yet finished)."""
+        return max(len(stack) for _, stack in self._history[-1])
+
+    @property
+    def remaining_budget(self) -> int | None:
+        return None if self.max_tokens is None else self.max_tokens - len(self._tokens)
+
+    def _raw(self) -> _Mask:
+        return self.grammar.mask(self._history[-1])
+
+    def _mask(self) -> StateMask:
+        configs = self._history[-1]
+        if configs == _DONE:
+            return _NOTHING
+        raw = self.grammar.mask(configs)
+        return raw.combined if self.max_tokens is None else raw.within(self.max_tokens - len(self._tokens))
+
+    def allowed_token_ids(self) -> np.ndarray:
+        return self._mask().allowed
+
+    def is_allowed(self, token_id: int) -> bool:
+        return self._mask().next_state(int(token_id)) is not None
+
+    def is_accepting(self) -> bool:
+        return self.grammar.is_accepting(self._history[-1])
+
+    def is_terminated(self) -> bool:
+        configs = self._history[-1]
+        if configs == _DONE:
+            return True
+        if not self.grammar.is_accepting(configs):
+            return False
+        allowed = self._mask().allowed
+        return len(allowed) <= self._n_eos and all(int(t) in self.grammar._eos for t in allowed.tolist())
+
+    def forced_bytes(self) -> bytes:
+        configs = self._history[-1]
+        return b"" if configs == _DONE else self.grammar.forced_bytes(configs)
+
+    def forced_token(self) -> int | None:
+        mask = self._mask()
+        return int(mask.allowed[0]) if len(mask) == 1 else None
+
+    def advance(self, token_id: int) -> bool:
+        token_id = int(token_id)
+        if self._mask().next_state(token_id) is None:
+            return False
+        following = self._raw().next_configs(token_id)
+        if following is None:
+            return False
+        if any(state == TERMINAL for state, _ in following):
+            following = _DONE
+        self._history.append(following)
+        self._tokens.append(token_id)
+        return True
+
+    def validate_tokens(self, token_ids: Sequence[int]) -> int:
+        accepted = 0
+        try:
+            for token_id in token_ids:
+                if not self.advance(token_id):
+                    break
+                accepted += 1
+        finally:
+            self.rollback(accepted)
+        return accepted
+
+    def copy(self) -> PushdownMatcher:
+        twin = PushdownMatcher.__new__(PushdownMatcher)
+        twin.__dict__.update(self.__dict__)
+        twin._history, twin._tokens = list(self._history), list(self._tokens)
+        return twin
+
+    def rollback(self, n_tokens: int) -> None:
+        if not 0 <= n_tokens <= len(self._tokens):
+            raise ValueError(f"cannot roll back {n_tokens} tokens: {len(self._tokens)} consumed")
+        if n_tokens:
+            del self._history[-n_tokens:]
+            del self._tokens[-n_tokens:]
+
+    def reset(self) -> None:
+        del self._history[1:]
+        self._tokens.clear()
+
+    def fill_bitmask(self, out: np.ndarray) -> None:
+        mask = self._mask()
+        if mask is _NOTHING:
+            out[...] = 0
+            return
+        np.copyto(out, mask.bits, casting="no")
+
+    def apply_mask(self, logits: np.ndarray) -> None:
+        mask = self._mask()
+        if mask is _NOTHING:
+            logits[...] = -np.inf
+            return
+        mask.apply(logits)
+
+    def __repr__(self) -> str:
+        return (f"PushdownMatcher(configurations={len(self._history[-1])}, stack_depth={self.stack_depth}, "
+                f"tokens_consumed={self.tokens_consumed}, accepting={self.is_accepting()})")  # fmt: skip

@@ -1,0 +1,212 @@
+"""Pushdown grammars (constrained.pushdown) on real vocabularies: masks agree with the byte-level definition,
+what the grammar generates validates, what the schema allows is accepted, recursion is exact at depth 50,
+budgets close, and rule sets that cannot be grammars are refused."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from constrained import compile_json_schema
+from constrained.errors import BudgetTooSmallError
+from constrained.pushdown import PushdownGrammar, PushdownMatcher, call, compile_rules
+
+TREE = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 8}, "children": {"type": "array", "items": {"$ref": "#"}}},
+    "required": ["name"],
+    "additionalProperties": False,
+}
+
+JSON_RULES = {
+    "value": f'(?:{call("object")}|{call("array")}|"[a-z]*"|-?(?:0|[1-9][0-9]*)|true|false|null)',
+    "object": rf'\{{(?:"[a-z]*":{call("value")}(?:,"[a-z]*":{call("value")})*)?\}}',
+    "array": rf'\[(?:{call("value")}(?:,{call("value")})*)?\]',
+}
+
+
+def _viable(grammar: PushdownGrammar, configs, data: bytes) -> bool:
+    """The byte-level definition: every byte of ``data`` has a move (a pure-Python walk of the same table)."""
+    for byte in data:
+        configs = grammar.step(configs, byte)
+        if not configs:
+            return False
+    return True
+
+
+def _structural_ids(vocab) -> list[int]:
+    """Normal tokens holding a byte where rules call or return: the ones a wrong exit would get wrong."""
+    marks = set(b'{}[],:"')
+    normal = vocab.normal_ids if vocab.normal_ids is not None else range(len(vocab.tokens))
+    return [i for i in normal if vocab.tokens[i] and marks & set(vocab.tokens[i]) and i not in vocab.eos_token_ids]
+
+
+def _check_mask(matcher: PushdownMatcher, vocab, sample: list[int]) -> None:
+    """The unbudgeted mask equals the definition on ``sample``; the budgeted one is a subset of it."""
+    grammar = matcher.grammar
+    allowed = set(grammar.mask(matcher.configurations).combined.allowed.tolist())
+    assert set(matcher.allowed_token_ids().tolist()) <= allowed
+    for token_id in sample:
+        expected = _viable(grammar, matcher.configurations, vocab.tokens[token_id])
+        assert (token_id in allowed) == expected, (vocab.tokens[token_id], matcher)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_masks_equal_the_byte_level_definition_along_random_documents(llama3_vocab, seed):
+    grammar = compile_rules(JSON_RULES, "value", llama3_vocab)
+    structural = _structural_ids(llama3_vocab)
+    rng = random.Random(seed)
+    matcher = grammar.matcher(max_tokens=60)
+    text = b""
+    while not matcher.is_terminated():
+        sample = structural + rng.sample(range(len(llama3_vocab.tokens)), 300)
+        sample = [t for t in sample if t not in llama3_vocab.eos_token_ids and llama3_vocab.tokens[t]]
+        _check_mask(matcher, llama3_vocab, sample)
+        allowed = matcher.allowed_token_ids().tolist()
+        assert allowed, "a live matcher never offers an empty mask"
+        nesting = [t for t in allowed if set(llama3_vocab.tokens[t]) & set(b"[{}]")]  # deep documents, many exits
+        token_id = rng.choice(nesting if nesting and rng.random() < 0.6 else allowed)
+        assert matcher.advance(token_id)
+        if token_id in llama3_vocab.eos_token_ids:
+            break
+        text += llama3_vocab.tokens[token_id]
+    json.loads(text)  # budget-aware closing: always a complete document
+    assert matcher.tokens_consumed <= 60 and grammar.accepts(text)
+
+
+def _greedy(matcher: PushdownMatcher, vocab, data: bytes) -> None:
+    """Feed ``data`` with the longest allowed token at each step (every step checked against the definition)."""
+    position = 0
+    while position < len(data):
+        allowed = matcher.allowed_token_ids().tolist()
+        fitting = [t for t in allowed if vocab.tokens[t] and data.startswith(vocab.tokens[t], position)]
+        assert fitting, f"refused at byte {position}: {data[:position]!r} | {data[position:position + 20]!r}"
+        best = max(fitting, key=lambda t: len(vocab.tokens[t]))
+        assert matcher.advance(best)
+        position += len(vocab.tokens[best])
+    assert matcher.is_accepting()
+
+
+def _tree(depth: int) -> dict:
+    node: dict = {"name": "leaf"}
+    for level in range(depth):
+        node = {"name": f"n{level}", "children": [node, {"name": "x"}] if level % 2 else [node]}
+    return node
+
+
+def test_recursive_schema_is_exact_at_depth_50(qwen2_vocab):
+    grammar = compile_json_schema(TREE, qwen2_vocab)
+    assert isinstance(grammar, PushdownGrammar)
+    document = json.dumps(_tree(50), separators=(",", ":")).encode()
+    matcher = grammar.matcher()
+    _greedy(matcher, qwen2_vocab, document)
+    assert matcher.stack_depth == 0 or matcher.is_accepting()
+    assert not grammar.accepts(document[:-1])
+    assert not grammar.accepts(document.replace(b'"name":"n3"', b'"name":3'))
+
+
+_names = st.text(alphabet="abcxyz é\"\\", max_size=8)
+_trees = st.recursive(
+    st.builds(lambda n: {"name": n}, _names),
+    lambda inner: st.builds(lambda n, c: {"name": n, "children": c}, _names, st.lists(inner, max_size=3)),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(instance=_trees)
+def test_every_valid_tree_is_accepted(qwen2_vocab, instance):
+    grammar = compile_json_schema(TREE, qwen2_vocab)
+    jsonschema.validate(instance, TREE)
+    document = json.dumps(instance, separators=(",", ":"), ensure_ascii=False).encode()
+    assert grammar.accepts(document)
+    _greedy(grammar.matcher(), qwen2_vocab, document)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_generated_tree_validates(qwen2_vocab, seed):
+    grammar = compile_json_schema(TREE, qwen2_vocab)
+    rng = np.random.default_rng(seed)
+    matcher = grammar.matcher(max_tokens=80)
+    text = b""
+    while not matcher.is_terminated():
+        allowed = matcher.allowed_token_ids()
+        token_id = int(rng.choice(allowed))
+        assert matcher.advance(token_id)
+        if token_id in qwen2_vocab.eos_token_ids:
+            break
+        text += qwen2_vocab.tokens[token_id]
+    jsonschema.validate(json.loads(text), TREE)
+
+
+def test_budget_too_small_is_refused_up_front(qwen2_vocab):
+    grammar = compile_json_schema(TREE, qwen2_vocab)
+    needed = grammar.upper_bound(grammar.closure(grammar.initial))
+    assert needed > 1
+    with pytest.raises(BudgetTooSmallError):
+        grammar.matcher(max_tokens=needed - 1)
+    matcher = grammar.matcher(max_tokens=needed)
+    while not matcher.is_accepting():
+        forced = matcher.allowed_token_ids()
+        assert len(forced) and matcher.advance(int(forced[0]))
+    assert matcher.tokens_consumed <= needed
+
+
+def test_serving_contract_rollback_copy_validate(qwen2_vocab):
+    grammar = compile_json_schema(TREE, qwen2_vocab)
+    matcher = grammar.matcher()
+    ids = [qwen2_vocab.tokens.index(piece) for piece in (b'{"', b"name", b'":"', b"x", b'"}')]
+    assert matcher.validate_tokens(ids) == len(ids) and matcher.tokens_consumed == 0
+    assert matcher.validate_tokens(ids[:2] + ids[:1]) == 2
+    twin = matcher.copy()
+    assert all(matcher.advance(t) for t in ids) and matcher.is_accepting()
+    assert twin.tokens_consumed == 0
+    matcher.rollback(2)
+    assert not matcher.is_accepting() and matcher.advance(ids[3])
+    bits = np.zeros(-(-len(qwen2_vocab.tokens) // 32), dtype=np.uint32)
+    matcher.fill_bitmask(bits)
+    allowed = matcher.allowed_token_ids()
+    assert int(np.unpackbits(bits.view(np.uint8)).sum()) == len(allowed)
+    assert (bits[allowed >> 5] >> (allowed & 31).astype(np.uint32) & 1).all()
+
+
+def test_forced_bytes_follow_the_stack(qwen2_vocab):
+    rules = {"start": rf'\[{call("pair")}\]', "pair": rf'\{{"k":{call("num")}\}}', "num": "[0-9]"}
+    grammar = compile_rules(rules, "start", qwen2_vocab)
+    matcher = grammar.matcher()
+    assert matcher.forced_bytes() == b'[{"k":'
+    assert matcher.advance(qwen2_vocab.tokens.index(b"[{"))
+    assert matcher.forced_bytes() == b'"k":'
+    assert matcher.advance(qwen2_vocab.tokens.index(b'"k'))
+    assert matcher.advance(qwen2_vocab.tokens.index(b'":'))
+    assert matcher.advance(qwen2_vocab.tokens.index(b"7"))
+    assert matcher.forced_bytes() == b"}]"
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ({"a": f"{call('a')}x|y"}, "left recursion"),
+        ({"a": f"{call('b')}x", "b": f"(?:{call('a')})?z?"}, "left recursion"),
+        ({"a": f"x{call('missing')}"}, "undefined"),
+        ({"a": f"x{call('a')}"}, "no finite document"),
+        ({"a": "(?&<|im_start|>)x"}, "allow_special"),
+    ],
+)
+def test_rule_sets_that_cannot_be_grammars_are_refused(qwen2_vocab, rules, message):
+    with pytest.raises(ValueError, match=message):
+        compile_rules(rules, "a", qwen2_vocab)
+
+
+def test_right_recursion_and_ambiguity_are_fine(qwen2_vocab):
+    rules = {"list": f"x(?:,{call('list')})?", "start": f"(?:{call('list')}|{call('other')})", "other": "x,y"}
+    grammar = compile_rules(rules, "start", qwen2_vocab)
+    for good in (b"x", b"x,x,x", b"x,y"):
+        assert grammar.accepts(good), good
+    assert not grammar.accepts(b"x,")
