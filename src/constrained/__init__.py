@@ -7,6 +7,7 @@ rendered the way llama-cpp-python renders it. The data path, one module per arro
     JSON Schema ──schema──► pattern ──regex──► AST ──fsm──► byte DFA ─┐
                                                                      ├─index──► per-state token masks (C kernel,
     Vocabulary ──────────────────────────────────────────────────────┘            lazy, cached in memory + disk)
+    GBNF text ──gbnf──► rules ──pushdown──► PushdownGrammar (compile_gbnf: llama.cpp's grammar format)
     Grammar (grammar: DFA + index, immutable) ──► Matcher (matcher: one sequence, budget-aware closing)
     Matcher ──► LogitsProcessor (processor: llama-cpp-python hook; completion_kwargs() gives create_completion
                 the processor's own budget)  or  decode (decoding: the own loop over LlamaModel (llama) with
@@ -24,9 +25,10 @@ a mask failure raises `MaskError`; generation never continues unconstrained.
 from importlib.metadata import PackageNotFoundError, version
 
 from constrained.decoding import DecodeResult, DecodeTimings, FinishReason, decode
-from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLanguageError, GrammarTooLargeError,
-                                IncompatibleVocabularyError, InvalidSchemaError, MaskError, RegexSyntaxError,
-                                UnknownKeywordWarning, UnsupportedSchemaError)
+from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLanguageError, GbnfSyntaxError,
+                                GrammarTooLargeError, IncompatibleVocabularyError, InvalidSchemaError, MaskError,
+                                RegexSyntaxError, UnknownKeywordWarning, UnsupportedSchemaError)
+from constrained.gbnf import compile_gbnf
 from constrained.grammar import Grammar, compile_json_schema, compile_regex
 from constrained.llama import LlamaModel
 from constrained.matcher import Matcher
@@ -48,6 +50,7 @@ __all__ = [
     "DecodeTimings",
     "EmptyLanguageError",
     "FinishReason",
+    "GbnfSyntaxError",
     "GenerationError",
     "Grammar",
     "GrammarTooLargeError",
@@ -64,6 +67,7 @@ __all__ = [
     "UnsupportedSchemaError",
     "Vocabulary",
     "__version__",
+    "compile_gbnf",
     "compile_json_schema",
     "compile_regex",
     "decode",
