@@ -725,3 +725,44 @@ def test_differential_against_llama_cpp_large(gbnf_files, llama_engine, llama3_v
                         n_mutations=300, depth=10, tokenized=10)  # fmt: skip
         failures += found
     assert not failures, "\n".join(failures[:20])
+
+
+EDGE_GRAMMARS = {
+    "redefined": 'root ::= "a"\nroot ::= "b" x\nx ::= [] "c"{0} "d"?',
+    "any-and-negated": 'root ::= . [^a-z\\u00e9] "."{1,3}',
+    "empty-alternatives": 'root ::= | "x" root | ("y" | "w" ( | "v"))+ "z"',
+    "unicode": 'root ::= [\\u00e0-\\u00ff\\u4e00-\\u4e0f\\U0001F600-\\U0001F64F]{1,4} ("é" | "日本")*',
+    "nested-repeats": 'root ::= ("ab"? "c"*)+ "!"\n',
+    "dash-names": 'root ::= a-b 9x\na-b ::= "-"+\n9x ::= [0-9] | "" # comment\n',
+}
+"""Hand-written grammars for the corners llama.cpp's examples do not reach."""
+
+
+@pytest.mark.model
+def test_differential_edge_grammars(llama_engine, llama3_vocab, tmp_path):
+    for name, text in EDGE_GRAMMARS.items():
+        (tmp_path / f"{name}.gbnf").write_text(text, encoding="utf-8")
+    total, failures = _run(sorted(tmp_path.glob("*.gbnf")), llama_engine, llama3_vocab, seed=3, n_derivations=10,
+                           n_mutations=20, depth=5, tokenized=1)  # fmt: skip
+    assert not failures, "\n".join(failures[:20])
+    assert total.strings >= 100
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("text", [
+    'root ::= ("a"{0,20}){0,95}', 'root ::= ("a"{0,20}){0,96}', 'root ::= "a"{2000}', 'root ::= "a"{2001}',
+    'root ::= "a"{1,2001}', 'root ::= x{0}*\nx ::= "a"', 'root ::= [] "a"', 'root ::= ""*', 'root ::= "\\q"',
+    'root ::= "a"\n  x ::= "b"', 'root ::= "a"\n  "b"', 'root ::= "a" |\n  "b"', 'root ::= ( "a"\n "b" )',
+    'root ::= [a-', 'root ::= "\\x4g"', 'root ::= x\n', 'root ::= "a" # c\r\nx ::= "b"\r\n', 'root::="a"',
+    'root ::= "a"{ 1 , 2 }', 'root ::= "a" {1}', 'root ::= . .* [^]',
+])
+def test_parses_exactly_what_llama_cpp_parses(llama_engine, text):
+    smpl = llama_engine.sampler(text)
+    if smpl is not None:
+        llama_engine.free(smpl)
+    try:
+        parse_gbnf(text)
+        ours = True
+    except GbnfSyntaxError:
+        ours = False
+    assert ours == (smpl is not None)
