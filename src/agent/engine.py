@@ -28,12 +28,14 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from agent.errors import AgentError
 from agent.protocol.base import Codec, Segment, ToolChoice, ToolSpec
 from constrained.decoding import CancelSignal, FinishReason, decode
-from constrained.errors import ConstrainedError
+from constrained.errors import ConstrainedError, GrammarTooLargeError
 from constrained.grammar import Grammar, compile_regex
+from constrained.pushdown import PushdownGrammar, compile_rules
 from constrained.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from constrained.llama import LlamaModel
+    from constrained.vocabulary import Vocabulary
 
 __all__ = ["MODEL_FAILURES", "ChatModelEngine", "ContextWindowError", "EngineError", "ModelTurn", "TurnEngine",
            "prompt_tools"]
@@ -258,7 +260,7 @@ class ChatModelEngine:
             self._grammar(tools, choice, final_pattern, parallel_calls)
 
     def _grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice, final_pattern: str | None = None,
-                 parallel_calls: bool = False) -> Grammar | None:
+                 parallel_calls: bool = False) -> Grammar | PushdownGrammar | None:
         """The compiled tool-call grammar, or None when decoding is free (no constrained tool, choice auto, no
         final-answer pattern)."""
         if tool_choice == "auto" and final_pattern is None and not any(t.constrained for t in tools):
@@ -266,11 +268,24 @@ class ChatModelEngine:
         key = _spec_key(tools, tool_choice) + f"|{parallel_calls}|" + (final_pattern or "")
         grammar = self._grammars.get(key)
         if grammar is None:
-            pattern = self.codec.tool_call_grammar(list(tools), tool_choice, parallel_calls=parallel_calls,
-                                                   final_pattern=final_pattern)
-            grammar = compile_regex(pattern, self.model.vocabulary, allow_special=True)
+            grammar = tool_call_grammar(self.codec, list(tools), tool_choice, self.model.vocabulary,
+                                        parallel_calls=parallel_calls, final_pattern=final_pattern)
             self._grammars[key] = grammar
         return grammar
+
+
+def tool_call_grammar(codec: Codec, tools: list[ToolSpec], tool_choice: ToolChoice, vocab: Vocabulary, *,
+                      parallel_calls: bool = False, final_pattern: str | None = None) -> Grammar | PushdownGrammar:
+    """The codec's turn grammar compiled over ``vocab``: one DFA when it fits, else (many or big tools) a pushdown
+    grammar whose rules are the tools' arguments, called from the same turn pattern."""
+    pattern = codec.tool_call_grammar(tools, tool_choice, parallel_calls=parallel_calls, final_pattern=final_pattern)
+    try:
+        return compile_regex(pattern, vocab, allow_special=True)
+    except GrammarTooLargeError:
+        rules: dict[str, str] = {}
+        turn = codec.tool_call_grammar(tools, tool_choice, parallel_calls=parallel_calls,
+                                       final_pattern=final_pattern, rules=rules)
+        return compile_rules({"turn": turn, **rules}, "turn", vocab, allow_special=True)
 
 
 class _TextStream:

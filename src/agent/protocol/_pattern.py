@@ -13,6 +13,7 @@ tool choices no offered tool satisfies (typed errors).
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -208,7 +209,7 @@ def resolve_choice(tools: Sequence[ToolSpec] | None, tool_choice: ToolChoice) ->
     return ChoiceMode.NAMED, [t for t in offered if t.name == tool_choice]
 
 
-def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str) -> str:
+def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str, rules: dict[str, str] | None = None) -> str:
     """``{"name": "<tool>", "<args_key>": <args>}`` for each tool, spaced exactly as the templates render calls.
 
     Constrained tools get their schema's pattern, closed as validation closes it (`close_for_grammar`: an unknown
@@ -216,15 +217,34 @@ def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str) -> str:
     schema compiler (``constrained.schema.schema_to_pattern``), imported here lazily, spaced as the templates
     render arguments in history (``tojson``: ``", "`` and ``": "``): forced into compact JSON the default model
     wrote ``"location":"https://…"`` where, spaced as it reads its own calls, it writes ``"location": "New York"``.
+
+    With ``rules`` (a dict to fill), each tool's arguments become rules of a pushdown grammar instead
+    (``constrained.schema.schema_to_rules``, names prefixed ``args<i>.``) called from an ``envelope`` rule, and the
+    pattern returned is a call of it: many tools then cost one small rule each, not one DFA holding all of them
+    once per place the turn can spell a call (`constrained.pushdown.compile_rules`).
     """
     from agent.schema import close_for_grammar
     from constrained.schema import schema_to_pattern
 
+    def arguments(schema: dict, i: int) -> str:
+        if rules is None:
+            return schema_to_pattern(schema, whitespace="spaced")
+        from constrained.schema import schema_to_rules
+
+        own, start = schema_to_rules(schema, whitespace="spaced")
+        for name, body in own.items():
+            rules[f"args{i}.{name}"] = re.sub(r"\(\?&=([^)]*)\)", lambda m: f"(?&=args{i}.{m.group(1)})", body)
+        return f"(?&=args{i}.{start})"
+
     sep = escape(f'", "{args_key}": ')
     loose = [escape(t.name) for t in tools if not t.constrained]
-    alts = [f"{escape(t.name)}{sep}{schema_to_pattern(close_for_grammar(t.parameters), whitespace='spaced')}"
-            for t in tools if t.constrained]
+    alts = [f"{escape(t.name)}{sep}{arguments(close_for_grammar(t.parameters), i)}"
+            for i, t in enumerate(tools) if t.constrained]
     if loose:
         names = loose[0] if len(loose) == 1 else "(?:" + "|".join(loose) + ")"
-        alts.append(f"{names}{sep}{schema_to_pattern({'type': 'object'}, whitespace='spaced')}")
-    return escape('{"name": "') + "(?:" + "|".join(alts) + ")" + escape("}")
+        alts.append(f"{names}{sep}{arguments({'type': 'object'}, len(tools))}")
+    envelope = escape('{"name": "') + "(?:" + "|".join(alts) + ")" + escape("}")
+    if rules is None:
+        return envelope
+    rules["envelope"] = envelope  # one rule, however often the turn pattern spells a call
+    return "(?&=envelope)"

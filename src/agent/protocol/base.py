@@ -246,11 +246,13 @@ class Codec(ABC):
 
     @abstractmethod
     def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,
-                          parallel_calls: bool = False, final_pattern: str | None = None) -> str:
+                          parallel_calls: bool = False, final_pattern: str | None = None,
+                          rules: dict[str, str] | None = None) -> str:
         """A pattern in the engine's regex dialect (special tokens as ``(?&NAME)``) for a whole assistant turn.
 
         ``parallel_calls`` lets one turn carry several calls where the family's format allows it; off by default,
         so a turn holds at most one call and the model sees each result before it writes the next call (small
         models otherwise chain calls whose arguments depend on results they have not seen yet).
         ``final_pattern`` replaces the free text of the turn: a final answer must match it (it must not start
-        with ``{``, which starts a call attempt)."""
+        with ``{``, which starts a call attempt). ``rules`` (a dict to fill): the tools' arguments become rules of
+        a pushdown grammar that the returned pattern calls (``(?&=NAME)``), for tool sets one DFA cannot hold."""

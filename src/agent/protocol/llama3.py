@@ -210,7 +210,8 @@ class Llama3Codec(Codec):
     # -- grammar -------------------------------------------------------------------------------------------------
 
     def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,
-                          parallel_calls: bool = False, final_pattern: str | None = None) -> str:
+                          parallel_calls: bool = False, final_pattern: str | None = None,
+                          rules: dict[str, str] | None = None) -> str:
         """The whole assistant turn; one call per turn whatever ``parallel_calls`` says (the official template
         renders only one).
 
@@ -223,7 +224,7 @@ class Llama3Codec(Codec):
         answer = f"(?:{final_pattern})" if final_pattern else free_text(_TRIGGERS, first_not="{", nonempty=True)
         if mode is ChoiceMode.NONE:
             return answer
-        call = envelope_alternatives(callable_tools, args_key="parameters")
+        call = envelope_alternatives(callable_tools, args_key="parameters", rules=rules)
         tag = special(_TAG) if self.python_tag else ""
         if mode is not ChoiceMode.AUTO:
             return f"(?:{tag})?{call}" if tag else call

@@ -194,7 +194,8 @@ class QwenCodec(Codec):
     # -- grammar -------------------------------------------------------------------------------------------------
 
     def tool_call_grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice = "auto", *,
-                          parallel_calls: bool = False, final_pattern: str | None = None) -> str:
+                          parallel_calls: bool = False, final_pattern: str | None = None,
+                          rules: dict[str, str] | None = None) -> str:
         """The whole assistant turn: free text that cannot spell a trigger, then (per ``tool_choice``) calls.
 
         Calls are ``<tool_call>\\n{"name": "<offered>", "arguments": <args>}\\n</tool_call>``; with
@@ -209,7 +210,7 @@ class QwenCodec(Codec):
         if mode is ChoiceMode.NONE:
             return answer
         tag = special if self.special_tags else escape
-        envelope = envelope_alternatives(callable_tools, args_key="arguments")
+        envelope = envelope_alternatives(callable_tools, args_key="arguments", rules=rules)
         call = f"{tag(_OPEN)}\\n{envelope}\\n{tag(_CLOSE)}"
         if mode is ChoiceMode.NAMED:
             return call

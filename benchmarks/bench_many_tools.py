@@ -1,0 +1,210 @@
+"""Many tools at once: the tool-call grammar over 10 … 276 BFCL functions, ours beside llguidance, in one run.
+
+Owns the measurement behind "servers expose tens to hundreds of tools": every distinct function of
+``../shared/corpus/bfcl-dev`` offered at once, every one constrained. For each N, three grammars compiled cold
+(empty memory and disk caches) to their first mask:
+
+- ours, codec: the Qwen turn grammar ``tool_choice="required"`` (`agent.engine.tool_call_grammar`: one DFA when it
+  fits, else a pushdown grammar whose rules are the tools' arguments);
+- ours, schema: ``compile_json_schema`` on the public-API envelope ``{"anyOf": [{"name": const, "arguments":
+  parameters}, ...]}``;
+- llguidance on the same envelope (``grammar_from_json_schema`` + ``LLMatcher`` + the first bitmask).
+
+Then masks along one call: a seeded random walk of our schema grammar's allowed tokens (budget 160, so it closes)
+picks the call; the same token ids are fed to ours (``fill_bitmask``) and to llguidance (``fill_next_token_bitmask``),
+each mask timed. The codec grammar's masks are timed along its own seeded walk. Ratios in the table are ours over
+llguidance in this run; the machine is shared, so only ratios are claims.
+
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_many_tools.py [--sizes 10,50,100,276]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import BENCHMARKS_DIR, environment_lines, format_seconds, markdown_table, percentiles, write_section  # noqa: E402
+
+CASES = BENCHMARKS_DIR.parent.parent / "shared" / "corpus" / "bfcl-dev" / "cases.jsonl"
+HEADING = "## Many tools: tool-call grammars over 10–276 BFCL functions (ours vs llguidance)"
+BUDGET = 160
+
+
+def distinct_functions(path: Path) -> list[dict[str, Any]]:
+    """Every distinct function of the BFCL cases, first definition wins, in file order."""
+    seen: dict[str, dict[str, Any]] = {}
+    for line in path.read_text().splitlines():
+        for tool in json.loads(line)["tools"]:
+            seen.setdefault(tool["function"]["name"], tool)
+    return list(seen.values())
+
+
+def envelope_schema(tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {"anyOf": [
+        {"type": "object", "properties": {"name": {"const": t["function"]["name"]},
+                                          "arguments": t["function"]["parameters"]},
+         "required": ["name", "arguments"], "additionalProperties": False}
+        for t in tools
+    ]}  # fmt: skip
+
+
+def _cold() -> None:
+    from constrained import grammar, pushdown, regex
+
+    grammar.clear_memory_cache()
+    regex.clear_caches()
+    pushdown._memory.clear()
+
+
+def _timed_compile(build: Any) -> tuple[Any, float]:
+    _cold()
+    start = time.perf_counter()
+    compiled = build()
+    matcher = compiled.matcher()
+    bits = np.empty(-(-len(compiled.vocabulary.tokens) // 32), dtype=np.uint32)
+    matcher.fill_bitmask(bits)
+    return compiled, time.perf_counter() - start
+
+
+def _walk(grammar: Any, seed: int) -> tuple[list[int], list[float]]:
+    """A seeded random call under the budget: the token ids and the time of each mask."""
+    rng = random.Random(seed)
+    matcher = grammar.matcher(max_tokens=BUDGET)
+    bits = np.empty(-(-len(grammar.vocabulary.tokens) // 32), dtype=np.uint32)
+    eos = set(grammar.vocabulary.eos_token_ids)
+    tokens, times = [], []
+    while not matcher.is_terminated():
+        start = time.perf_counter()
+        matcher.fill_bitmask(bits)
+        times.append(time.perf_counter() - start)
+        allowed = [t for t in matcher.allowed_token_ids().tolist() if t not in eos]
+        if not allowed:
+            break
+        token = rng.choice(allowed)
+        assert matcher.advance(token)
+        tokens.append(token)
+    assert matcher.is_accepting()
+    return tokens, times
+
+
+class _LLGuidance:
+    def __init__(self, vocab_path: Path) -> None:
+        import llama_cpp
+        import llguidance
+        import llguidance.llamacpp
+        import llguidance.numpy
+
+        self._ll = llguidance
+        self._fill = llguidance.numpy.fill_next_token_bitmask
+        self._llm = llama_cpp.Llama(model_path=str(vocab_path), vocab_only=True, verbose=False)
+        self.tokenizer = llguidance.llamacpp.lltokenizer_from_vocab(llama_cpp.llama_model_get_vocab(self._llm.model))
+        self._mask = llguidance.numpy.allocate_token_bitmask(1, self.tokenizer.vocab_size)
+
+    def compile(self, schema: dict[str, Any]) -> tuple[Any, float]:
+        start = time.perf_counter()
+        matcher = self._ll.LLMatcher(self.tokenizer, self._ll.LLMatcher.grammar_from_json_schema(schema), log_level=0)
+        if matcher.is_error():
+            raise RuntimeError(matcher.get_error())
+        self._fill(matcher, self._mask)
+        return matcher, time.perf_counter() - start
+
+    def walk(self, compiled: Any, tokens: Sequence[int]) -> tuple[bool, list[float]]:
+        matcher = compiled.deep_copy()
+        times = []
+        for token in tokens:
+            start = time.perf_counter()
+            self._fill(matcher, self._mask)
+            times.append(time.perf_counter() - start)
+            if not matcher.consume_token(token):
+                return False, times
+        return True, times
+
+
+def run(sizes: Sequence[int], vocab_path: Path) -> list[dict[str, Any]]:
+    from agent.calls import tool_spec
+    from agent.engine import tool_call_grammar
+    from agent.protocol.qwen import QwenCodec
+    from constrained import Vocabulary, compile_json_schema
+
+    os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-many-tools-")  # cold, and nothing kept
+    warnings.simplefilter("ignore")  # BFCL schemas carry annotations our compiler warns about
+    vocab = Vocabulary.from_gguf(vocab_path)
+    functions = distinct_functions(CASES)
+    peer = _LLGuidance(vocab_path)
+    compile_json_schema({"type": "string"}, vocab).matcher()  # builds the token trie (llguidance's tokenizer: above)
+    codec = QwenCodec()
+    rows = []
+    for n in sizes:
+        chosen = functions[:n]
+        specs = [tool_spec(t, constrained=True) for t in chosen]
+        codec_grammar, codec_s = _timed_compile(lambda: tool_call_grammar(codec, specs, "required", vocab))
+        _, codec_times = _walk(codec_grammar, seed=n)
+        schema = envelope_schema(chosen)
+        schema_grammar, schema_s = _timed_compile(lambda: compile_json_schema(schema, vocab))
+        tokens, schema_times = _walk(schema_grammar, seed=n)
+        peer_matcher, peer_s = peer.compile(schema)
+        peer_ok, peer_times = peer.walk(peer_matcher, tokens)
+        rows.append({
+            "tools": len(chosen), "codec_kind": type(codec_grammar).__name__, "codec_s": codec_s,
+            "codec_masks": percentiles(codec_times), "schema_kind": type(schema_grammar).__name__,
+            "schema_s": schema_s, "schema_masks": percentiles(schema_times), "peer_s": peer_s,
+            "peer_masks": percentiles(peer_times), "peer_agrees": peer_ok, "call_tokens": len(tokens),
+        })  # fmt: skip
+        print(f"{len(chosen)} tools: codec {rows[-1]['codec_kind']} {format_seconds(codec_s)}, schema "
+              f"{rows[-1]['schema_kind']} {format_seconds(schema_s)}, llguidance {format_seconds(peer_s)}", flush=True)
+    return rows
+
+
+def report(rows: Sequence[dict[str, Any]], out: Path) -> None:
+    def masks(pair: tuple[float, ...]) -> str:
+        return f"{format_seconds(pair[0])} / {format_seconds(pair[1])}"
+
+    table = markdown_table(
+        ["tools", "ours codec (kind)", "compile", "masks p50 / p99", "ours schema (kind)", "compile", "masks p50 / p99",
+         "llguidance compile", "masks p50 / p99", "compile ours/llg (schema)", "llg accepts our call"],
+        [[r["tools"], r["codec_kind"], format_seconds(r["codec_s"]), masks(r["codec_masks"]), r["schema_kind"],
+          format_seconds(r["schema_s"]), masks(r["schema_masks"]), format_seconds(r["peer_s"]), masks(r["peer_masks"]),
+          f"{r['schema_s'] / r['peer_s']:.1f}x", "yes" if r["peer_agrees"] else "NO"] for r in rows],
+    )  # fmt: skip
+    body = "\n".join([
+        *environment_lines(["llguidance", "llama_cpp_python"]), "",
+        "Every distinct function of `../shared/corpus/bfcl-dev` offered at once, all constrained; Qwen2.5 vocabulary "
+        "(the default model's GGUF). Compile = cold (empty memory and disk caches) to the first mask. Masks along one "
+        f"seeded random call of the schema grammar (budget {BUDGET} tokens), the same token ids fed to llguidance; the "
+        "codec grammar along its own seeded call. Method: benchmarks/bench_many_tools.py.", "",
+        table,
+    ])  # fmt: skip
+    write_section(out, HEADING, body)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10,50,100,276", help="comma-separated tool counts")
+    parser.add_argument("--vocab", type=Path, default=None, help="Qwen2.5 GGUF (default: the default model)")
+    parser.add_argument("--out", type=Path, default=BENCHMARKS_DIR / "RESULTS.md", help="markdown file to update")
+    args = parser.parse_args(argv)
+    try:
+        sizes = [int(part) for part in args.sizes.split(",")]
+    except ValueError:
+        parser.error(f"--sizes: not a comma-separated list of integers: {args.sizes!r}")
+    from agent.models import model_path
+
+    vocab_path = args.vocab or model_path("qwen2.5-coder-0.5b-instruct")
+    report(run(sizes, vocab_path), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
