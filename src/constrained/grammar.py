@@ -359,9 +359,9 @@ def _emit_unknown_keywords(messages: Sequence[str], stacklevel: int = 3) -> None
 
 def _compiler_sources() -> list[str]:
     """Every file that decides which pattern a schema becomes and which DFA a pattern becomes."""
-    from constrained import _fsm, _pattern, regex, schema
+    from constrained import _fsm, _pattern, regex, schema, schema_keywords
 
-    files = [str(module.__file__) for module in (schema, regex, fsm, _pattern, _fsm)]
+    files = [str(module.__file__) for module in (schema, schema_keywords, regex, fsm, _pattern, _fsm)]
     formats = getattr(schema, "_FORMAT_DIR", None)  # constrained/grammars/formats/*.regex: the formats' patterns
     if formats is not None:
         files.extend(str(path) for path in sorted(Path(formats).glob("*")) if path.is_file())
