@@ -40,6 +40,7 @@ import warnings
 from fractions import Fraction
 from typing import Any, Literal
 
+from . import schema_keywords as _kw
 from .errors import GrammarTooLargeError, InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
 
 __all__ = [
@@ -103,17 +104,17 @@ SUPPORTED_KEYWORDS = frozenset(
         "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
         "minLength", "maxLength", "pattern", "format",
         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-        "$ref", "allOf", "anyOf", "oneOf", "patternProperties",
+        "$ref", "allOf", "anyOf", "oneOf", "patternProperties", "propertyNames",
+        "not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
     }
 )
-"""Keywords the compiler reads. Some are accepted only in trivially-true forms (see coverage doc):
-``multipleOf`` (integers and a divisor of 1), ``uniqueItems`` (false, or maxItems ≤ 1),
-``minProperties``/``maxProperties`` (implied by required / listed properties)."""
+"""Keywords the compiler reads (``not``, ``if``/``then``/``else`` and the dependency keywords are rewritten into
+allOf members by `schema_keywords.conjuncts`). Some are accepted only in some forms (see the coverage doc):
+``uniqueItems`` (false, or maxItems ≤ 1), ``multipleOf`` (integer divisors; on numbers also 1/m decimals)."""
 
 UNSUPPORTED_KEYWORDS = frozenset(
     {
-        "not", "if", "then", "else", "contains", "minContains", "maxContains", "propertyNames",
-        "dependentSchemas", "dependentRequired", "dependencies", "unevaluatedProperties",
+        "contains", "minContains", "maxContains", "unevaluatedProperties",
         "unevaluatedItems", "$dynamicRef", "$recursiveRef",
     }
 )
@@ -127,7 +128,7 @@ _ALL_TYPE_NAMES = frozenset(_TYPES) | {"integer"}
 
 _FORMAT_DIR = pathlib.Path(__file__).resolve().parent / "grammars" / "formats"
 """The format patterns: package data of ``constrained`` (shipped in the wheel; see grammars/README.md)."""
-STRING_FORMATS = ("date", "time", "date-time", "uuid", "email", "ipv4", "uri")
+STRING_FORMATS = ("date", "time", "date-time", "uuid", "email", "ipv4", "uri", "uri-reference", "hostname", "byte")
 """String formats enforced, each from constrained/grammars/formats/<name>.regex (the decoded string's pattern)."""
 _INTEGER_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 _NOOP_FORMATS = frozenset({"float", "double", "password"})
@@ -643,7 +644,9 @@ class _Compiler:
                 continue
             if key in ("$ref", "allOf", "anyOf", "oneOf", "nullable"):
                 continue
-            if key in SUPPORTED_KEYWORDS or (has_enum and key in UNSUPPORTED_KEYWORDS):
+            if key in _kw.REWRITTEN_KEYWORDS and not has_enum:
+                continue  # becomes allOf members below (schema_keywords.conjuncts)
+            if key in SUPPORTED_KEYWORDS or key in _kw.INTERNAL_KEYWORDS or (has_enum and key in UNSUPPORTED_KEYWORDS):
                 base[key] = value
             elif key in UNSUPPORTED_KEYWORDS:
                 raise UnsupportedSchemaError(path, key, "a regular pattern cannot enforce it")
@@ -663,8 +666,17 @@ class _Compiler:
             if key in node:
                 branches = [self.flatten(m, f"{path}/{key}/{i}", trail) for i, m in enumerate(self.schema_list(node, key, path))]
                 if key == "oneOf":
-                    self.require_disjoint(branches, path)
+                    overlapping = self.overlapping(branches)
+                    if any(overlapping):  # exactly one: each branch minus the branches it may overlap
+                        members = self.schema_list(node, key, path)
+                        resolve = functools.partial(self.resolve_for_negation, path=path)
+                        exclusive = _kw.exclusive_branches(members, overlapping, path, resolve)
+                        branches = [self.flatten(m, f"{path}/{key}/{i}", trail) for i, m in enumerate(exclusive)]
                 conjuncts.append([flat for branch in branches for flat in branch])
+        if not has_enum:
+            resolve = functools.partial(self.resolve_for_negation, path=path)
+            for sub, sub_path in _kw.conjuncts(node, path, resolve):
+                conjuncts.append(self.flatten(sub, sub_path, trail))
         out: list[tuple[dict, str, tuple[str, ...]]] = []
         for combo in itertools.product(*conjuncts):
             merged: dict | None = {}
@@ -674,8 +686,11 @@ class _Compiler:
                 real = [c for c in combo if c[0]]
                 where = real[0][1] if len(real) == 1 else path
                 out.append((merged, where, max((c[2] for c in combo), key=len)))
-            if len(out) > _MAX_ALTERNATIVES:
-                raise UnsupportedSchemaError(path, "anyOf", f"expands into more than {_MAX_ALTERNATIVES} alternatives")
+            if len(out) > (_MAX_ALTERNATIVES if self.rules is None else _MAX_RULE_ALTERNATIVES):
+                if self.rules is None:  # one pattern's wall: rule mode compiles each alternative on its own
+                    raise GrammarTooLargeError("alternatives", _MAX_ALTERNATIVES, f"anyOf at {path}")
+                raise UnsupportedSchemaError(path, "anyOf", f"expands into more than {_MAX_RULE_ALTERNATIVES} "
+                                             f"alternatives")  # fmt: skip
         if node.get("nullable") is True:
             out.append(({"type": ["null"]}, path, trail))
         return out
@@ -720,15 +735,21 @@ class _Compiler:
                 raise InvalidSchemaError(path, f"$ref {target} does not resolve")
         return node
 
-    def require_disjoint(self, branches: list[list[tuple[dict, str, tuple[str, ...]]]], path: str) -> None:
-        """oneOf is exact only when no value can satisfy two branches; prove it or refuse."""
+    def overlapping(self, branches: list[list[tuple[dict, str, tuple[str, ...]]]]) -> list[set[int]]:
+        """For each oneOf branch, the other branches it is not provably disjoint from (exclusivity must be
+        enforced against them: `schema_keywords.exclusive_branches`)."""
+        out: list[set[int]] = [set() for _ in branches]
         for (i, bi), (j, bj) in itertools.combinations(enumerate(branches), 2):
-            for f, _, _ in bi:
-                for g, _, _ in bj:
-                    if not _provably_disjoint(f, g):
-                        raise UnsupportedSchemaError(
-                            path, "oneOf", f"branches {i} and {j} may overlap; exclusivity cannot be enforced"
-                        )
+            if not all(_provably_disjoint(f, g) for f, _, _ in bi for g, _, _ in bj):
+                out[i].add(j)
+                out[j].add(i)
+        return out
+
+    def resolve_for_negation(self, ref: Any, path: str) -> Any:
+        """The target of a local $ref met under ``not`` (or a negated oneOf branch)."""
+        if not isinstance(ref, str):
+            raise InvalidSchemaError(path, "$ref must be a string")
+        return self.pointer(self.local_ref(ref, path), path)
 
     def normalize(self, flat: dict, path: str) -> dict:
         """Rewrite one node's own keywords to the canonical flat form used by _merge."""
@@ -781,10 +802,16 @@ class _Compiler:
             lo, hi = _INTEGER_FORMATS[out.pop("format")]
             out["minimum"] = lo if "minimum" not in out else max(out["minimum"], lo)
             out["maximum"] = hi if "maximum" not in out else min(out["maximum"], hi)
-        elif fmt in _NOOP_FORMATS:
+        elif fmt in _NOOP_FORMATS or fmt in _kw.ANNOTATION_FORMATS:
             out.pop("format")
+        elif fmt in _kw.FORMAT_ALIASES:
+            out["format"] = _kw.FORMAT_ALIASES[fmt]
         elif fmt is not None and fmt not in STRING_FORMATS:
-            raise UnsupportedSchemaError(path, "format", f"format {fmt!r} is not enforced")
+            if fmt in _kw.KNOWN_UNENFORCED_FORMATS or self.unknown_keywords == "error":
+                raise UnsupportedSchemaError(path, "format", f"format {fmt!r} is not enforced")
+            warnings.warn(f"ignoring format {fmt!r} at {path}: not a known format, so an annotation that constrains "
+                          f"nothing (pass unknown_keywords='error' to refuse it)", UnknownKeywordWarning, stacklevel=2)
+            out.pop("format")
         if out.get("patternProperties") == {}:
             out.pop("patternProperties")
         elif "patternProperties" in out and (not isinstance(out["patternProperties"], dict)
@@ -893,6 +920,13 @@ class _Compiler:
                 raise UnsupportedSchemaError(path, "pattern", err.detail) from None
         if "format" in flat:
             bodies.append(("format", _format_body(flat["format"])))
+        if flat.get(_kw.NOT_PATTERN):
+            body = _kw.not_pattern_body(flat[_kw.NOT_PATTERN], path)
+            if body is None:
+                return None
+            bodies.append(("not", body))
+        if flat.get(_kw.NOT_STRINGS):
+            bodies.append(("not", _string_body_excluding(list(dict.fromkeys(flat[_kw.NOT_STRINGS])))))
         if len(bodies) == 1 and lo == 0 and hi is None:
             return f'"{bodies[0][1]}"'
         if bodies:
@@ -920,6 +954,11 @@ class _Compiler:
         return lo, hi
 
     def compile_integer(self, flat: dict, path: str) -> Pattern:
+        if flat.get(_kw.NOT_INTEGER):
+            return None
+        if "multipleOf" in flat and Fraction(flat["multipleOf"]).denominator == 1 or (
+                "multipleOf" in flat and _kw._step_fractions(Fraction(flat["multipleOf"]), flat["multipleOf"])):
+            return _kw.number_pattern(flat, path, True, INTEGER_DIGITS, FRACTION_DIGITS, _integer_range)
         if "multipleOf" in flat:
             step = Fraction(flat["multipleOf"])
             if step <= 0:
@@ -934,9 +973,10 @@ class _Compiler:
         return _integer_range(lo, hi)
 
     def compile_number(self, flat: dict, path: str) -> Pattern:
-        if "multipleOf" in flat:
-            raise UnsupportedSchemaError(path, "multipleOf", "multipleOf on numbers is not enforced")
         bound_keys = [k for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum") if k in flat]
+        if ("multipleOf" in flat or flat.get(_kw.NOT_INTEGER)
+                or any(Fraction(flat[k]).denominator != 1 for k in bound_keys)):
+            return _kw.number_pattern(flat, path, False, INTEGER_DIGITS, FRACTION_DIGITS, _integer_range)
         if not bound_keys:
             return _NUMBER_ANY
         for key in bound_keys:
@@ -963,6 +1003,7 @@ class _Compiler:
         members: list[tuple[str, str, bool]] = []
         names = list(props) + [r for r in required if r not in props]
         key_patterns = _KeyPatterns(flat.get("patternProperties", {}), path) if "patternProperties" in flat else None
+        key_filter = self.key_filter(flat, path, trail) if "propertyNames" in flat else None
         for name in names:
             sub_path = f"{path}/properties/{_pointer_token(name)}" if name in props else f"{path}/additionalProperties"
             sub = props[name] if name in props else extra
@@ -975,6 +1016,8 @@ class _Compiler:
                     if name not in props:
                         sub_path = f"{path}/patternProperties/{_pointer_token(matched[0])}"
             value = self.compile(sub, sub_path, depth, trail)
+            if key_filter is not None and not key_filter.allows(name):
+                value = None  # propertyNames rejects this name
             if value is None:
                 if name in required:
                     return None
@@ -992,8 +1035,9 @@ class _Compiler:
                 for pattern in schemas:
                     sub = _conj(sub, key_patterns.schemas[pattern])
                 value = self.compile(sub, f"{path}/patternProperties/{_pointer_token(schemas[0])}", depth, trail)
-                if value is not None:
-                    extras.append(f'"{keys}"{self.colon}{value}')
+                quoted: Pattern = f'"{keys}"' if key_filter is None else key_filter.keys(f'"{keys}"')
+                if value is not None and quoted is not None:
+                    extras.append(f'{quoted}{self.colon}{value}')
         if extra is not False:
             if "additionalProperties" in flat:
                 value = self.compile(extra, f"{path}/additionalProperties", depth, trail)
@@ -1001,16 +1045,30 @@ class _Compiler:
                 value = self.any_value(depth, min(IMPLICIT_EXTRA_DEPTH, self.any_value_depth))
             if value is not None:
                 keys = _string_body_excluding(names) if key_patterns is None else key_patterns.others(names)
-                if keys is not None:
-                    extras.append(f'"{keys}"{self.colon}{value}')
+                quoted = None if keys is None else f'"{keys}"' if key_filter is None else key_filter.keys(f'"{keys}"')
+                if quoted is not None:
+                    extras.append(f'{quoted}{self.colon}{value}')
         extra_pattern = _alt(extras)
         min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
-        if min_p > len(required):
-            raise UnsupportedSchemaError(path, "minProperties", "more than the required properties")
-        if max_p is not None and (extra_pattern is not None or len(members) > max_p):
-            raise UnsupportedSchemaError(path, "maxProperties", "fewer than the properties that may appear")
+        n_required = sum(1 for m in members if m[2])
+        if max_p is not None and n_required > max_p:
+            return None
+        if min_p > n_required or (max_p is not None and (extra_pattern is not None or len(members) > max_p)):
+            try:
+                body, can_be_empty = _kw.counted_members(members, extra_pattern, self.sep, min_p, max_p,
+                                                         self.members_body)
+            except UnsupportedSchemaError as err:
+                raise UnsupportedSchemaError(path, err.keyword, err.detail) from None
+            return self.container(r"\{", r"\}", body, can_be_empty)
         body, can_be_empty = self.members_body(members, extra_pattern)
         return self.container(r"\{", r"\}", body, can_be_empty)
+
+    def key_filter(self, flat: dict, path: str, trail: tuple[str, ...]) -> _kw.KeyFilter:
+        """``propertyNames``: the string language its schema allows (quoted), to filter keys with."""
+        where = f"{path}/propertyNames"
+        flats = self.flatten({"allOf": [flat["propertyNames"], {"type": "string"}]}, where, trail)
+        return _kw.KeyFilter(_alt([self.compile_flat(f, fpath, 0, ftrail, flat["propertyNames"])
+                                   for f, fpath, ftrail in flats]))
 
     def container(self, open_: str, close: str, body: Pattern, can_be_empty: bool) -> Pattern:
         if body is None:
@@ -1207,6 +1265,12 @@ def _merge(a: dict, b: dict, path: str) -> dict | None:
             out[key] = [v for v in av if _value_key(v) in keep]
         elif key == "uniqueItems":
             out[key] = bool(av) or bool(bv)
+        elif key in (_kw.NOT_PATTERN, _kw.NOT_STRINGS):
+            out[key] = list(av) + [v for v in bv if v not in av]
+        elif key == _kw.NOT_INTEGER:
+            out[key] = bool(av) or bool(bv)
+        elif key == "propertyNames":
+            out[key] = _conj(av, bv)
         elif key in ("properties", "additionalProperties", "items", "prefixItems"):
             continue  # merged below, together
         elif _value_key(av) != _value_key(bv):
@@ -1305,6 +1369,8 @@ class RecursionUnrolled(UnsupportedSchemaError):
     """A recursive ``$ref`` that one pattern could only unroll (``schema_to_pattern(recursion="refuse")``)."""
 
 
+_MAX_RULE_ALTERNATIVES = 4_096
+"""Rule mode's most flat alternatives per node (each compiles on its own; nested values are rules)."""
 _RULE_MIN_CHARS = 1_000
 """Rule mode: a nested value whose body is longer than this becomes a rule of its own (shorter ones stay inline)."""
 _UNBOUNDED_DEPTH = 1 << 30
