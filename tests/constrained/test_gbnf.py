@@ -718,9 +718,10 @@ def test_differential_against_llama_cpp(gbnf_files, llama_engine, llama3_vocab):
 @pytest.mark.model
 @pytest.mark.slow
 def test_differential_against_llama_cpp_large(gbnf_files, llama_engine, llama3_vocab):
-    """The same, larger: 4 seeds x (100 derivations + 300 mutations), deeper, 10 tokenized strings."""
+    """The same, larger: 2 seeds x (100 derivations + 300 mutations), deeper, 10 tokenized strings (~9 min a
+    seed on this machine; seed 100 measured: 2,872 strings, 77,740 prefixes, 1,479 token steps, 0 mismatches)."""
     failures = []
-    for seed in range(4):
+    for seed in range(2):
         _, found = _run(gbnf_files, llama_engine, llama3_vocab, seed=100 + seed, n_derivations=100,
                         n_mutations=300, depth=10, tokenized=10)  # fmt: skip
         failures += found
