@@ -442,6 +442,94 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(rule_exits_doc,
+"rule_exits(transitions, width, boundary, starts, start_states, node_byte, node_depth, node_end, max_depth,\n"
+"           out_exit_nodes, out_exit_states) -> n_exits\n\n"
+"The exits of `walk_rule` (nodes with children whose state is a boundary) in the subtrees rooted AT each\n"
+"starts[k] (the node itself included), walked from start_states[k] at its parent: what a string state's exits\n"
+"are once its string-body part is known not to reach a boundary. Output arrays: int32[n_nodes].");
+
+static PyObject *
+rule_exits(PyObject *self, PyObject *args)
+{
+    PyObject *o[9];
+    Py_ssize_t width, max_depth;
+    if (!PyArg_ParseTuple(args, "OnOOOOOOnOO", &o[0], &width, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &max_depth, &o[7], &o[8])) {
+        return NULL;
+    }
+    Py_buffer b[9];
+    const Py_ssize_t sizes[9] = {4, 1, 4, 4, 1, 4, 4, 4, 4};
+    const int wr[9] = {0, 0, 0, 0, 0, 0, 0, 1, 1};
+    const char *names[9] = {"transitions", "boundary", "starts", "start_states", "node_byte", "node_depth",
+                            "node_end", "out_exit_nodes", "out_exit_states"};
+    int got = 0;
+    PyObject *result = NULL;
+    int32_t *states = NULL;
+    for (; got < 9; got++) {
+        if (get_buf(o[got], &b[got], wr[got], sizes[got], names[got]) < 0) goto done;
+    }
+    const int32_t *T = (const int32_t *)b[0].buf;
+    const uint8_t *bd = (const uint8_t *)b[1].buf;
+    const int32_t *st = (const int32_t *)b[2].buf;
+    const int32_t *ss = (const int32_t *)b[3].buf;
+    const uint8_t *nb = (const uint8_t *)b[4].buf;
+    const int32_t *nd = (const int32_t *)b[5].buf;
+    const int32_t *ne = (const int32_t *)b[6].buf;
+    int32_t *xnode = (int32_t *)b[7].buf;
+    int32_t *xstate = (int32_t *)b[8].buf;
+    Py_ssize_t n_states = width > 0 ? n_items(&b[0]) / width : 0;
+    Py_ssize_t n_nodes = n_items(&b[4]);
+    Py_ssize_t n_starts = n_items(&b[2]);
+    if (width < 256 || n_items(&b[0]) != n_states * width || n_items(&b[1]) != n_states ||
+        n_items(&b[3]) != n_starts || n_items(&b[5]) != n_nodes || n_items(&b[6]) != n_nodes ||
+        n_items(&b[7]) < n_nodes || n_items(&b[8]) < n_nodes || max_depth < 0 || n_nodes < 1) {
+        PyErr_SetString(PyExc_ValueError, "rule_exits: inconsistent array sizes");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_starts; k++) {
+        if (st[k] < 1 || st[k] >= n_nodes || ss[k] < 0 || ss[k] >= n_states) {
+            PyErr_SetString(PyExc_ValueError, "rule_exits: start node or state out of range");
+            goto done;
+        }
+    }
+    states = (int32_t *)malloc(sizeof(int32_t) * (size_t)(max_depth + 1));
+    if (!states) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t n_exits = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t k = 0; k < n_starts; k++) {
+        Py_ssize_t start = st[k], end = ne[start];
+        states[nd[start] - 1] = ss[k];
+        for (Py_ssize_t i = start; i < end;) {
+            int32_t d = nd[i];
+            int32_t ns = T[(Py_ssize_t)states[d - 1] * width + nb[i]];
+            if (ns < 0) {
+                i = ne[i];
+                continue;
+            }
+            states[d] = ns;
+            if (bd[ns] && ne[i] > i + 1 && n_exits < n_nodes) {
+                xnode[n_exits] = (int32_t)i;
+                xstate[n_exits] = ns;
+                n_exits++;
+            }
+            i++;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(n_exits);
+done:
+    free(states);
+    while (got > 0) {
+        got--;
+        PyBuffer_Release(&b[got]);
+    }
+    return result;
+}
+
 /* ---- template shortcut (states inside a JSON string) ------------------------------------------ */
 
 PyDoc_STRVAR(walk_exits_doc,
@@ -1150,6 +1238,7 @@ static PyMethodDef kernel_methods[] = {
     {"build_trie", build_trie, METH_VARARGS, build_trie_doc},
     {"walk", walk, METH_VARARGS, walk_doc},
     {"walk_rule", walk_rule, METH_VARARGS, walk_rule_doc},
+    {"rule_exits", rule_exits, METH_VARARGS, rule_exits_doc},
     {"check", check, METH_VARARGS, check_doc},
     {"walk_exits", walk_exits, METH_VARARGS, walk_exits_doc},
     {"template_map", template_map, METH_VARARGS, template_map_doc},

@@ -36,7 +36,8 @@ import numpy as np
 from constrained import _kernel, fsm
 from constrained.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError, IncompatibleVocabularyError
 from constrained.fsm import DEAD
-from constrained.index import TERMINAL, UNREACHABLE, StateMask, token_trie
+from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, token_trie
+from constrained.shortcut import string_body_shortcut
 from constrained.vocabulary import Vocabulary
 
 __all__ = ["CALL_PREFIX", "PushdownGrammar", "PushdownMatcher", "compile_rules", "call"]
@@ -107,17 +108,23 @@ class PushdownGrammar:
         self._shortest()
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
-        self._special_ids = self._resolve_specials()
         _kernel.check(self._table, self._width, np.zeros(1, dtype=np.int32), np.ones(1, dtype=np.int32),
                       np.zeros(2, dtype=np.int32), np.zeros(0, dtype=np.int32), 0, self.trie.vocab_size)  # fmt: skip
         self._eos = tuple(sorted(vocab.eos_token_ids))
+        table_dfa = fsm.DFA.from_table(self._table, accepting=self._top_accept, distance=np.zeros(self.n_states,
+                                       dtype=np.int32), special_names=self.special_names)  # fmt: skip
+        self._index = TokenIndex(table_dfa, vocab, preflight=False, table_checked=True)
+        """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
+        of the start rule); calls and returns are this module's business."""
+        self._shortcut = string_body_shortcut(self.trie)
         self._lock = threading.Lock()
         self._buffers: tuple[np.ndarray, ...] | None = None
-        self._inside: dict[int, tuple[StateMask, np.ndarray, np.ndarray, dict[int, int]]] = {}
-        self._subtree: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._inside: dict[int, tuple[StateMask, np.ndarray, np.ndarray]] = {}
+        self._subtree: dict[tuple[int, int], tuple[StateMask, np.ndarray, np.ndarray]] = {}
         self._masks: dict[frozenset[Config], _Mask] = {}
         self._ub = np.full(self.n_states, -1, dtype=np.int64)
         self._ub_stacks: dict[tuple[int, ...], int] = {(): 0}
+        self._next_bounds: dict[Any, tuple[np.ndarray, int]] = {}
         self._forced: dict[frozenset[Config], bytes] = {}
         self.initial: frozenset[Config] = frozenset({(self._starts[self._start_rule], ())})
         """The configuration set at the start of a document."""
@@ -193,10 +200,10 @@ class PushdownGrammar:
         n = self.n_states
         table = self._table
         sources, symbols = np.nonzero(table >= 0)
-        targets = table[sources, symbols]
-        into: dict[int, list[tuple[int, int]]] = {}
-        for s, sym, t in zip(sources.tolist(), symbols.tolist(), targets.tolist()):
-            into.setdefault(t, []).append((s, sym))
+        pairs = np.unique(sources.astype(np.int64) * n + table[sources, symbols])  # one edge per (source, target)
+        into: dict[int, list[int]] = {}
+        for s, t in zip((pairs // n).tolist(), (pairs % n).tolist()):
+            into.setdefault(t, []).append(s)
         by_callee: dict[int, list[tuple[int, int]]] = {}
         by_continuation: dict[int, list[tuple[int, int]]] = {}
         for s, moves in self._calls.items():
@@ -222,15 +229,21 @@ class PushdownGrammar:
             if final[u] or d != dist[u]:
                 continue
             final[u] = True
-            for s, sym in into.get(u, ()):
+            for s in into.get(u, ()):
                 if not final[s]:
-                    relax(s, d + 1, ("sym", sym))
+                    relax(s, d + 1, ("sym", u))  # the symbol is chosen below, once the target is known
             for s, callee in by_continuation.get(u, ()):
                 if final[callee] and not final[s]:
                     relax(s, int(dist[callee]) + d, ("call", callee, u))
             for s, cont in by_callee.get(u, ()):
                 if final[cont] and not final[s]:
                     relax(s, d + int(dist[cont]), ("call", u, cont))
+        by_symbol = [state for state, how in enumerate(hop) if how is not None and how[0] == "sym"]
+        if by_symbol:  # the smallest symbol into the chosen target (canonical), all states at once
+            chosen = np.asarray([hop[state][1] for state in by_symbol], dtype=np.int32)
+            smallest = np.argmax(table[by_symbol] == chosen[:, None], axis=1)
+            for state, symbol in zip(by_symbol, smallest.tolist()):
+                hop[state] = ("sym", symbol)
         start = self._starts[self._start_rule]
         if not final[start]:
             raise EmptyLanguageError(f"rules starting at {self.start!r} (no finite document)")
@@ -276,15 +289,6 @@ class PushdownGrammar:
         for rule in self._starts.values():
             if rule not in visiting:
                 visit(rule, [rule])
-
-    def _resolve_specials(self) -> np.ndarray:
-        missing = [name for name in self.special_names if name not in self.vocabulary.special_ids_by_name]
-        if missing:
-            raise IncompatibleVocabularyError(
-                f"the grammar names special tokens {missing} that vocabulary {self.vocabulary.name or '?'} does not "
-                f"have", missing=tuple(missing),
-            )  # fmt: skip
-        return np.asarray([self.vocabulary.special_ids_by_name[n] for n in self.special_names], dtype=np.int32)
 
     # -- the public surface ----------------------------------------------------------------------------------------
 
@@ -371,28 +375,48 @@ class PushdownGrammar:
             )  # fmt: skip
             return ids[:count].copy(), nexts[:count].copy(), exit_nodes[:n_exits].copy(), exit_states[:n_exits].copy()
 
-    def _inside_of(self, state: int) -> tuple[StateMask, np.ndarray, np.ndarray, dict[int, int]]:
-        """(mask of the tokens that stay in the rule, exit nodes, exit states, {special/EOS id: next state})."""
+    def _inside_of(self, state: int) -> tuple[StateMask, np.ndarray, np.ndarray]:
+        """(mask of the tokens that stay in the rule, specials and EOS included; exit nodes; exit states)."""
         inside = self._inside.get(state)
         if inside is None:
-            ids, nexts, exit_nodes, exit_states = self._walk(state, 0)
-            extra: dict[int, int] = {}
-            row = self._table[state]
-            for i, token_id in enumerate(self._special_ids.tolist()):
-                if row[256 + i] >= 0:
-                    extra[token_id] = int(row[256 + i])
-            if self._top_accept[state]:
-                for token_id in self._eos:
-                    extra.setdefault(token_id, TERMINAL)
-            inside = (StateMask(ids, nexts, self.trie.vocab_size), exit_nodes, exit_states, extra)
+            if not self._top_accept[state] and (self._table[state] == DEAD).all():  # only calls or returns leave
+                mask = StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), self.trie.vocab_size)
+            else:
+                try:
+                    mask = self._index.state_mask(state)
+                except IncompatibleVocabularyError:  # no token spells a byte here: calls and returns may still
+                    mask = StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), self.trie.vocab_size)
+            inside = (mask, *self._exits(state))
             self._inside = _bounded_put(self._inside, state, inside)
         return inside
 
-    def _subtree_of(self, state: int, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _exits(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+        """The trie nodes (and states) where the walk from ``state`` sits on a boundary with bytes to go. In a
+        string state whose string-body image holds no boundary, only the subtrees where the body ends are walked
+        (the shortcut's exits), not the whole trie."""
+        shortcut = self._shortcut
+        embedding = None if shortcut is None else shortcut.embedding(self._table, state)
+        if embedding is None or self._boundary[embedding].any():
+            _, _, exit_nodes, exit_states = self._walk(state, 0)
+            return exit_nodes, exit_states
+        assert shortcut is not None
+        trie = self.trie
+        with self._lock:
+            _, _, out_nodes, out_states, _ = self._walk_buffers()
+            n_exits = _kernel.rule_exits(
+                self._table, self._width, self._boundary, shortcut.exit_nodes,
+                embedding[shortcut.exit_body_state], trie.node_byte, trie.node_depth, trie.node_end, trie.max_depth,
+                out_nodes, out_states,
+            )  # fmt: skip
+            return out_nodes[:n_exits].copy(), out_states[:n_exits].copy()
+
+    def _subtree_of(self, state: int, node: int) -> tuple[StateMask, np.ndarray, np.ndarray]:
+        """(mask of the tokens below ``node`` walked from ``state``, their exit nodes and states); cached."""
         key = (state, node)
         walked = self._subtree.get(key)
         if walked is None:
-            walked = self._walk(state, node)
+            ids, nexts, exit_nodes, exit_states = self._walk(state, node)
+            walked = (StateMask(ids, nexts, self.trie.vocab_size), exit_nodes, exit_states)
             self._subtree = _bounded_put(self._subtree, key, walked)
         return walked
 
@@ -405,31 +429,28 @@ class PushdownGrammar:
         return mask
 
     def _compute_mask(self, configs: frozenset[Config]) -> _Mask:
-        if configs == _DONE:
-            return _Mask(self, [], {})
-        parts: list[tuple[StateMask, tuple[int, ...]]] = []
-        through: dict[int, set[Config]] = {}
-        for state, stack in self.closure(configs):
-            inside, exit_nodes, exit_states, extra = self._inside_of(state)
-            if len(inside):
-                parts.append((inside, stack))
-            for token_id, target in extra.items():
-                through.setdefault(token_id, set()).add((target, () if target == TERMINAL else stack))
-            for node, exit_state in zip(exit_nodes.tolist(), exit_states.tolist()):
-                self._through(node, exit_state, stack, through)
-        return _Mask(self, parts, through)
+        parts: list[tuple[Any, StateMask, tuple[int, ...]]] = []
+        if configs != _DONE:
+            for state, stack in self.closure(configs):
+                inside, exit_nodes, exit_states = self._inside_of(state)
+                if len(inside):
+                    parts.append((state, inside, stack))
+                for node, exit_state in zip(exit_nodes.tolist(), exit_states.tolist()):
+                    self._through(node, exit_state, stack, parts)
+        return _Mask(self, parts)
 
-    def _through(self, node: int, state: int, stack: tuple[int, ...], out: dict[int, set[Config]]) -> None:
-        """Tokens below trie ``node`` that go on past a call or return at ``state`` (reached at ``node``)."""
+    def _through(self, node: int, state: int, stack: tuple[int, ...], parts: list) -> None:
+        """The tokens below trie ``node`` that go on past a call or return at ``state`` (reached at ``node``):
+        one part per move, keyed (state, node) for its cached walk and bounds."""
         here = (state, stack)
         for moved_state, moved_stack in self.closure((here,)):
             if (moved_state, moved_stack) == here:
                 continue
-            ids, nexts, exit_nodes, exit_states = self._subtree_of(moved_state, node)
-            for token_id, target in zip(ids.tolist(), nexts.tolist()):
-                out.setdefault(token_id, set()).add((target, moved_stack))
-            for below, exit_state in zip(exit_nodes.tolist(), exit_states.tolist()):
-                self._through(below, exit_state, moved_stack, out)
+            below, exit_nodes, exit_states = self._subtree_of(moved_state, node)
+            if len(below):
+                parts.append(((moved_state, node), below, moved_stack))
+            for deeper, exit_state in zip(exit_nodes.tolist(), exit_states.tolist()):
+                self._through(deeper, exit_state, moved_stack, parts)
 
     # -- budget ----------------------------------------------------------------------------------------------------
 
@@ -441,6 +462,20 @@ class PushdownGrammar:
                 return 0
             best = min(best, self.state_bound(state) + self._stack_bound(stack))
         return int(best)
+
+    def next_bounds(self, key: Any, mask: StateMask) -> tuple[np.ndarray, int]:
+        """UB after each token of a part's mask (aligned with it; 0 after EOS) and their maximum; ``key``: the
+        part's state, or (state, node) for a walk below an exit."""
+        bounds = self._next_bounds.get(key)
+        if bounds is None:
+            nexts = mask.next_states
+            real = np.maximum(nexts, 0)  # EOS leads to TERMINAL: nothing left to finish
+            for target in np.unique(real[(self._ub[real] < 0) & (nexts >= 0)]).tolist():
+                self.state_bound(int(target))
+            ub = np.where(nexts >= 0, self._ub[real], 0)
+            bounds = (ub, int(ub.max()) if ub.shape[0] else 0)
+            self._next_bounds = _bounded_put(self._next_bounds, key, bounds)
+        return bounds
 
     def _stack_bound(self, stack: tuple[int, ...]) -> int:
         bound = self._ub_stacks.get(stack)
@@ -508,35 +543,24 @@ def _bounded_put(cache: dict, key: Any, value: Any) -> dict:
 
 
 class _Mask:
-    """What a configuration set allows: per-part inside masks (each with its stack) plus the tokens that go
-    through a call or return, or are special / EOS (each with its next configurations)."""
+    """What a configuration set allows: parts (a state's inside mask, or the walk below one exit after a call or
+    return), each with the stack its tokens keep; the allowed set is their union."""
 
-    __slots__ = ("grammar", "parts", "through", "combined", "_budgeted")
+    __slots__ = ("grammar", "parts", "combined", "_budgeted")
 
-    def __init__(self, grammar: PushdownGrammar, parts: list[tuple[StateMask, tuple[int, ...]]],
-                 through: dict[int, set[Config]]) -> None:  # fmt: skip
+    def __init__(self, grammar: PushdownGrammar, parts: list[tuple[Any, StateMask, tuple[int, ...]]]) -> None:
         self.grammar = grammar
         self.parts = parts
-        self.through = {token_id: frozenset(configs) for token_id, configs in through.items()}
-        vocab_size = grammar.trie.vocab_size
-        if len(parts) == 1 and not through:
-            self.combined = parts[0][0]
-        elif not parts and not through:
-            self.combined = StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), vocab_size)
-        else:
-            pieces = [mask.allowed for mask, _ in parts]
-            pieces.append(np.fromiter(self.through, dtype=np.int32, count=len(self.through)))
-            allowed = np.unique(np.concatenate(pieces)).astype(np.int32)
-            self.combined = StateMask(allowed, np.zeros(allowed.shape[0], dtype=np.int32), vocab_size)
+        self.combined = _union([mask for _, mask, _ in parts], grammar.trie.vocab_size)
         self._budgeted: dict[int, StateMask] = {}
 
     def next_configs(self, token_id: int) -> frozenset[Config] | None:
         """Where ``token_id`` leads, or None when it is not allowed."""
-        found = set(self.through.get(token_id, ()))
-        for mask, stack in self.parts:
+        found = set()
+        for _, mask, stack in self.parts:
             target = mask.next_state(token_id)
             if target is not None:
-                found.add((target, stack))
+                found.add((target, () if target == TERMINAL else stack))
         return frozenset(found) if found else None
 
     def within(self, remaining: int) -> StateMask:
@@ -545,26 +569,45 @@ class _Mask:
         if budgeted is not None:
             return budgeted
         grammar = self.grammar
-        keep: list[np.ndarray] = []
+        kept: list[StateMask] = []
         everything = True
-        for mask, stack in self.parts:
-            nexts = mask.next_states
-            unknown = np.unique(nexts[grammar._ub[nexts] < 0]).tolist()
-            for state in unknown:
-                grammar.state_bound(int(state))
-            fits = grammar._ub[nexts] + grammar._stack_bound(stack) + 1 <= remaining
-            everything &= bool(fits.all())
-            keep.append(mask.allowed[fits])
-        through = [t for t, configs in self.through.items() if grammar.upper_bound(configs) + 1 <= remaining]
-        if everything and len(through) == len(self.through):
-            result = self.combined
-        else:
-            keep.append(np.asarray(through, dtype=np.int32))
-            allowed = np.unique(np.concatenate(keep)).astype(np.int32) if keep else np.zeros(0, dtype=np.int32)
-            result = StateMask(allowed, np.zeros(allowed.shape[0], dtype=np.int32), grammar.trie.vocab_size)
+        for key, mask, stack in self.parts:
+            ub, highest = grammar.next_bounds(key, mask)
+            below = grammar._stack_bound(stack)
+            if highest + below + 1 <= remaining:
+                kept.append(mask)
+                continue
+            everything = False
+            fits = ub + below + 1 <= remaining
+            kept.append(StateMask(mask.allowed[fits], mask.next_states[fits], mask.vocab_size))
+        result = self.combined if everything else _union(kept, grammar.trie.vocab_size)
         if len(self._budgeted) < 64:
             self._budgeted[remaining] = result
         return result
+
+
+class _NoLookup:
+    """The next-state lookup of a union mask: never asked (a union answers moves through its parts)."""
+
+    def next_state(self, token_id: int) -> int:
+        return 0
+
+    def next_states(self, allowed: np.ndarray) -> np.ndarray:
+        return np.zeros(allowed.shape[0], dtype=np.int32)
+
+
+def _union(masks: Sequence[StateMask], vocab_size: int) -> StateMask:
+    """One mask allowing what any of ``masks`` allows (for masking and bitmasks; moves go through the parts)."""
+    masks = [mask for mask in masks if len(mask)]
+    if len(masks) == 1:
+        return masks[0]
+    if not masks:
+        return StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), vocab_size)
+    bits = masks[0].bits.copy()
+    for mask in masks[1:]:
+        np.bitwise_or(bits, mask.bits, out=bits)
+    count = int(np.bitwise_count(bits).sum())
+    return StateMask.from_bits(bits, count, vocab_size, _NoLookup())  # type: ignore[arg-type]
 
 
 class PushdownMatcher:
