@@ -8,6 +8,7 @@ import collections
 import functools
 import itertools
 import json
+import math
 import pathlib
 import random
 import re
@@ -246,10 +247,55 @@ def test_a_decimal_matches_iff_it_lies_within_integer_bounds(lo, hi, lo_excl, hi
         assert bool(pattern.fullmatch(text)) == inside, (schema, text)
 
 
-def test_non_integer_number_bounds_are_refused():
-    with pytest.raises(UnsupportedSchemaError) as err:
-        schema_to_pattern({"type": "number", "minimum": 0.5})
-    assert err.value.keyword == "minimum" and err.value.path == "#"
+def _decimals_around(bound: float, digits: int = 15) -> set[str]:
+    """Plain decimal texts (at most ``digits`` fraction digits, as the number grammar allows) just below, at and
+    just above ``bound`` at every precision, plus the neighbouring doubles' shortest reprs where they fit."""
+    exact, texts = Fraction(bound), set()
+    for d in range(digits + 1):
+        q = 10**d
+        centre = exact.numerator * q // exact.denominator
+        for k in range(centre - 2, centre + 3):
+            whole, frac = divmod(abs(k), q)
+            texts.add(("-" if k < 0 else "") + str(whole) + (f".{frac:0{d}d}" if d else ""))
+    for near in (math.nextafter(bound, -math.inf), bound, math.nextafter(bound, math.inf)):
+        text = repr(near)
+        if "e" not in text and len(text.partition(".")[2]) <= digits:
+            texts.add(text)
+    return {t for t in texts if not (t.startswith("-0") and Fraction(t) == 0)}  # "-0…" is never generated
+
+
+@pytest.mark.parametrize("bound", [0.5, -2.75, 0.1, 3.14159, -0.001, 12345.678, 1e-7, 2**40 + 0.5])
+@pytest.mark.parametrize("keyword", ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"])
+def test_non_integer_number_bounds_are_exact(keyword, bound):
+    """A decimal text matches iff jsonschema (which parses it to the nearest double) says it is within the bound:
+    texts whose double rounds onto the bound, e.g. 12345.678000000001, are judged as jsonschema judges them."""
+    schema = {"type": "number", keyword: bound}
+    match, validator = fullmatcher(schema_to_pattern(schema)), oracle(schema)
+    verdicts = collections.Counter()
+    for text in sorted(_decimals_around(bound)):
+        valid = validator.is_valid(json.loads(text))
+        assert bool(match(text)) == valid, (schema, text, valid)
+        verdicts[valid] += 1
+    assert verdicts[True] > 5 and verdicts[False] > 5, verdicts
+
+
+def test_non_integer_bounds_on_both_sides_and_next_to_integer_bounds_are_exact():
+    for schema in (
+        {"type": "number", "exclusiveMinimum": -0.5, "maximum": 0.25},
+        {"type": "number", "minimum": 0.1, "exclusiveMaximum": 0.3},
+        {"type": "number", "minimum": -3, "exclusiveMaximum": 2.5},
+        {"type": "integer", "minimum": 0.5, "maximum": 7.5},
+    ):
+        match, validator = fullmatcher(schema_to_pattern(schema)), oracle(schema)
+        bounds = [v for k, v in schema.items() if k != "type"]
+        texts = set().union(*(_decimals_around(float(b), 6) for b in bounds)) | {str(n) for n in range(-5, 10)}
+        if schema["type"] == "integer":
+            texts = {t for t in texts if "." not in t}  # integer texts only (1.0 is never generated)
+        for text in sorted(texts):
+            assert bool(match(text)) == validator.is_valid(json.loads(text)), (schema, text)
+        assert not match("1e0")  # no exponent under bounds
+    with pytest.raises(InvalidSchemaError):
+        schema_to_pattern({"type": "number", "minimum": 0.5, "maximum": 0.25})
 
 
 # -- objects ----------------------------------------------------------------------------------------
@@ -320,12 +366,54 @@ def test_all_of_is_an_intersection_not_a_concatenation():
     assert err.value.keyword == "pattern"
 
 
-def test_overlapping_one_of_is_refused_and_disjoint_one_of_is_exact():
+OVERLAPPING_ONE_OF = {
+    # schema, instances valid under exactly one branch (accepted), instances valid under two or none (rejected)
+    "integer_or_number": (
+        {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+        [1.5, -0.25, 2.75],
+        [1, 0, -3, 1.0, "x", None],
+    ),
+    "strings": (
+        {"oneOf": [{"type": "string", "maxLength": 3}, {"type": "string", "pattern": "^a"}]},
+        ["b", "", "abcd", "bc"],
+        ["ab", "a", "bcde", 1],
+    ),
+    "objects": (
+        {
+            "oneOf": [
+                {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]},
+            ]
+        },
+        [{"a": 1}, {"b": 2}, {"a": 1, "b": "y"}],
+        [{"a": 1, "b": 2}, {}, {"a": "x"}],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAPPING_ONE_OF))
+def test_overlapping_one_of_is_exactly_one(name):
+    schema, one, not_one = OVERLAPPING_ONE_OF[name]
+    match, validator = fullmatcher(schema_to_pattern(schema)), oracle(schema)
+    for instance in one:
+        assert validator.is_valid(instance) and match(compact(instance)), instance
+    for instance in not_one:
+        assert not validator.is_valid(instance) and not match(compact(instance)), instance
+    if name == "integer_or_number":  # integer-valued texts of any spelling match both branches
+        assert not match("2e0") and not match("-0.0") and not match("1.50e1")
+    dfa, rng = compile_dfa(schema_to_pattern(schema)), random.Random(name)
+    for _ in range(30):
+        text = dfa_sample(dfa, rng)
+        assert validator.is_valid(json.loads(text)), text
+
+
+def test_one_of_is_refused_where_a_branch_cannot_be_negated_and_disjoint_one_of_is_exact():
     with pytest.raises(UnsupportedSchemaError) as err:
-        schema_to_pattern({"oneOf": [{"type": "integer"}, {"type": "number"}]})
-    assert (err.value.keyword, err.value.path) == ("oneOf", "#")
+        schema_to_pattern({"oneOf": [{"type": "object", "properties": {"a": {}}, "additionalProperties": False}, {"type": "object"}]})
+    assert (err.value.keyword, err.value.path) == ("not", "#/oneOf/0/additionalProperties")
     p = matcher(HAND_WRITTEN["oneof_disjoint"])
-    assert p.fullmatch('{"kind":"a","x":1}') and not p.fullmatch('{"kind":"c"}')
+    assert p.fullmatch('{"kind":"a","x":1}') and p.fullmatch('{"kind":"b","y":"s"}')
+    assert not p.fullmatch('{"kind":"c"}') and not p.fullmatch('{"kind":"a","x":"s"}')
 
 
 def test_recursive_refs_unroll_to_a_bounded_depth():
@@ -353,28 +441,168 @@ def test_nullable_adds_null():
 
 
 @pytest.mark.parametrize(
-    "keyword, schema",
+    "keyword, where, schema",
     [
-        ("uniqueItems", {"type": "array", "uniqueItems": True}),
-        ("patternProperties", {"type": "object", "patternProperties": {"^(?=a)": {}}}),
-        ("dependentSchemas", {"dependentSchemas": {"a": {}}}),
-        ("if", {"if": {}, "then": {}}),
-        ("not", {"not": {"type": "null"}}),
-        ("contains", {"contains": {"type": "null"}}),
-        ("propertyNames", {"propertyNames": {"maxLength": 3}}),
-        ("minProperties", {"type": "object", "minProperties": 1}),
-        ("unevaluatedProperties", {"unevaluatedProperties": False}),
-        ("multipleOf", {"type": "integer", "multipleOf": 3}),
-        ("multipleOf", {"type": "number", "multipleOf": 0.5}),
-        ("format", {"type": "string", "format": "hostname"}),
+        ("uniqueItems", "", {"type": "array", "uniqueItems": True}),
+        ("patternProperties", "", {"type": "object", "patternProperties": {"^(?=a)": {}}}),
+        ("not", "/not/additionalProperties", {"type": "object", "not": {"additionalProperties": False}}),
+        ("not", "/not/multipleOf", {"type": "integer", "not": {"multipleOf": 3}}),
+        ("not", "/not/propertyNames", {"type": "object", "not": {"propertyNames": {"maxLength": 3}}}),
+        ("not", "/not/format", {"type": "string", "not": {"format": "date"}}),
+        ("not", "/if/additionalProperties", {"if": {"additionalProperties": False}, "then": {"type": "object"}}),  # ¬if
+        ("contains", "", {"contains": {"type": "null"}}),
+        ("minProperties", "", {"type": "object", "properties": {f"p{i}": {} for i in range(100)}, "minProperties": 60}),
+        ("unevaluatedProperties", "", {"unevaluatedProperties": False}),
+        ("multipleOf", "", {"type": "number", "multipleOf": 0.3}),
+        ("multipleOf", "", {"type": "number", "multipleOf": 2.5}),
+        ("multipleOf", "", {"type": "integer", "multipleOf": 1.5}),
+        pytest.param(
+            "multipleOf", "", {"type": "integer", "multipleOf": 200_000},
+            marks=pytest.mark.xfail(strict=True, reason="BUG: integer_multiple_pattern raises with path '' (divisor over 100000)"),
+        ),
+        ("format", "", {"type": "string", "format": "ipv6"}),
+        ("format", "", {"type": "string", "format": "regex"}),
     ],
 )
-def test_unenforceable_keywords_raise_with_path_and_keyword(keyword, schema):
+def test_unenforceable_keywords_raise_with_path_and_keyword(keyword, where, schema):
     wrapped = {"type": "object", "properties": {"tags": schema}, "required": ["tags"]}
     with pytest.raises(UnsupportedSchemaError) as err:
         schema_to_pattern(wrapped)
     assert err.value.keyword == keyword
-    assert err.value.path == "#/properties/tags"
+    assert err.value.path == "#/properties/tags" + where
+
+
+_TWO = {"a": {"type": "integer"}, "b": {"type": "string"}}
+ENFORCED_KEYWORDS = {
+    # name: (schema, accepted instances, rejected instances); jsonschema agrees on every one of them
+    "dependentSchemas": (
+        {"type": "object", "properties": _TWO, "dependentSchemas": {"a": {"required": ["b"]}}},
+        [{}, {"a": 1, "b": "x"}, {"b": "x"}],
+        [{"a": 1}],
+    ),
+    "dependentRequired": (
+        {"type": "object", "properties": _TWO, "dependentRequired": {"b": ["a"]}},
+        [{}, {"a": 1, "b": "x"}, {"a": 1}],
+        [{"b": "x"}],
+    ),
+    "dependencies_draft7": (
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {**_TWO, "c": {"type": "integer"}},
+            "dependencies": {"a": ["b"], "b": {"properties": {"c": {"maximum": 3}}}},
+        },
+        [{}, {"a": 1, "b": "x"}, {"b": "x", "c": 3}, {"c": 9}],
+        [{"a": 1}, {"b": "x", "c": 4}, {"a": 1, "c": 1}],
+    ),
+    "if_then_else": (
+        {"if": {"type": "integer"}, "then": {"minimum": 0}, "else": {"type": "string"}},
+        [0, 1, "x"],
+        [-1, None, 1.5, []],
+    ),
+    "if_then": (
+        {"type": "object", "properties": {"k": {"type": "string"}, "n": {"type": "integer"}}, "required": ["k"],
+         "if": {"properties": {"k": {"const": "a"}}}, "then": {"required": ["n"]}},
+        [{"k": "a", "n": 1}, {"k": "b"}, {"k": "b", "n": 2}],
+        [{"k": "a"}, {"n": 1}],
+    ),
+    "not_type": ({"not": {"type": "null"}}, [1, "a", [], {}, True], [None]),
+    "not_enum": ({"type": "string", "not": {"enum": ["a", "b"]}}, ["c", "ab", ""], ["a", "b", 1]),
+    "not_minimum": ({"type": "integer", "not": {"minimum": 5}}, [4, -100], [5, 6]),
+    "not_integer": ({"type": "number", "not": {"type": "integer"}}, [1.5, -0.25], [1, 0, 1.0]),
+    "not_required": ({"type": "object", "properties": _TWO, "not": {"required": ["a"]}}, [{}, {"b": "x"}], [{"a": 1}]),
+    "propertyNames": ({"type": "object", "propertyNames": {"maxLength": 3}}, [{}, {"abc": 1}, {"a": 1, "bb": 2}], [{"abcd": 1}]),
+    "propertyNames_listed": (
+        {"type": "object", "properties": {"long": {"type": "integer"}, "ok": {"type": "integer"}}, "propertyNames": {"maxLength": 3}},
+        [{}, {"ok": 1}],
+        [{"long": 1}, {"ok": 1, "long": 2}],
+    ),
+    "propertyNames_pattern": (
+        {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}, "additionalProperties": {"type": "integer"}},
+        [{}, {"abc": 1}, {"a": 1, "b": 2}],
+        [{"aB": 1}, {"a1": 2}, {"": 0}],
+    ),
+    "minProperties": ({"type": "object", "minProperties": 1}, [{"a": 1}, {"a": 1, "b": 2}], [{}]),
+    "min_maxProperties": (
+        {"type": "object", "properties": {k: {"type": "integer"} for k in "abc"}, "minProperties": 1, "maxProperties": 2,
+         "additionalProperties": False},
+        [{"a": 1}, {"c": 3}, {"a": 1, "b": 2}, {"b": 1, "c": 2}],
+        [{}, {"a": 1, "b": 2, "c": 3}],
+    ),
+    "maxProperties_open": (
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "maxProperties": 1},
+        [{}, {"a": 1}, {"x": 2}],
+        [{"a": 1, "x": 2}, {"x": 1, "y": 2}],
+    ),
+    "multipleOf_integer": ({"type": "integer", "multipleOf": 3}, [0, 3, -6, 9, 300, -999], [1, 4, -1, 301, 1000]),
+    "multipleOf_bounded": (
+        {"type": "integer", "multipleOf": 5, "minimum": 3, "maximum": 22},
+        [5, 10, 15, 20],
+        [0, 3, 4, 6, 22, 25, -5],
+    ),
+    "multipleOf_on_number": ({"type": "number", "multipleOf": 3, "maximum": 100}, [0, 3, 6, 99], [7, 1.5, 102]),
+    "multipleOf_half": ({"type": "number", "multipleOf": 0.5}, [0, 1, 1.5, -0.5, 2.5], [0.25, 0.3, 1.75]),
+    "multipleOf_hundredth": ({"type": "number", "multipleOf": 0.01}, [1, 0.5, 0.25, 0.75], [0.001, 0.125]),
+    "multipleOf_half_on_integer": ({"type": "integer", "multipleOf": 0.5}, [0, 1, -7], [1.5]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENFORCED_KEYWORDS))
+def test_newly_enforced_keywords_accept_valid_and_reject_invalid_instances(name):
+    schema, accepted, rejected = ENFORCED_KEYWORDS[name]
+    pattern = schema_to_pattern(schema)
+    match, validator = fullmatcher(pattern), oracle(schema)
+    for instance in accepted:
+        assert validator.is_valid(instance), ("listed as valid", instance)
+        assert match(compact(instance)), instance
+    for instance in rejected:
+        assert not validator.is_valid(instance), ("listed as invalid", instance)
+        assert not match(compact(instance)), instance
+    dfa, rng = compile_dfa(pattern), random.Random(name)
+    for _ in range(30):  # soundness beyond the listed instances: random accepted strings validate
+        text = dfa_sample(dfa, rng)
+        assert validator.is_valid(json.loads(text)), text
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: an enum next to a negation's internal $ember:notStrings keeps the excluded value")
+def test_a_negated_if_excludes_an_enum_value():
+    # ¬if gives k the internal keyword $ember:notStrings ["a"]; the enum filter (jsonschema) does not read it
+    schema = {"type": "object", "properties": {"k": {"enum": ["a", "b"]}}, "required": ["k"],
+              "if": {"properties": {"k": {"const": "a"}}}, "then": {"required": ["n"]}}
+    assert not oracle(schema).is_valid({"k": "a"})
+    assert not fullmatcher(schema_to_pattern(schema))('{"k":"a"}')
+
+
+FORMATS = {
+    # format: (accepted, rejected) strings; this jsonschema has no checker for these, so the lists are the RFCs'
+    "hostname": (["example.com", "a-b.c0.org", "localhost", "x.y.z.example"], ["-bad.com", "a..b", "exa mple.com", "bad-.com", "a" * 64 + ".com", ""]),
+    "host-name": (["example.com"], ["-bad.com"]),
+    "uri-reference": (["../a/b?c=1#frag", "https://example.com/x", "", "#top", "a/b"], ["a b", "%zz", "http://exa mple.com"]),
+    "byte": (["aGVsbG8=", "", "YWJj", "YQ=="], ["aGVsbG8", "a", "YWJj=", "@@@@", "YQ="]),
+    "url": (["https://example.com/x?y=1"], ["not a url", "/relative"]),
+    "full-date": (["2024-02-29"], ["2024-13-01", "24-01-01"]),
+    "ip-address": (["192.168.0.1"], ["256.1.1.1", "1.2.3"]),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_new_formats_and_aliases_are_enforced(fmt):
+    accepted, rejected = FORMATS[fmt]
+    match = fullmatcher(schema_to_pattern({"type": "string", "format": fmt}))
+    for text in accepted:
+        assert match(compact(text)), text
+    for text in rejected:
+        assert not match(compact(text)), text
+
+
+def test_a_non_standard_format_is_an_annotation_warned_about():
+    schema = {"type": "string", "format": "path"}
+    with pytest.warns(UnknownKeywordWarning, match="path"):
+        pattern = schema_to_pattern(schema)
+    assert fullmatcher(pattern)('"any thing / at all"') and not fullmatcher(pattern)("1")
+    with pytest.raises(UnsupportedSchemaError) as err:
+        schema_to_pattern(schema, unknown_keywords="error")
+    assert err.value.keyword == "format"
 
 
 def test_trivially_true_forms_are_accepted():
@@ -452,15 +680,88 @@ def corpus_entry(path: pathlib.Path):
         return doc, None, None, type(err).__name__
 
 
-def _reordered(value, pattern: str):
-    """The value with each object's keys sorted by where the key literal first appears in the pattern."""
+def _pattern_order(pattern: str):
+    """Sort key guessing a key's place from where its literal first appears in the pattern."""
+    def where(k):
+        i = pattern.find(json.dumps(k, ensure_ascii=False).replace('"', '\\"'))
+        return i if i >= 0 else len(pattern)
+    return where
+
+
+def _resolve(node, root, hops: int = 16):
+    """``node`` with local ``$ref``s followed (at most ``hops`` of them); None where a ref leaves the document."""
+    while isinstance(node, dict) and isinstance(node.get("$ref"), str) and hops > 0:
+        ref, hops = node["$ref"], hops - 1
+        if not ref.startswith("#"):
+            return None
+        node = root
+        for part in filter(None, ref[1:].split("/")):
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+    return node if isinstance(node, dict) else None
+
+
+def _views(node, root, value, validator, depth: int = 0) -> list[dict]:
+    """The schema nodes that describe ``value`` at ``node``: the node (its ``$ref`` followed), its ``allOf``
+    members, and the ``anyOf``/``oneOf`` branches ``value`` is valid against, in schema order."""
+    node = _resolve(node, root)
+    if node is None or depth > 16:
+        return []
+    out = [node]
+    for member in node.get("allOf", []) if isinstance(node.get("allOf"), list) else []:
+        out += _views(member, root, value, validator, depth + 1)
+    for key in ("anyOf", "oneOf"):
+        for branch in node.get(key, []) if isinstance(node.get(key), list) else []:
+            try:
+                fits = validator.evolve(schema=branch).is_valid(value)
+            except Exception:  # noqa: BLE001 - a branch jsonschema cannot judge alone: use it anyway
+                fits = True
+            if fits:
+                out += _views(branch, root, value, validator, depth + 1)
+    return out
+
+
+def _reordered(value, pattern: str, schema=None, root=None, validator=None):
+    """The value with each object's keys in the schema's own ``properties`` order (following ``$ref``, ``allOf``
+    and the ``anyOf``/``oneOf`` branches the value is valid against); keys no schema node lists, and every key
+    when ``schema`` is None, are sorted after them by where the key literal first appears in the pattern."""
+    if schema is not None and root is None:
+        root, validator = schema, oracle(schema)
+    views = _views(schema, root, value, validator) if schema is not None else []
     if isinstance(value, dict):
-        def where(k):
-            i = pattern.find(json.dumps(k, ensure_ascii=False).replace('"', '\\"'))
-            return i if i >= 0 else len(pattern)
-        return {k: _reordered(value[k], pattern) for k in sorted(value, key=where)}
+        order: dict[str, int] = {}
+        for view in views:
+            props = view.get("properties")
+            for k in props if isinstance(props, dict) else ():
+                order.setdefault(k, len(order))
+        where = _pattern_order(pattern)
+        keys = sorted(value, key=lambda k: (0, order[k], 0) if k in order else (1, 0, where(k)))
+
+        def child(k):  # every view's schema for the key (an allOf of them), else the first schema for extras
+            listed = [v["properties"][k] for v in views if isinstance(v.get("properties"), dict) and k in v["properties"]]
+            extra = [v["additionalProperties"] for v in views if isinstance(v.get("additionalProperties"), dict)]
+            return {"allOf": listed} if listed else extra[0] if extra else None
+
+        return {k: _reordered(value[k], pattern, child(k), root, validator) for k in keys}
     if isinstance(value, list):
-        return [_reordered(v, pattern) for v in value]
+        def item(i):
+            for view in views:
+                prefix = view.get("prefixItems", view.get("items"))
+                if isinstance(prefix, list):
+                    if i < len(prefix):
+                        return prefix[i]
+                    rest = view.get("items") if "prefixItems" in view else view.get("additionalItems")
+                    return rest if isinstance(rest, dict) else None
+                if isinstance(view.get("items"), dict):
+                    return view["items"]
+            return None
+
+        return [_reordered(v, pattern, item(i), root, validator) for i, v in enumerate(value)]
     return value
 
 
@@ -511,8 +812,8 @@ def corpus_report(paths) -> dict:
                 counts["valid"] += 1
                 if hit_c and hit_f:
                     counts["valid_accepted"] += 1
-                elif match_c(compact(_reordered(data, pc))):
-                    misses["key order differs from schema order"] += 1
+                elif match_c(compact(_reordered(data, pc, doc["schema"]))) or match_c(compact(_reordered(data, pc))):
+                    misses["key order differs from schema order"] += 1  # the same instance, keys permuted
                 elif _matches_with_deeper_open_values(doc["schema"], compact(data)):
                     misses["open-ended value nests deeper than any_value_depth"] += 1
                 else:
