@@ -276,16 +276,21 @@ class ChatModelEngine:
 
 def tool_call_grammar(codec: Codec, tools: list[ToolSpec], tool_choice: ToolChoice, vocab: Vocabulary, *,
                       parallel_calls: bool = False, final_pattern: str | None = None) -> Grammar | PushdownGrammar:
-    """The codec's turn grammar compiled over ``vocab``: one DFA when it fits, else (many or big tools) a pushdown
-    grammar whose rules are the tools' arguments, called from the same turn pattern."""
-    pattern = codec.tool_call_grammar(tools, tool_choice, parallel_calls=parallel_calls, final_pattern=final_pattern)
-    try:
-        return compile_regex(pattern, vocab, allow_special=True)
-    except GrammarTooLargeError:
-        rules: dict[str, str] = {}
-        turn = codec.tool_call_grammar(tools, tool_choice, parallel_calls=parallel_calls,
-                                       final_pattern=final_pattern, rules=rules)
-        return compile_rules({"turn": turn, **rules}, "turn", vocab, allow_special=True)
+    """The codec's turn grammar compiled over ``vocab``: one DFA when it fits, else (many or big tools, or a final
+    pattern that calls rules: a `RulePattern` of a recursive or big answer schema) a pushdown grammar whose rules
+    are the tools' arguments and the answer's, called from the same turn pattern."""
+    answer_rules = getattr(final_pattern, "rules", None)
+    if answer_rules is None:
+        pattern = codec.tool_call_grammar(tools, tool_choice, parallel_calls=parallel_calls,
+                                          final_pattern=final_pattern)  # fmt: skip
+        try:
+            return compile_regex(pattern, vocab, allow_special=True)
+        except GrammarTooLargeError:
+            pass
+    rules: dict[str, str] = dict(answer_rules or {})
+    turn = codec.tool_call_grammar(tools, tool_choice, parallel_calls=parallel_calls, final_pattern=final_pattern,
+                                   rules=rules)  # fmt: skip
+    return compile_rules({"turn": turn, **rules}, "turn", vocab, allow_special=True)
 
 
 class _TextStream:

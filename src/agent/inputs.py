@@ -97,13 +97,16 @@ def check_json_schema(schema: Any, what: str) -> None:
     except jsonschema.SchemaError as error:
         where = "/" + "/".join(str(part) for part in error.absolute_path)
         raise InputError(f"{what}: not a valid JSON Schema: at {where}: {one_line(error.message)}") from None
-    from constrained.errors import ConstrainedError
-    from constrained.schema import schema_to_pattern
+    from constrained.errors import ConstrainedError, GrammarTooLargeError
+    from constrained.schema import schema_to_pattern, schema_to_rules
 
     try:
         with warnings.catch_warnings():  # unknown keywords are warned about once, by the real compile later
             warnings.simplefilter("ignore")
-            schema_to_pattern(schema, whitespace="compact")
+            try:
+                schema_to_pattern(schema, whitespace="compact")
+            except GrammarTooLargeError:  # too big for one pattern: the compile will take rules (schema-coverage.md)
+                schema_to_rules(schema, whitespace="compact")
     except ConstrainedError as error:
         raise InputError(f"{what}: {one_line(error, 300)}") from None
     except RecursionError:

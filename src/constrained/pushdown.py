@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import json
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -40,7 +42,7 @@ from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, toke
 from constrained.shortcut import string_body_shortcut
 from constrained.vocabulary import Vocabulary
 
-__all__ = ["CALL_PREFIX", "PushdownGrammar", "PushdownMatcher", "compile_rules", "call"]
+__all__ = ["CALL_PREFIX", "PushdownGrammar", "PushdownMatcher", "RulePattern", "compile_rules", "call"]
 
 CALL_PREFIX = "="
 """A special-terminal name starting with this is a rule call: ``(?&=value)`` calls rule ``value``."""
@@ -58,6 +60,25 @@ def call(name: str) -> str:
     if not name or ")" in name:
         raise GrammarError(f"invalid rule name {name!r}: it must be non-empty and contain no ')'")
     return f"(?&{CALL_PREFIX}{name})"
+
+
+class RulePattern(str):
+    """A pattern that calls rules: the text, plus the bodies of the rules it calls (``rules``), so a pattern can
+    travel where patterns go (a codec's final-answer pattern) and still be compiled with its rules. Rule names are
+    content-addressed (``<prefix>.<sha12>.<name>``): two different rule sets never share a name or a cache key."""
+
+    rules: dict[str, str]
+
+    def __new__(cls, rules: Mapping[str, str], start: str, *, prefix: str) -> RulePattern:
+        digest = hashlib.sha256(json.dumps([start, sorted(rules.items())]).encode()).hexdigest()[:12]
+        names = {name: f"{prefix}.{digest}.{name}" for name in rules}
+
+        def renamed(body: str) -> str:
+            return re.sub(r"\(\?&=([^)]*)\)", lambda m: call(names.get(m.group(1), m.group(1))), body)
+
+        text = super().__new__(cls, call(names[start]))
+        text.rules = {names[name]: renamed(body) for name, body in rules.items()}
+        return text
 
 
 def compile_rules(

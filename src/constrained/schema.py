@@ -881,6 +881,7 @@ class _Compiler:
             import jsonschema
 
             cls = jsonschema.validators.validator_for(self.root, default=jsonschema.Draft202012Validator)
+            cls = jsonschema.validators.extend(cls, _kw.internal_validators())  # enum candidates meet them too
             self._validator = cls(self.root, format_checker=cls.FORMAT_CHECKER)
         return self._validator
 
@@ -1054,11 +1055,8 @@ class _Compiler:
         if max_p is not None and n_required > max_p:
             return None
         if min_p > n_required or (max_p is not None and (extra_pattern is not None or len(members) > max_p)):
-            try:
-                body, can_be_empty = _kw.counted_members(members, extra_pattern, self.sep, min_p, max_p,
-                                                         self.members_body)
-            except UnsupportedSchemaError as err:
-                raise UnsupportedSchemaError(path, err.keyword, err.detail) from None
+            body, can_be_empty = _kw.counted_members(members, extra_pattern, self.sep, min_p, max_p,
+                                                     self.members_body, path)
             return self.container(r"\{", r"\}", body, can_be_empty)
         body, can_be_empty = self.members_body(members, extra_pattern)
         return self.container(r"\{", r"\}", body, can_be_empty)

@@ -23,6 +23,7 @@ bound and its neighbouring double is exclusive on the safe side, so rounding can
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 from typing import Any, Callable
 
@@ -54,6 +55,35 @@ NOT_INTEGER = "$ember:notInteger"
 """Internal: the number must not be integer-valued (what ``not: {type: integer}`` leaves of numbers)."""
 INTERNAL_KEYWORDS = frozenset({NOT_PATTERN, NOT_STRINGS, NOT_INTEGER})
 """Read by the compiler; `_merge` unites the list-valued ones."""
+
+def internal_validators() -> dict[str, Any]:
+    """jsonschema validator functions for the internal keywords, so an ``enum``/``const`` candidate is filtered by
+    everything the compiler enforces (a negated ``if`` leaves ``NOT_STRINGS`` next to an enum; jsonschema alone
+    would ignore it and keep a value the schema forbids). Conservative: a string is refused under ``NOT_PATTERN``
+    when Python's ``re`` finds a match or cannot read the pattern."""
+    import jsonschema  # noqa: PLC0415 (only the enum filter needs it)
+
+    def not_strings(validator: Any, strings: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, str) and instance in strings:
+            yield jsonschema.ValidationError(f"{instance!r} is excluded")
+
+    def not_pattern(validator: Any, patterns: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, str):
+            for pattern in patterns:
+                try:
+                    hit = re.search(pattern, instance) is not None
+                except (re.error, TypeError):
+                    hit = True
+                if hit:
+                    yield jsonschema.ValidationError(f"{instance!r} may match the excluded pattern {pattern!r}")
+
+    def not_integer(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        if value and isinstance(instance, (int, float)) and not isinstance(instance, bool):
+            if float(instance).is_integer():
+                yield jsonschema.ValidationError(f"{instance!r} is integer-valued")
+
+    return {NOT_STRINGS: not_strings, NOT_PATTERN: not_pattern, NOT_INTEGER: not_integer}
+
 
 REWRITTEN_KEYWORDS = frozenset({"not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas"})
 """Keywords `conjuncts` turns into extra allOf members."""
@@ -462,7 +492,7 @@ def _step_fractions(step: Fraction, raw: Any) -> tuple[str, bool] | None:
     return "(?:" + "|".join(fracs) + ")?", True
 
 
-def integer_multiple_pattern(range_pattern: str, n: int) -> str | None:
+def integer_multiple_pattern(range_pattern: str, n: int, path: str) -> str | None:
     """Integer texts of ``range_pattern`` whose value is a multiple of n (an automaton tracking the remainder)."""
     import numpy as np  # noqa: PLC0415
 
@@ -471,7 +501,7 @@ def integer_multiple_pattern(range_pattern: str, n: int) -> str | None:
     if n == 1:
         return range_pattern
     if n > 100_000:
-        raise UnsupportedSchemaError("", "multipleOf", "a divisor over 100000")
+        raise UnsupportedSchemaError(path, "multipleOf", "a divisor over 100000")
     states = n + 2  # 0 start, 1 after '-', 2 + r: remainder r
     table = np.full((states, 256), fsm.DEAD, dtype=np.int32)
     table[0, ord("-")] = 1
@@ -519,7 +549,7 @@ def number_pattern(flat: dict, path: str, integer: bool, int_digits: int, frac_d
         if base is None or step is None:
             return base
         if step.denominator == 1:
-            return integer_multiple_pattern(base, int(step))
+            return integer_multiple_pattern(base, int(step), path)
         fr = _step_fractions(step, step_raw)
         if fr is not None or (isinstance(step_raw, float) and step.numerator == 1
                               and step.denominator & (step.denominator - 1) == 0):
@@ -558,7 +588,7 @@ def number_pattern(flat: dict, path: str, integer: bool, int_digits: int, frac_d
 
 
 def counted_members(members: list[tuple[str, str, bool]], extra: str | None, sep: str, lo: int, hi: int | None,
-                    members_body: Callable[[list, str | None], tuple[str | None, bool]],
+                    members_body: Callable[[list, str | None], tuple[str | None, bool]], path: str,
                     ) -> tuple[str | None, bool]:
     """`members_body` with between lo and hi members present: (body pattern, whether the object may be empty).
 
@@ -569,7 +599,7 @@ def counted_members(members: list[tuple[str, str, bool]], extra: str | None, sep
 
     n = len(members)
     if (n + 1) * (max(lo, hi or 0) + 1) > 4096:
-        raise UnsupportedSchemaError("", "minProperties", "counting that many properties")
+        raise UnsupportedSchemaError(path, "minProperties", "counting that many properties")
     memo: dict[tuple[int, bool, int, int | None], str | None] = {}
 
     def tail_free(i: int, started: bool) -> str | None:

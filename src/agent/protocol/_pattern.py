@@ -13,7 +13,6 @@ tool choices no offered tool satisfies (typed errors).
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -219,7 +218,7 @@ def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str, rules: di
     wrote ``"location":"https://…"`` where, spaced as it reads its own calls, it writes ``"location": "New York"``.
 
     With ``rules`` (a dict to fill), each tool's arguments become rules of a pushdown grammar instead
-    (``constrained.schema.schema_to_rules``, names prefixed ``args<i>.``) called from an ``envelope`` rule, and the
+    (``constrained.schema.schema_to_rules``, named by `constrained.pushdown.RulePattern`) called from an ``envelope`` rule, and the
     pattern returned is a call of it: many tools then cost one small rule each, not one DFA holding all of them
     once per place the turn can spell a call (`constrained.pushdown.compile_rules`).
     """
@@ -229,12 +228,12 @@ def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str, rules: di
     def arguments(schema: dict, i: int) -> str:
         if rules is None:
             return schema_to_pattern(schema, whitespace="spaced")
+        from constrained.pushdown import RulePattern
         from constrained.schema import schema_to_rules
 
-        own, start = schema_to_rules(schema, whitespace="spaced")
-        for name, body in own.items():
-            rules[f"args{i}.{name}"] = re.sub(r"\(\?&=([^)]*)\)", lambda m: f"(?&=args{i}.{m.group(1)})", body)
-        return f"(?&=args{i}.{start})"
+        own = RulePattern(*schema_to_rules(schema, whitespace="spaced"), prefix=f"args{i}")
+        rules.update(own.rules)
+        return str(own)
 
     sep = escape(f'", "{args_key}": ')
     loose = [escape(t.name) for t in tools if not t.constrained]

@@ -342,7 +342,6 @@ def _pattern(schema_json: str, closed: bool) -> str:
 
     from agent.schema import close_for_grammar
     from constrained.errors import ConstrainedError, InvalidSchemaError, UnsupportedSchemaError
-    from constrained.schema import schema_to_pattern
 
     schema = json.loads(schema_json)
     if not isinstance(schema, dict):
@@ -355,7 +354,7 @@ def _pattern(schema_json: str, closed: bool) -> str:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # unknown keys are annotations; nothing is left unenforced
-            return schema_to_pattern(close_for_grammar(schema) if closed else schema, whitespace="compact")
+            return _pattern_or_rules(close_for_grammar(schema) if closed else schema)
     except UnsupportedSchemaError as error:
         raise ApiError(400, f"{error} (the server refuses what it cannot enforce)",
                        code="unsupported_schema") from None
@@ -363,6 +362,19 @@ def _pattern(schema_json: str, closed: bool) -> str:
         raise ApiError(400, str(error), code="invalid_schema") from None
     except ConstrainedError as error:
         raise ApiError(400, str(error), code="unsupported_schema") from None
+
+
+def _pattern_or_rules(schema: dict[str, Any]) -> str:
+    """One pattern when one DFA can hold the schema; else (a recursive $ref, a schema too big) a `RulePattern`
+    calling the schema's rules, which the engine compiles as a pushdown grammar: exact at any depth."""
+    from constrained.errors import GrammarTooLargeError
+    from constrained.pushdown import RulePattern
+    from constrained.schema import RecursionUnrolled, schema_to_pattern, schema_to_rules
+
+    try:
+        return schema_to_pattern(schema, whitespace="compact", recursion="refuse")
+    except (RecursionUnrolled, GrammarTooLargeError):
+        return RulePattern(*schema_to_rules(schema, whitespace="compact"), prefix="answer")
 
 
 # -- limits and sampling -------------------------------------------------------------------------------------------

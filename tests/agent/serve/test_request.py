@@ -52,6 +52,17 @@ def test_a_json_schema_format_carries_its_pattern():
     assert request.response_format == "json_schema" and request.final_pattern
 
 
+def test_a_recursive_json_schema_carries_its_rules():
+    tree = {"type": "object", "properties": {"name": {"type": "string"}, "kids": {"type": "array", "items": {
+        "$ref": "#"}}}, "required": ["name"], "additionalProperties": False}
+    request = parse(response_format={"type": "json_schema", "json_schema": {"name": "tree", "schema": tree}})
+    from constrained.pushdown import RulePattern
+
+    assert isinstance(request.final_pattern, RulePattern)
+    rules = request.final_pattern.rules
+    assert any(f"(?&={name})" in body for name, body in rules.items())  # a rule that calls itself: recursion
+
+
 @pytest.mark.parametrize(("body", "param", "code"), [
     ({"n": 3}, "n", "unsupported_value"),
     ({"logit_bias": {"1": 5}}, "logit_bias", "unsupported_value"),
@@ -67,7 +78,7 @@ def test_a_json_schema_format_carries_its_pattern():
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
      "messages[0].content[0]", "invalid_value"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-        "type": "object", "properties": {"a": {"type": "string", "format": "hostname"}}}}}},
+        "type": "object", "properties": {"a": {"type": "string", "format": "ipv6"}}}}}},
      "response_format.json_schema.schema", "unsupported_schema"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}},
      "response_format.json_schema.schema", "invalid_schema"),

@@ -90,6 +90,16 @@ def test_strict_json_schema_answers_validate_and_report_usage(client):
         assert response.usage.total_tokens == response.usage.prompt_tokens + response.usage.completion_tokens
 
 
+def test_a_recursive_answer_schema_is_held_at_any_depth(client):
+    tree = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "children": {
+        "type": "array", "items": {"$ref": "#"}}}, "required": ["name", "children"], "additionalProperties": False}
+    response = client.chat.completions.create(
+        model=MODEL, messages=ask("A family tree of three generations as JSON."), max_tokens=120, temperature=0.9,
+        seed=3, response_format={"type": "json_schema", "json_schema": {"name": "tree", "strict": True,
+                                                                        "schema": tree}})
+    jsonschema.validate(json.loads(response.choices[0].message.content), tree)
+
+
 def test_parse_with_a_pydantic_model_returns_the_parsed_object(client):
     class City(BaseModel):
         name: str
