@@ -7,7 +7,9 @@ rendered the way llama-cpp-python renders it. The data path, one module per arro
     JSON Schema ──schema──► pattern ──regex──► AST ──fsm──► byte DFA ─┐
                                                                      ├─index──► per-state token masks (C kernel,
     Vocabulary ──────────────────────────────────────────────────────┘            lazy, cached in memory + disk)
+    JSON Schema ──schema──► rules (when one DFA cannot hold it: recursion, size) ──pushdown──► PushdownGrammar
     GBNF text ──gbnf──► rules ──pushdown──► PushdownGrammar (compile_gbnf: llama.cpp's grammar format)
+    PushdownGrammar (rules calling rules; compile_rules) ──► PushdownMatcher (the Matcher interface, with a stack)
     Grammar (grammar: DFA + index, immutable) ──► Matcher (matcher: one sequence, budget-aware closing)
     Matcher ──► LogitsProcessor (processor: llama-cpp-python hook; completion_kwargs() gives create_completion
                 the processor's own budget)  or  decode (decoding: the own loop over LlamaModel (llama) with
@@ -26,13 +28,14 @@ from importlib.metadata import PackageNotFoundError, version
 
 from constrained.decoding import DecodeResult, DecodeTimings, FinishReason, decode
 from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLanguageError, GbnfSyntaxError,
-                                GrammarTooLargeError, IncompatibleVocabularyError, InvalidSchemaError, MaskError,
+                                GrammarError, GrammarTooLargeError, IncompatibleVocabularyError, InvalidSchemaError, MaskError,
                                 RegexSyntaxError, UnknownKeywordWarning, UnsupportedSchemaError)
 from constrained.gbnf import compile_gbnf
 from constrained.grammar import Grammar, compile_json_schema, compile_regex
 from constrained.llama import LlamaModel
 from constrained.matcher import Matcher
 from constrained.processor import LogitsProcessor
+from constrained.pushdown import PushdownGrammar, PushdownMatcher, compile_rules
 from constrained.sampling import Sampler, SamplingParams
 from constrained.structured import ChatTemplateError, GenerationError, generate, render_chat_prompt
 from constrained.vocabulary import Vocabulary
@@ -53,6 +56,7 @@ __all__ = [
     "GbnfSyntaxError",
     "GenerationError",
     "Grammar",
+    "GrammarError",
     "GrammarTooLargeError",
     "IncompatibleVocabularyError",
     "InvalidSchemaError",
@@ -60,6 +64,8 @@ __all__ = [
     "LogitsProcessor",
     "MaskError",
     "Matcher",
+    "PushdownGrammar",
+    "PushdownMatcher",
     "RegexSyntaxError",
     "Sampler",
     "SamplingParams",
@@ -70,6 +76,7 @@ __all__ = [
     "compile_gbnf",
     "compile_json_schema",
     "compile_regex",
+    "compile_rules",
     "decode",
     "generate",
     "render_chat_prompt",

@@ -40,6 +40,7 @@ import numpy as np
 from constrained.errors import BudgetTooSmallError, MaskError
 from constrained.grammar import Grammar
 from constrained.matcher import Matcher
+from constrained.pushdown import PushdownGrammar, PushdownMatcher
 
 __all__ = ["DEFAULT_BUDGET", "LLAMA_CPP_DEFAULT_MAX_TOKENS", "LogitsProcessor"]
 
@@ -66,10 +67,10 @@ class LogitsProcessor:
         BudgetTooSmallError: ``max_tokens`` cannot fit the shortest accepted document.
     """
 
-    def __init__(self, grammar: Grammar, *, max_tokens: int | None = DEFAULT_BUDGET) -> None:
+    def __init__(self, grammar: Grammar | PushdownGrammar, *, max_tokens: int | None = DEFAULT_BUDGET) -> None:
         self.grammar = grammar
         try:
-            self.matcher: Matcher = grammar.matcher(max_tokens)
+            self.matcher: Matcher | PushdownMatcher = grammar.matcher(max_tokens)
             """The cursor following this generation."""
         except BudgetTooSmallError as error:
             error.add_note(f"use LogitsProcessor(grammar, max_tokens=N) with N >= {error.needed}, then "

@@ -26,6 +26,7 @@ import numpy as np
 
 from constrained.grammar import Grammar
 from constrained.matcher import Matcher
+from constrained.pushdown import PushdownGrammar, PushdownMatcher
 
 __all__ = ["RequestGrammar"]
 
@@ -38,8 +39,8 @@ class RequestGrammar:
         max_tokens: the request's token budget for budget-aware closing, or None.
     """
 
-    def __init__(self, grammar: Grammar, max_tokens: int | None = None) -> None:
-        self.matcher: Matcher = grammar.matcher(max_tokens=max_tokens)
+    def __init__(self, grammar: Grammar | PushdownGrammar, max_tokens: int | None = None) -> None:
+        self.matcher: Matcher | PushdownMatcher = grammar.matcher(max_tokens=max_tokens)
         self._words = (len(grammar.vocabulary) + 31) // 32
 
     @property
