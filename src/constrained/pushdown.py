@@ -129,12 +129,10 @@ class PushdownGrammar:
         self._shortest()
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
-        _kernel.check(self._table, self._width, np.zeros(1, dtype=np.int32), np.ones(1, dtype=np.int32),
-                      np.zeros(2, dtype=np.int32), np.zeros(0, dtype=np.int32), 0, self.trie.vocab_size)  # fmt: skip
         self._eos = tuple(sorted(vocab.eos_token_ids))
         table_dfa = fsm.DFA.from_table(self._table, accepting=self._top_accept, distance=np.zeros(self.n_states,
                                        dtype=np.int32), special_names=self.special_names)  # fmt: skip
-        self._index = TokenIndex(table_dfa, vocab, preflight=False, table_checked=True)
+        self._index = TokenIndex(table_dfa, vocab, preflight=False)  # checks the table the kernels will trust
         """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
         of the start rule); calls and returns are this module's business."""
         self._shortcut = string_body_shortcut(self.trie)
