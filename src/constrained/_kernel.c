@@ -443,30 +443,31 @@ done:
 }
 
 PyDoc_STRVAR(rule_exits_doc,
-"rule_exits(transitions, width, boundary, starts, start_states, node_byte, node_depth, node_end, max_depth,\n"
-"           out_exit_nodes, out_exit_states) -> n_exits\n\n"
+"rule_exits(transitions, width, boundary, reach, starts, start_states, node_byte, node_depth, node_end, deepest,\n"
+"           max_depth, out_exit_nodes, out_exit_states) -> n_exits\n\n"
 "The exits of `walk_rule` (nodes with children whose state is a boundary) in the subtrees rooted AT each\n"
-"starts[k] (the node itself included), walked from start_states[k] at its parent: what a string state's exits\n"
-"are once its string-body part is known not to reach a boundary. Output arrays: int32[n_nodes].");
+"starts[k] (the node itself included), walked from start_states[k] at its parent. A subtree is skipped when its\n"
+"deepest node is too shallow for the state to reach a boundary (reach: int32[n_states], fewest bytes to a\n"
+"boundary state; deepest: int32[n_nodes], the greatest depth in each node's subtree). Output: int32[n_nodes].");
 
 static PyObject *
 rule_exits(PyObject *self, PyObject *args)
 {
-    PyObject *o[9];
+    PyObject *o[11];
     Py_ssize_t width, max_depth;
-    if (!PyArg_ParseTuple(args, "OnOOOOOOnOO", &o[0], &width, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
-                          &max_depth, &o[7], &o[8])) {
+    if (!PyArg_ParseTuple(args, "OnOOOOOOOOnOO", &o[0], &width, &o[1], &o[9], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[10], &max_depth, &o[7], &o[8])) {
         return NULL;
     }
-    Py_buffer b[9];
-    const Py_ssize_t sizes[9] = {4, 1, 4, 4, 1, 4, 4, 4, 4};
-    const int wr[9] = {0, 0, 0, 0, 0, 0, 0, 1, 1};
-    const char *names[9] = {"transitions", "boundary", "starts", "start_states", "node_byte", "node_depth",
-                            "node_end", "out_exit_nodes", "out_exit_states"};
+    Py_buffer b[11];
+    const Py_ssize_t sizes[11] = {4, 1, 4, 4, 1, 4, 4, 4, 4, 4, 4};
+    const int wr[11] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0};
+    const char *names[11] = {"transitions", "boundary", "starts", "start_states", "node_byte", "node_depth",
+                             "node_end", "out_exit_nodes", "out_exit_states", "reach", "deepest"};
     int got = 0;
     PyObject *result = NULL;
     int32_t *states = NULL;
-    for (; got < 9; got++) {
+    for (; got < 11; got++) {
         if (get_buf(o[got], &b[got], wr[got], sizes[got], names[got]) < 0) goto done;
     }
     const int32_t *T = (const int32_t *)b[0].buf;
@@ -478,10 +479,13 @@ rule_exits(PyObject *self, PyObject *args)
     const int32_t *ne = (const int32_t *)b[6].buf;
     int32_t *xnode = (int32_t *)b[7].buf;
     int32_t *xstate = (int32_t *)b[8].buf;
+    const int32_t *reach = (const int32_t *)b[9].buf;
+    const int32_t *deepest = (const int32_t *)b[10].buf;
     Py_ssize_t n_states = width > 0 ? n_items(&b[0]) / width : 0;
     Py_ssize_t n_nodes = n_items(&b[4]);
     Py_ssize_t n_starts = n_items(&b[2]);
     if (width < 256 || n_items(&b[0]) != n_states * width || n_items(&b[1]) != n_states ||
+        n_items(&b[9]) != n_states || n_items(&b[10]) != n_nodes ||
         n_items(&b[3]) != n_starts || n_items(&b[5]) != n_nodes || n_items(&b[6]) != n_nodes ||
         n_items(&b[7]) < n_nodes || n_items(&b[8]) < n_nodes || max_depth < 0 || n_nodes < 1) {
         PyErr_SetString(PyExc_ValueError, "rule_exits: inconsistent array sizes");
@@ -510,6 +514,10 @@ rule_exits(PyObject *self, PyObject *args)
                 i = ne[i];
                 continue;
             }
+            if (reach[ns] > deepest[i] - d) { /* no node below is deep enough to get to a boundary */
+                i = ne[i];
+                continue;
+            }
             states[d] = ns;
             if (bd[ns] && ne[i] > i + 1 && n_exits < n_nodes) {
                 xnode[n_exits] = (int32_t)i;
@@ -527,6 +535,51 @@ done:
         got--;
         PyBuffer_Release(&b[got]);
     }
+    return result;
+}
+
+PyDoc_STRVAR(subtree_deepest_doc,
+"subtree_deepest(node_depth, node_end, out) -> None\n\n"
+"out[i] = the greatest node_depth in the preorder subtree [i, node_end[i]) (int32[n_nodes]).");
+
+static PyObject *
+subtree_deepest(PyObject *self, PyObject *args)
+{
+    PyObject *o_d, *o_e, *o_out;
+    if (!PyArg_ParseTuple(args, "OOO", &o_d, &o_e, &o_out)) return NULL;
+    Py_buffer bd, be, bo;
+    if (get_buf(o_d, &bd, 0, 4, "node_depth") < 0) return NULL;
+    if (get_buf(o_e, &be, 0, 4, "node_end") < 0) {
+        PyBuffer_Release(&bd);
+        return NULL;
+    }
+    if (get_buf(o_out, &bo, 1, 4, "out") < 0) {
+        PyBuffer_Release(&bd);
+        PyBuffer_Release(&be);
+        return NULL;
+    }
+    Py_ssize_t n = n_items(&bd);
+    PyObject *result = NULL;
+    if (n_items(&be) != n || n_items(&bo) != n) {
+        PyErr_SetString(PyExc_ValueError, "subtree_deepest: inconsistent array sizes");
+    } else {
+        const int32_t *nd = (const int32_t *)bd.buf;
+        const int32_t *ne = (const int32_t *)be.buf;
+        int32_t *out = (int32_t *)bo.buf;
+        for (Py_ssize_t i = n - 1; i >= 0; i--) { /* children come after their parent in preorder */
+            int32_t best = nd[i];
+            for (Py_ssize_t c = i + 1; c < ne[i] && c < n; c = ne[c]) {
+                if (out[c] > best) best = out[c];
+                if (ne[c] <= c) break; /* corrupt trie: never loop */
+            }
+            out[i] = best;
+        }
+        Py_INCREF(Py_None);
+        result = Py_None;
+    }
+    PyBuffer_Release(&bd);
+    PyBuffer_Release(&be);
+    PyBuffer_Release(&bo);
     return result;
 }
 
@@ -1239,6 +1292,7 @@ static PyMethodDef kernel_methods[] = {
     {"walk", walk, METH_VARARGS, walk_doc},
     {"walk_rule", walk_rule, METH_VARARGS, walk_rule_doc},
     {"rule_exits", rule_exits, METH_VARARGS, rule_exits_doc},
+    {"subtree_deepest", subtree_deepest, METH_VARARGS, subtree_deepest_doc},
     {"check", check, METH_VARARGS, check_doc},
     {"walk_exits", walk_exits, METH_VARARGS, walk_exits_doc},
     {"template_map", template_map, METH_VARARGS, template_map_doc},

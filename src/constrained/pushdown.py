@@ -25,6 +25,7 @@ Left recursion (a rule reaching itself before consuming a byte) is refused; so i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import json
@@ -38,7 +39,7 @@ import numpy as np
 from constrained import _kernel, fsm
 from constrained.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError, IncompatibleVocabularyError
 from constrained.fsm import DEAD
-from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, token_trie
+from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, TokenTrie, token_trie
 from constrained.shortcut import string_body_shortcut
 from constrained.vocabulary import Vocabulary
 
@@ -220,6 +221,7 @@ class PushdownGrammar:
         table = self._table
         sources, symbols = np.nonzero(table >= 0)
         pairs = np.unique(sources.astype(np.int64) * n + table[sources, symbols])  # one edge per (source, target)
+        self._pairs = (pairs // n, pairs % n)
         into: dict[int, list[int]] = {}
         for s, t in zip((pairs // n).tolist(), (pairs % n).tolist()):
             into.setdefault(t, []).append(s)
@@ -279,6 +281,19 @@ class PushdownGrammar:
         boundary = self._rule_accept.copy()
         boundary[list(self._calls)] = True
         self._boundary = boundary.astype(np.uint8)
+        self._reach = self._bytes_to_boundary(boundary)
+
+    def _bytes_to_boundary(self, boundary: np.ndarray) -> np.ndarray:
+        """Fewest bytes from each state to a boundary state (capped at 1024: longer than any token): what lets
+        an exits walk skip a subtree whose tokens are too short to get there."""
+        sources, targets = self._pairs  # edges before states that cannot finish were cut: reach errs low, safely
+        reach = np.where(boundary, 0, 1024).astype(np.int32)
+        for steps in range(1, 1024):
+            nearer = sources[(reach[targets] == steps - 1) & (reach[sources] > steps)]
+            if nearer.shape[0] == 0:
+                break
+            reach[nearer] = steps
+        return reach
 
     def _refuse_left_recursion(self) -> None:
         """A rule that can reach a call of itself without consuming a byte would push forever."""
@@ -410,22 +425,23 @@ class PushdownGrammar:
         return inside
 
     def _exits(self, state: int) -> tuple[np.ndarray, np.ndarray]:
-        """The trie nodes (and states) where the walk from ``state`` sits on a boundary with bytes to go. In a
-        string state whose string-body image holds no boundary, only the subtrees where the body ends are walked
-        (the shortcut's exits), not the whole trie."""
+        """The trie nodes (and states) where the walk from ``state`` sits on a boundary with bytes to go. Subtrees
+        whose tokens are too short to reach a boundary are skipped; in a string state whose string-body image holds
+        no boundary, only the subtrees where the body ends (the shortcut's exits) are walked at all."""
         shortcut = self._shortcut
-        embedding = None if shortcut is None else shortcut.embedding(self._table, state)
-        if embedding is None or self._boundary[embedding].any():
-            _, _, exit_nodes, exit_states = self._walk(state, 0)
-            return exit_nodes, exit_states
-        assert shortcut is not None
         trie = self.trie
+        embedding = None if shortcut is None else shortcut.embedding(self._table, state)
+        if embedding is not None and not self._boundary[embedding].any():
+            assert shortcut is not None
+            starts, start_states = shortcut.exit_nodes, embedding[shortcut.exit_body_state]
+        else:
+            starts = _root_children(trie)
+            start_states = np.full(starts.shape[0], state, dtype=np.int32)
         with self._lock:
             _, _, out_nodes, out_states, _ = self._walk_buffers()
             n_exits = _kernel.rule_exits(
-                self._table, self._width, self._boundary, shortcut.exit_nodes,
-                embedding[shortcut.exit_body_state], trie.node_byte, trie.node_depth, trie.node_end, trie.max_depth,
-                out_nodes, out_states,
+                self._table, self._width, self._boundary, self._reach, starts, np.ascontiguousarray(start_states),
+                trie.node_byte, trie.node_depth, trie.node_end, _deepest(trie), trie.max_depth, out_nodes, out_states,
             )  # fmt: skip
             return out_nodes[:n_exits].copy(), out_states[:n_exits].copy()
 
@@ -551,6 +567,21 @@ class PushdownGrammar:
             forced = bytes(out)
             self._forced = _bounded_put(self._forced, configs, forced)
         return forced
+
+
+@functools.lru_cache(maxsize=8)
+def _root_children(trie: TokenTrie) -> np.ndarray:
+    """The depth-1 nodes of a trie, in preorder."""
+    children = trie.root_child[trie.root_child >= 0]
+    return np.ascontiguousarray(np.sort(children), dtype=np.int32)
+
+
+@functools.lru_cache(maxsize=8)
+def _deepest(trie: TokenTrie) -> np.ndarray:
+    """The greatest depth in each node's subtree (the longest token below it, in bytes)."""
+    out = np.empty(trie.n_nodes, dtype=np.int32)
+    _kernel.subtree_deepest(trie.node_depth, trie.node_end, out)
+    return out
 
 
 def _bounded_put(cache: dict, key: Any, value: Any) -> dict:
