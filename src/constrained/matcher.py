@@ -27,12 +27,72 @@ from constrained.index import TERMINAL, StateMask
 if TYPE_CHECKING:
     from constrained.grammar import Grammar
 
-__all__ = ["Matcher"]
+__all__ = ["Matcher", "SharedMoves"]
 
 _NOTHING = StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), 0)
 
 
-class Matcher:
+class SharedMoves:
+    """What both cursors — `Matcher` (one DFA) and `constrained.pushdown.PushdownMatcher` (rules, a stack) — do the
+    same way, over their ``_mask()`` (the `StateMask` allowed next, budget applied; `_NOTHING` after EOS),
+    ``advance`` and ``rollback``."""
+
+    def _mask(self) -> StateMask:
+        raise NotImplementedError
+
+    def advance(self, token_id: int) -> bool:
+        raise NotImplementedError
+
+    def rollback(self, n_tokens: int) -> None:
+        raise NotImplementedError
+
+    def allowed_token_ids(self) -> np.ndarray:
+        """Sorted int32 ids allowed next (read-only; EOS ids included iff the state is accepting)."""
+        return self._mask().allowed
+
+    def is_allowed(self, token_id: int) -> bool:
+        """Whether `advance(token_id)` would succeed."""
+        return self._mask().next_state(int(token_id)) is not None
+
+    def forced_token(self) -> int | None:
+        """The only allowed token when the mask has exactly one entry, else ``None``."""
+        mask = self._mask()
+        return int(mask.allowed[0]) if len(mask) == 1 else None
+
+    def validate_tokens(self, token_ids: Sequence[int]) -> int:
+        """How many leading ``token_ids`` `advance` would accept in a row from here; nothing changes (what a
+        speculative decoder asks of its draft tokens)."""
+        accepted = 0
+        try:
+            for token_id in token_ids:
+                if not self.advance(token_id):
+                    break
+                accepted += 1
+        finally:
+            self.rollback(accepted)
+        return accepted
+
+    # -- masking ---------------------------------------------------------------------------------------------------
+
+    def fill_bitmask(self, out: np.ndarray) -> None:
+        """Write the allowed set into ``out`` (uint32 [ceil(vocab_size / 32)]): bit ``i % 32`` of word ``i // 32``
+        set iff id ``i`` is allowed next — llguidance's token-bitmask layout. All zero once terminated by EOS."""
+        mask = self._mask()
+        if mask is _NOTHING:
+            out[...] = 0
+            return
+        np.copyto(out, mask.bits, casting="no")
+
+    def apply_mask(self, logits: np.ndarray) -> None:
+        """Write -inf in place at every disallowed id (all of them once terminated by EOS)."""
+        mask = self._mask()
+        if mask is _NOTHING:
+            logits[...] = -np.inf
+            return
+        mask.apply(logits)
+
+
+class Matcher(SharedMoves):
     """One sequence's cursor in a grammar. Not thread-safe (one matcher per sequence); the grammar is.
 
     Args:
@@ -89,14 +149,6 @@ class Matcher:
 
     # -- queries ---------------------------------------------------------------------------------------------------
 
-    def allowed_token_ids(self) -> np.ndarray:
-        """Sorted int32 ids allowed next (read-only; EOS ids included iff the state is accepting)."""
-        return self._mask().allowed
-
-    def is_allowed(self, token_id: int) -> bool:
-        """Whether `advance(token_id)` would succeed."""
-        return self._mask().next_state(int(token_id)) is not None
-
     def is_accepting(self) -> bool:
         """Whether the bytes so far form a complete document (also true after EOS)."""
         state = self._states[-1]
@@ -117,11 +169,6 @@ class Matcher:
         state = self._states[-1]
         return b"" if state == TERMINAL else self._index.forced_bytes(state)
 
-    def forced_token(self) -> int | None:
-        """The only allowed token when the mask has exactly one entry, else ``None``."""
-        mask = self._mask()
-        return int(mask.allowed[0]) if len(mask) == 1 else None
-
     # -- moves -----------------------------------------------------------------------------------------------------
 
     def advance(self, token_id: int) -> bool:
@@ -132,19 +179,6 @@ class Matcher:
         self._states.append(next_state)
         self._tokens.append(int(token_id))
         return True
-
-    def validate_tokens(self, token_ids: Sequence[int]) -> int:
-        """How many leading ``token_ids`` `advance` would accept in a row from here; nothing changes (what a
-        speculative decoder asks of its draft tokens)."""
-        accepted = 0
-        try:
-            for token_id in token_ids:
-                if not self.advance(token_id):
-                    break
-                accepted += 1
-        finally:
-            self.rollback(accepted)
-        return accepted
 
     def copy(self) -> Matcher:
         """An independent matcher at the same position, with the same history and budget (the grammar is shared)."""
@@ -164,25 +198,6 @@ class Matcher:
         """Back to the start of the grammar, budget restored."""
         del self._states[1:]
         self._tokens.clear()
-
-    # -- masking ---------------------------------------------------------------------------------------------------
-
-    def fill_bitmask(self, out: np.ndarray) -> None:
-        """Write the allowed set into ``out`` (uint32 [ceil(vocab_size / 32)]): bit ``i % 32`` of word ``i // 32``
-        set iff id ``i`` is allowed next — llguidance's token-bitmask layout. All zero once terminated by EOS."""
-        mask = self._mask()
-        if mask is _NOTHING:
-            out[...] = 0
-            return
-        np.copyto(out, mask.bits, casting="no")
-
-    def apply_mask(self, logits: np.ndarray) -> None:
-        """Write -inf in place at every disallowed id (all of them once terminated by EOS)."""
-        mask = self._mask()
-        if mask is _NOTHING:
-            logits[...] = -np.inf
-            return
-        mask.apply(logits)
 
     def __repr__(self) -> str:
         return (

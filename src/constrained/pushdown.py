@@ -40,6 +40,7 @@ from constrained import _kernel, fsm
 from constrained.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError, IncompatibleVocabularyError
 from constrained.fsm import DEAD
 from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, TokenTrie, token_trie
+from constrained.matcher import _NOTHING, SharedMoves
 from constrained.shortcut import string_body_shortcut
 from constrained.vocabulary import Vocabulary
 
@@ -52,7 +53,6 @@ Config = tuple[int, tuple[int, ...]]
 """(state, continuation states of the callers, innermost last)."""
 _DONE: frozenset[Config] = frozenset({(TERMINAL, ())})
 """The configuration set after EOS."""
-_NOTHING = StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), 0)
 _CACHE_LIMIT = 65_536
 
 
@@ -660,7 +660,7 @@ def _union(masks: Sequence[StateMask], vocab_size: int) -> StateMask:
     return StateMask.from_bits(bits, count, vocab_size, _NoLookup())  # type: ignore[arg-type]
 
 
-class PushdownMatcher:
+class PushdownMatcher(SharedMoves):
     """One sequence's cursor in a pushdown grammar: the `Matcher` interface over configuration sets."""
 
     def __init__(self, grammar: PushdownGrammar, max_tokens: int | None = None) -> None:
@@ -712,12 +712,6 @@ class PushdownMatcher:
         raw = self.grammar.mask(configs)
         return raw.combined if self.max_tokens is None else raw.within(self.max_tokens - len(self._tokens))
 
-    def allowed_token_ids(self) -> np.ndarray:
-        return self._mask().allowed
-
-    def is_allowed(self, token_id: int) -> bool:
-        return self._mask().next_state(int(token_id)) is not None
-
     def is_accepting(self) -> bool:
         return self.grammar.is_accepting(self._history[-1])
 
@@ -734,10 +728,6 @@ class PushdownMatcher:
         configs = self._history[-1]
         return b"" if configs == _DONE else self.grammar.forced_bytes(configs)
 
-    def forced_token(self) -> int | None:
-        mask = self._mask()
-        return int(mask.allowed[0]) if len(mask) == 1 else None
-
     def advance(self, token_id: int) -> bool:
         token_id = int(token_id)
         if self._mask().next_state(token_id) is None:
@@ -750,17 +740,6 @@ class PushdownMatcher:
         self._history.append(following)
         self._tokens.append(token_id)
         return True
-
-    def validate_tokens(self, token_ids: Sequence[int]) -> int:
-        accepted = 0
-        try:
-            for token_id in token_ids:
-                if not self.advance(token_id):
-                    break
-                accepted += 1
-        finally:
-            self.rollback(accepted)
-        return accepted
 
     def copy(self) -> PushdownMatcher:
         twin = PushdownMatcher.__new__(PushdownMatcher)
@@ -778,20 +757,6 @@ class PushdownMatcher:
     def reset(self) -> None:
         del self._history[1:]
         self._tokens.clear()
-
-    def fill_bitmask(self, out: np.ndarray) -> None:
-        mask = self._mask()
-        if mask is _NOTHING:
-            out[...] = 0
-            return
-        np.copyto(out, mask.bits, casting="no")
-
-    def apply_mask(self, logits: np.ndarray) -> None:
-        mask = self._mask()
-        if mask is _NOTHING:
-            logits[...] = -np.inf
-            return
-        mask.apply(logits)
 
     def __repr__(self) -> str:
         return (f"PushdownMatcher(configurations={len(self._history[-1])}, stack_depth={self.stack_depth}, "
