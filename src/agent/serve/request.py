@@ -329,7 +329,7 @@ def _format(response_format: Any) -> tuple[str, dict[str, Any] | None, str | Non
 
 def _compile(schema: Any, param: str, *, closed: bool) -> str:
     """The schema's pattern (what the engine will constrain with); any refusal is a 400 naming keyword and path."""
-    key = json.dumps(schema, sort_keys=True, ensure_ascii=False)
+    key = json.dumps(schema, ensure_ascii=False)  # key order kept: properties are generated in schema order
     try:
         return _pattern(key, closed)
     except ApiError as error:

@@ -126,3 +126,10 @@ def test_a_job_is_a_cancel_signal_that_says_why():
     job.cancel()
     assert job.is_set() and job.reason == "the client disconnected"
     job.loop.close()
+
+
+def test_answers_keep_the_schema_property_order():
+    schema = {"type": "object", "properties": {"zeta": {"type": "integer"}, "alpha": {"type": "integer"}},
+              "required": ["zeta", "alpha"], "additionalProperties": False}
+    pattern = parse(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}).final_pattern
+    assert pattern.index("zeta") < pattern.index("alpha")  # not alphabetical: what the client's schema says

@@ -211,10 +211,13 @@ def _streamed(client, **request):
 @pytest.mark.parametrize("request_", [
     {"messages": ask("Say hello to Ada in one short sentence."), "max_tokens": 24},
     {"messages": ask("What is the weather in Rome and in Madrid?"), "tools": [WEATHER, CLOCK], "max_tokens": 60},
-    {"messages": ask("Invent a person."), "max_tokens": 40,
+    {"messages": ask("Invent a person."), "max_tokens": 40, "temperature": 0.0,  # greedy: see below
      "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON, "strict": True}}},
 ], ids=["text", "tools", "json_schema"])
 def test_streamed_deltas_concatenate_to_the_non_streamed_answer(client, request_):
+    """The json_schema case is greedy: its forced prefix (``{"name": "``) is in the KV from the first request, so
+    the second evaluates a different batch and its logits differ in the last bits; sampled at 0.8 with one seed
+    that can pick another name, which says nothing about streaming. Greedy still checks every delta."""
     request_ = {"model": MODEL, "temperature": 0.8, "seed": 7, **request_}
     whole = client.chat.completions.create(**request_)
     content, calls, finishes, usage = _streamed(client, **request_)
@@ -262,8 +265,8 @@ def test_past_the_deadline_a_request_is_a_504_and_the_worker_serves_on(client, w
         "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}},
      "response_format.json_schema.schema", "uniqueItems"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"not": {"type": "string"}}}}}}]},
-     "tools[0].function.parameters", "'not' at #/properties/x"),
+        "type": "object", "properties": {"x": {"type": "array", "contains": {"type": "string"}}}}}}]},
+     "tools[0].function.parameters", "'contains' at #/properties/x"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "launch"}}},
      "tool_choice", "launch"),
     ({"n": 2}, "n", "n=2"),
