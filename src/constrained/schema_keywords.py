@@ -27,7 +27,7 @@ import re
 from fractions import Fraction
 from typing import Any, Callable
 
-from .errors import InvalidSchemaError, UnsupportedSchemaError
+from .errors import ConstrainedError, InvalidSchemaError, UnsupportedSchemaError
 
 __all__ = [
     "NOT_PATTERN",
@@ -161,6 +161,20 @@ def _numeric_enum_complement(values: list) -> list:
 
 
 def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0) -> Any:
+    """`_negate`, with a malformed keyword value anywhere under the negation (``"maxProperties": ""``) refused as
+    `InvalidSchemaError` naming the negated node, as the compiler refuses it everywhere else."""
+    if depth:
+        return _negate(schema, path, resolve, depth)
+    try:
+        return _negate(schema, path, resolve, 0)
+    except ConstrainedError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
+        raise InvalidSchemaError(path, f"a keyword under the negation has a malformed value "
+                                       f"({type(exc).__name__}: {exc})") from None
+
+
+def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0) -> Any:
     """A schema whose valid instances are exactly those `schema` rejects (or refused with the keyword at fault).
 
     ¬(k1 ∧ k2 ∧ …) = ¬k1 ∨ ¬k2 ∨ …, each keyword negated on its own. A keyword that does not apply to a type
