@@ -1,6 +1,7 @@
-/* constrained._kernel: the token-trie walk behind per-state masks, and the in-place mask writers.
+/* constrained._kernel: the token-trie walk behind per-state masks, the in-place mask writers, and the graph
+ * searches over a pushdown grammar's rule table.
  *
- * Owns four hot loops and nothing else; every array is handed in by index.py through the buffer
+ * Owns these hot loops and nothing else; every array is handed in by index.py through the buffer
  * protocol (numpy arrays, C-contiguous), sizes are checked here, and errors are ValueErrors.
  *
  *   build_trie   token byte strings -> sorted (memcmp), then a trie flattened in PREORDER
@@ -12,6 +13,8 @@
  *                trie prefix lookups); used for budget-aware closing.
  *   apply_allowed / apply_disallowed / apply_bytemask   write -inf into float32 logits, in place.
  *   expand_runs  checks and decodes a run-length table read from the grammar cache, in one pass.
+ *   shortest_completions / bytes_to_boundary   the rule-table graph searches a pushdown grammar is
+ *                laid out with (Dijkstra over symbols and calls; backward BFS to call/return states).
  *
  * Trie layout (n nodes, node 0 is the root at depth 0, end[0] == n):
  *   node_byte[i]  the byte on the edge into node i
@@ -1285,6 +1288,327 @@ expand_runs(PyObject *self, PyObject *args)
     return PyBool_FromLong(ok && at == n_out);
 }
 
+/* ---- rule graphs: shortest completions and bytes to a boundary (pushdown.py) ------------------- */
+
+static int
+get_bufs(PyObject **objs, Py_buffer *bufs, int n, const Py_ssize_t *sizes, const int *writable, const char **names)
+{
+    for (int i = 0; i < n; i++) {
+        if (get_buf(objs[i], &bufs[i], writable[i], sizes[i], names[i]) < 0) {
+            while (i > 0) PyBuffer_Release(&bufs[--i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void
+release_bufs(Py_buffer *bufs, int n)
+{
+    while (n > 0) PyBuffer_Release(&bufs[--n]);
+}
+
+/* The distinct predecessors of every state (CSR: into[start[t] .. start[t+1]) are the sources s with an edge
+ * s -> t on some symbol, each once, ascending). Returns 0, or -1 with MemoryError set. */
+static int
+reverse_edges(const int32_t *T, Py_ssize_t n, Py_ssize_t width, int32_t **start_out, int32_t **into_out)
+{
+    int32_t *start = (int32_t *)calloc((size_t)n + 1, sizeof(int32_t));
+    int32_t *mark = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    int32_t *into = NULL;
+    if (!start || !mark) goto fail;
+    for (Py_ssize_t t = 0; t < n; t++) mark[t] = -1;
+    for (Py_ssize_t s = 0; s < n; s++) {
+        const int32_t *row = T + s * width;
+        for (Py_ssize_t c = 0; c < width; c++) {
+            int32_t t = row[c];
+            if (t >= 0 && mark[t] != (int32_t)s) {
+                mark[t] = (int32_t)s;
+                start[t + 1]++;
+            }
+        }
+    }
+    for (Py_ssize_t t = 0; t < n; t++) start[t + 1] += start[t];
+    into = (int32_t *)malloc(sizeof(int32_t) * (size_t)(start[n] ? start[n] : 1));
+    if (!into) goto fail;
+    int32_t *fill = mark; /* reused: next free slot per target */
+    for (Py_ssize_t t = 0; t < n; t++) fill[t] = start[t];
+    for (Py_ssize_t s = 0; s < n; s++) {
+        const int32_t *row = T + s * width;
+        for (Py_ssize_t c = 0; c < width; c++) {
+            int32_t t = row[c];
+            if (t >= 0 && (fill[t] == start[t] || into[fill[t] - 1] != (int32_t)s)) into[fill[t]++] = (int32_t)s;
+        }
+    }
+    free(mark);
+    *start_out = start;
+    *into_out = into;
+    return 0;
+fail:
+    free(start);
+    free(mark);
+    free(into);
+    PyErr_NoMemory();
+    return -1;
+}
+
+/* Group calls by one of their endpoints (CSR over states; entries are call indices, ascending). */
+static int32_t *
+calls_by(const int32_t *key, Py_ssize_t m, Py_ssize_t n, int32_t **start_out)
+{
+    int32_t *start = (int32_t *)calloc((size_t)n + 1, sizeof(int32_t));
+    int32_t *order = (int32_t *)malloc(sizeof(int32_t) * (size_t)(m ? m : 1));
+    if (!start || !order) {
+        free(start);
+        free(order);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < m; k++) start[key[k] + 1]++;
+    for (Py_ssize_t t = 0; t < n; t++) start[t + 1] += start[t];
+    int32_t *fill = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    if (!fill) {
+        free(start);
+        free(order);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(fill, start, sizeof(int32_t) * (size_t)n);
+    for (Py_ssize_t k = 0; k < m; k++) order[fill[key[k]]++] = (int32_t)k;
+    free(fill);
+    *start_out = start;
+    return order;
+}
+
+typedef struct { int64_t d; int32_t state; } heap_item;
+
+static int
+heap_less(heap_item a, heap_item b)
+{
+    return a.d < b.d || (a.d == b.d && a.state < b.state);
+}
+
+typedef struct { heap_item *items; Py_ssize_t size, cap; } heap;
+
+static int
+heap_push(heap *h, int64_t d, int32_t state)
+{
+    if (h->size == h->cap) {
+        Py_ssize_t cap = h->cap ? 2 * h->cap : 1024;
+        heap_item *grown = (heap_item *)realloc(h->items, sizeof(heap_item) * (size_t)cap);
+        if (!grown) return -1;
+        h->items = grown;
+        h->cap = cap;
+    }
+    heap_item x = {d, state};
+    Py_ssize_t i = h->size++;
+    while (i > 0) {
+        Py_ssize_t parent = (i - 1) / 2;
+        if (!heap_less(x, h->items[parent])) break;
+        h->items[i] = h->items[parent];
+        i = parent;
+    }
+    h->items[i] = x;
+    return 0;
+}
+
+static heap_item
+heap_pop(heap *h)
+{
+    heap_item top = h->items[0], last = h->items[--h->size];
+    Py_ssize_t i = 0;
+    for (;;) {
+        Py_ssize_t child = 2 * i + 1;
+        if (child >= h->size) break;
+        if (child + 1 < h->size && heap_less(h->items[child + 1], h->items[child])) child++;
+        if (!heap_less(h->items[child], last)) break;
+        h->items[i] = h->items[child];
+        i = child;
+    }
+    if (h->size > 0) h->items[i] = last;
+    return top;
+}
+
+enum { HOP_NONE = 0, HOP_SYMBOL = 1, HOP_CALL = 2 };
+
+/* Whether hop (kind, a, b) is canonically before (ok, oa, ob): calls before symbols, then by (a, b). */
+static int
+hop_before(int kind, int32_t a, int32_t b, int ok, int32_t oa, int32_t ob)
+{
+    if (kind != ok) return kind == HOP_CALL;
+    return a < oa || (a == oa && b < ob);
+}
+
+PyDoc_STRVAR(shortest_completions_doc,
+"shortest_completions(transitions, width, rule_accept, call_src, call_callee, call_cont, unreachable,\n"
+"                     dist, final, hop_kind, hop_a, hop_b)\n\n"
+"Shortest completion of every state of a rule table within its rule: Knuth's generalisation of Dijkstra,\n"
+"where a symbol edge weighs 1 and a call s -> (callee, cont) weighs dist[callee] + dist[cont]. Accepting\n"
+"states (rule_accept uint8[n]) are at 0. Outputs, each [n]: dist int64 (`unreachable` where no completion),\n"
+"final uint8 (1 where finished), hop_kind uint8 (0 none, 1 symbol: hop_a = the target state, 2 call: hop_a =\n"
+"callee, hop_b = continuation), hop_a / hop_b int32. Among equal distances the canonical hop wins (a call\n"
+"before a symbol, then the smaller target / (callee, continuation)); states are finished in (dist, state)\n"
+"order, so the result is deterministic.");
+
+static PyObject *
+shortest_completions(PyObject *self, PyObject *args)
+{
+    PyObject *o[11];
+    Py_ssize_t width;
+    long long unreachable;
+    if (!PyArg_ParseTuple(args, "OnOOOOLOOOOO", &o[0], &width, &o[1], &o[2], &o[3], &o[4], &unreachable, &o[5],
+                          &o[6], &o[7], &o[8], &o[9])) {
+        return NULL;
+    }
+    Py_buffer b[10];
+    const Py_ssize_t sizes[10] = {4, 1, 4, 4, 4, 8, 1, 1, 4, 4};
+    const int wr[10] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+    const char *names[10] = {"transitions", "rule_accept", "call_src", "call_callee", "call_cont", "dist", "final",
+                             "hop_kind", "hop_a", "hop_b"};
+    if (get_bufs(o, b, 10, sizes, wr, names) < 0) return NULL;
+    PyObject *result = NULL;
+    int32_t *rev_start = NULL, *rev = NULL, *callee_start = NULL, *by_callee = NULL, *cont_start = NULL,
+            *by_cont = NULL;
+    heap h = {NULL, 0, 0};
+    Py_ssize_t n = width > 0 ? n_items(&b[0]) / width : 0, m = n_items(&b[2]);
+    int bad = width < 1 || n_items(&b[0]) != n * width || n_items(&b[1]) != n || n_items(&b[3]) != m ||
+              n_items(&b[4]) != m;
+    for (int k = 5; k < 10; k++) bad = bad || n_items(&b[k]) != n;
+    const int32_t *T = (const int32_t *)b[0].buf, *csrc = (const int32_t *)b[2].buf,
+                  *ccallee = (const int32_t *)b[3].buf, *ccont = (const int32_t *)b[4].buf;
+    for (Py_ssize_t k = 0; !bad && k < m; k++) {
+        bad = csrc[k] < 0 || csrc[k] >= n || ccallee[k] < 0 || ccallee[k] >= n || ccont[k] < 0 || ccont[k] >= n;
+    }
+    for (Py_ssize_t k = 0; !bad && k < n * width; k++) bad = T[k] >= n || T[k] < DEAD;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "shortest_completions: inconsistent array sizes or states");
+        goto done;
+    }
+    if (reverse_edges(T, n, width, &rev_start, &rev) < 0) goto done;
+    if (!(by_callee = calls_by(ccallee, m, n, &callee_start))) goto done;
+    if (!(by_cont = calls_by(ccont, m, n, &cont_start))) goto done;
+    const uint8_t *accept = (const uint8_t *)b[1].buf;
+    int64_t *dist = (int64_t *)b[5].buf;
+    uint8_t *final = (uint8_t *)b[6].buf, *kind = (uint8_t *)b[7].buf;
+    int32_t *ha = (int32_t *)b[8].buf, *hb = (int32_t *)b[9].buf;
+    for (Py_ssize_t s = 0; s < n; s++) {
+        dist[s] = accept[s] ? 0 : (int64_t)unreachable;
+        final[s] = 0;
+        kind[s] = HOP_NONE;
+        ha[s] = hb[s] = -1;
+        if (accept[s] && heap_push(&h, 0, (int32_t)s) < 0) goto oom;
+    }
+#define RELAX(S, D, KIND, A, B)                                                                            \
+    do {                                                                                                   \
+        int32_t s_ = (S);                                                                                  \
+        int64_t d_ = (D);                                                                                  \
+        if (d_ < dist[s_] || (d_ == dist[s_] && kind[s_] != HOP_NONE && hop_before(KIND, A, B, kind[s_],   \
+                                                                                   ha[s_], hb[s_]))) {     \
+            dist[s_] = d_;                                                                                 \
+            kind[s_] = (KIND);                                                                             \
+            ha[s_] = (A);                                                                                  \
+            hb[s_] = (B);                                                                                  \
+            if (heap_push(&h, d_, s_) < 0) goto oom;                                                       \
+        }                                                                                                  \
+    } while (0)
+    while (h.size > 0) {
+        heap_item top = heap_pop(&h);
+        int32_t u = top.state;
+        int64_t d = top.d;
+        if (final[u] || d != dist[u]) continue;
+        final[u] = 1;
+        for (int32_t k = rev_start[u]; k < rev_start[u + 1]; k++) {
+            if (!final[rev[k]]) RELAX(rev[k], d + 1, HOP_SYMBOL, u, -1);
+        }
+        for (int32_t k = cont_start[u]; k < cont_start[u + 1]; k++) {
+            int32_t c = by_cont[k], s = csrc[c], callee = ccallee[c];
+            if (final[callee] && !final[s]) RELAX(s, dist[callee] + d, HOP_CALL, callee, u);
+        }
+        for (int32_t k = callee_start[u]; k < callee_start[u + 1]; k++) {
+            int32_t c = by_callee[k], s = csrc[c], cont = ccont[c];
+            if (final[cont] && !final[s]) RELAX(s, d + dist[cont], HOP_CALL, u, cont);
+        }
+    }
+#undef RELAX
+    Py_INCREF(Py_None);
+    result = Py_None;
+    goto done;
+oom:
+    PyErr_NoMemory();
+done:
+    free(h.items);
+    free(rev_start);
+    free(rev);
+    free(callee_start);
+    free(by_callee);
+    free(cont_start);
+    free(by_cont);
+    release_bufs(b, 10);
+    return result;
+}
+
+PyDoc_STRVAR(bytes_to_boundary_doc,
+"bytes_to_boundary(transitions, width, boundary, cap, reach)\n\n"
+"Fewest symbols from every state to a boundary state (boundary uint8[n] non-zero), by a backward\n"
+"breadth-first search over the table's edges; reach int32[n] is filled, `cap` where it is cap or more.");
+
+static PyObject *
+bytes_to_boundary(PyObject *self, PyObject *args)
+{
+    PyObject *o[3];
+    Py_ssize_t width, cap;
+    if (!PyArg_ParseTuple(args, "OnOnO", &o[0], &width, &o[1], &cap, &o[2])) return NULL;
+    Py_buffer b[3];
+    const Py_ssize_t sizes[3] = {4, 1, 4};
+    const int wr[3] = {0, 0, 1};
+    const char *names[3] = {"transitions", "boundary", "reach"};
+    if (get_bufs(o, b, 3, sizes, wr, names) < 0) return NULL;
+    PyObject *result = NULL;
+    int32_t *rev_start = NULL, *rev = NULL, *queue = NULL;
+    Py_ssize_t n = width > 0 ? n_items(&b[0]) / width : 0;
+    const int32_t *T = (const int32_t *)b[0].buf;
+    int bad = width < 1 || n_items(&b[0]) != n * width || n_items(&b[1]) != n || n_items(&b[2]) != n || cap < 0 ||
+              cap > INT32_MAX;
+    for (Py_ssize_t k = 0; !bad && k < n * width; k++) bad = T[k] >= n || T[k] < DEAD;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "bytes_to_boundary: inconsistent array sizes or states");
+        goto done;
+    }
+    if (reverse_edges(T, n, width, &rev_start, &rev) < 0) goto done;
+    queue = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    if (!queue) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const uint8_t *boundary = (const uint8_t *)b[1].buf;
+    int32_t *reach = (int32_t *)b[2].buf;
+    Py_ssize_t head = 0, tail = 0;
+    for (Py_ssize_t s = 0; s < n; s++) {
+        reach[s] = boundary[s] ? 0 : (int32_t)cap;
+        if (boundary[s] && cap > 0) queue[tail++] = (int32_t)s;
+    }
+    while (head < tail) {
+        int32_t t = queue[head++];
+        int32_t next = reach[t] + 1;
+        if (next >= cap) continue;
+        for (int32_t k = rev_start[t]; k < rev_start[t + 1]; k++) {
+            int32_t s = rev[k];
+            if (reach[s] > next) {
+                reach[s] = next;
+                queue[tail++] = s;
+            }
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    free(rev_start);
+    free(rev);
+    free(queue);
+    release_bufs(b, 3);
+    return result;
+}
+
 /* ---- module ---------------------------------------------------------------------------------- */
 
 static PyMethodDef kernel_methods[] = {
@@ -1304,6 +1628,8 @@ static PyMethodDef kernel_methods[] = {
     {"apply_disallowed", apply_disallowed, METH_VARARGS, apply_disallowed_doc},
     {"apply_bytemask", apply_bytemask, METH_VARARGS, apply_bytemask_doc},
     {"expand_runs", expand_runs, METH_VARARGS, expand_runs_doc},
+    {"shortest_completions", shortest_completions, METH_VARARGS, shortest_completions_doc},
+    {"bytes_to_boundary", bytes_to_boundary, METH_VARARGS, bytes_to_boundary_doc},
     {NULL, NULL, 0, NULL},
 };
 

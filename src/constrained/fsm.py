@@ -108,13 +108,19 @@ class DFA:
 
     @classmethod
     def from_table(
-        cls, transitions: np.ndarray, *, accepting: np.ndarray, distance: np.ndarray, special_names: tuple[str, ...]
-    ) -> DFA:
+        cls, transitions: np.ndarray, *, accepting: np.ndarray, distance: np.ndarray, special_names: tuple[str, ...],
+        symbol_class: np.ndarray | None = None,
+    ) -> DFA:  # fmt: skip
         """The DFA of a canonical table given by symbol (as the compilers produce it), with its class form and
-        fingerprint worked out."""
+        fingerprint worked out; ``symbol_class``: a partition of the symbols known to have equal columns (numbered
+        in order of first symbol), so that the columns need not be compared."""
         transitions = np.ascontiguousarray(transitions, dtype=np.int32)
-        dfa = cls.from_classes(*symbol_classes(transitions), accepting=accepting, distance=distance,
-                               special_names=special_names)  # fmt: skip
+        if symbol_class is None:
+            classes = symbol_classes(transitions)
+        else:
+            first = np.unique(symbol_class, return_index=True)[1]
+            classes = (np.asarray(symbol_class, dtype=np.int32), np.ascontiguousarray(transitions[:, first]))
+        dfa = cls.from_classes(*classes, accepting=accepting, distance=distance, special_names=special_names)
         transitions.flags.writeable = False
         dfa.__dict__["transitions"] = transitions  # already expanded: seed the cached property
         return dfa

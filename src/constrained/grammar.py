@@ -162,9 +162,11 @@ def compile_json_schema(
     ``unknown_keywords``: keys that are no JSON Schema keyword are warned about and ignored ("warn") or refused
     ("error"); see `constrained.schema.schema_to_pattern`. The warnings are emitted on every call, cached or not.
 
-    A schema that one DFA cannot hold (a recursive ``$ref``, or a `GrammarTooLargeError` on the way) compiles to
-    a pushdown grammar instead (`constrained.pushdown`, rules from `schema.schema_to_rules`): the same matcher
-    interface, exact recursion, no state budget over the whole document.
+    The grammar is exact: its language is the schema's valid documents (in schema key order, within the number
+    and whitespace policies). A schema that one DFA cannot hold exactly — a recursive ``$ref``, an open-ended value
+    (``true``, ``{}``, extra properties), containers deeper than 12, or a `GrammarTooLargeError` on the way —
+    compiles to a pushdown grammar instead (`constrained.pushdown`, rules from `schema.schema_to_rules`): the same
+    matcher interface, values at any depth, no state budget over the whole document.
 
     Raises:
         UnsupportedSchemaError, InvalidSchemaError: from the schema compiler.
@@ -175,12 +177,23 @@ def compile_json_schema(
     rules = _schema_rules.get(schema_key)
     if rules is None:
         try:
+            if _open_at_root(schema):
+                raise _OneDfaCannot(warned=False)
             return _compile_schema_dfa(schema, canonical, vocab, whitespace, unknown_keywords)
         except _OneDfaCannot as wall:
             rules = _rules_for(schema, schema_key, warned=wall.warned)
     else:
         _emit_unknown_keywords(rules[2])
     return pushdown.compile_rules(rules[0], rules[1], vocab)
+
+
+def _open_at_root(schema: Any) -> bool:
+    from constrained.schema import open_at_root
+
+    try:
+        return open_at_root(json.loads(schema) if isinstance(schema, str) else schema)
+    except json.JSONDecodeError:
+        return False  # the translation says what is wrong
 
 
 class _OneDfaCannot(Exception):
@@ -210,7 +223,7 @@ def _compile_schema_dfa(
     schema: Any, canonical: str, vocab: Vocabulary, whitespace: str, unknown_keywords: str
 ) -> Grammar:
     """`compile_json_schema` through one pattern and its caches; `_OneDfaCannot` when one DFA cannot hold it."""
-    from constrained.schema import RecursionUnrolled
+    from constrained.schema import PatternApproximates
 
     schema_key = (canonical, whitespace, unknown_keywords)
     remembered = _schema_patterns.get(schema_key)
@@ -232,7 +245,7 @@ def _compile_schema_dfa(
             return grammar
     try:
         pattern, messages, complete = _schema_pattern(schema, whitespace, unknown_keywords)
-    except (GrammarTooLargeError, RecursionUnrolled):
+    except (GrammarTooLargeError, PatternApproximates):
         raise _OneDfaCannot(warned=False) from None
     if complete:
         _remember_schema(schema_key, pattern, messages)
@@ -299,12 +312,12 @@ _capture_lock = threading.Lock()
 
 def _schema_pattern(schema: Any, whitespace: str, unknown_keywords: str) -> tuple[str, tuple[str, ...], bool]:
     """(pattern, unknown-keyword messages, complete): ``schema_to_pattern`` with its warnings recorded (see
-    `_translate`); a recursive $ref raises `RecursionUnrolled` (the caller compiles rules instead), and so does a
-    pattern too large, both without re-emitting its warnings (the rules translation warns them)."""
+    `_translate`); a schema one pattern could only approximate raises `PatternApproximates` (the caller compiles
+    rules instead), and so does a pattern too large, both without re-emitting its warnings (the rules translation warns them)."""
     from constrained import schema as schema_module
 
     return _translate(schema_module.schema_to_pattern, schema, whitespace=whitespace,
-                      unknown_keywords=unknown_keywords, recursion="refuse")  # fmt: skip
+                      unknown_keywords=unknown_keywords, exact=True)  # fmt: skip
 
 
 def _translate(translate: Any, schema: Any, **options: Any) -> tuple[Any, tuple[str, ...], bool]:
@@ -324,7 +337,7 @@ def _translate(translate: Any, schema: Any, **options: Any) -> tuple[Any, tuple[
         with _capture_lock, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = translate(schema, **options)
-    except (GrammarTooLargeError, schema_module.RecursionUnrolled):
+    except (GrammarTooLargeError, schema_module.PatternApproximates):
         raise
     except BaseException:
         for record in caught:  # in order, as they would have been warned before the error

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import heapq
 import json
 import re
 import threading
@@ -54,6 +53,10 @@ Config = tuple[int, tuple[int, ...]]
 _DONE: frozenset[Config] = frozenset({(TERMINAL, ())})
 """The configuration set after EOS."""
 _CACHE_LIMIT = 65_536
+_HOP_SYMBOL, _HOP_CALL = 1, 2
+"""Kinds of a state's canonical shortest-completion move (kernel `shortest_completions`)."""
+_REACH_CAP = 1024
+"""Bytes-to-boundary beyond this are not told apart (longer than any token)."""
 
 
 def call(name: str) -> str:
@@ -132,7 +135,8 @@ class PushdownGrammar:
         self.trie = token_trie(vocab)
         self._eos = tuple(sorted(vocab.eos_token_ids))
         table_dfa = fsm.DFA.from_table(self._table, accepting=self._top_accept, distance=np.zeros(self.n_states,
-                                       dtype=np.int32), special_names=self.special_names)  # fmt: skip
+                                       dtype=np.int32), special_names=self.special_names,
+                                       symbol_class=self._symbol_class)  # fmt: skip
         self._index = TokenIndex(table_dfa, vocab, preflight=False)  # checks the table the kernels will trust
         """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
         of the start rule); calls and returns are this module's business."""
@@ -207,6 +211,7 @@ class PushdownGrammar:
                 else:
                     table[base + live, 256 + specials[symbol]] = column[live] + base
         self._table = table
+        self._symbol_class = _combined_classes(dfas.values(), specials, self._width)
         self._rule_accept = rule_accept
         self._top_accept = np.zeros(total, dtype=bool)
         top = offsets[self._start_rule]
@@ -215,85 +220,49 @@ class PushdownGrammar:
 
     def _shortest(self) -> None:
         """Shortest completion of every state within its rule (bytes and specials weigh 1, a call the callee's
-        shortest document): Knuth's generalisation of Dijkstra, since a call's weight is itself a distance.
-        States that cannot finish are cut off (their edges and calls removed); the start must finish."""
+        shortest document): Knuth's generalisation of Dijkstra, since a call's weight is itself a distance (kernel
+        `shortest_completions`). States that cannot finish are cut off (their edges and calls removed); the start
+        must finish."""
         n = self.n_states
         table = self._table
-        sources, symbols = np.nonzero(table >= 0)
-        pairs = np.unique(sources.astype(np.int64) * n + table[sources, symbols])  # one edge per (source, target)
-        self._pairs = (pairs // n, pairs % n)
-        into: dict[int, list[int]] = {}
-        for s, t in zip((pairs // n).tolist(), (pairs % n).tolist()):
-            into.setdefault(t, []).append(s)
-        by_callee: dict[int, list[tuple[int, int]]] = {}
-        by_continuation: dict[int, list[tuple[int, int]]] = {}
-        for s, moves in self._calls.items():
-            for callee, cont in moves:
-                by_callee.setdefault(callee, []).append((s, cont))
-                by_continuation.setdefault(cont, []).append((s, callee))
-        dist = np.full(n, UNREACHABLE, dtype=np.int64)
-        hop: list[Any] = [None] * n  # ("sym", symbol) or ("call", callee, continuation)
-        final = np.zeros(n, dtype=bool)
-        heap = [(0, s) for s in np.flatnonzero(self._rule_accept).tolist()]
-        for _, s in heap:
-            dist[s] = 0
-        heapq.heapify(heap)
-
-        def relax(state: int, d: int, how: tuple) -> None:
-            if d < dist[state] or (d == dist[state] and not final[state] and hop[state] is not None and how < hop[state]):
-                dist[state] = d
-                hop[state] = how
-                heapq.heappush(heap, (d, state))
-
-        while heap:
-            d, u = heapq.heappop(heap)
-            if final[u] or d != dist[u]:
-                continue
-            final[u] = True
-            for s in into.get(u, ()):
-                if not final[s]:
-                    relax(s, d + 1, ("sym", u))  # the symbol is chosen below, once the target is known
-            for s, callee in by_continuation.get(u, ()):
-                if final[callee] and not final[s]:
-                    relax(s, int(dist[callee]) + d, ("call", callee, u))
-            for s, cont in by_callee.get(u, ()):
-                if final[cont] and not final[s]:
-                    relax(s, d + int(dist[cont]), ("call", u, cont))
-        by_symbol = [state for state, how in enumerate(hop) if how is not None and how[0] == "sym"]
-        if by_symbol:  # the smallest symbol into the chosen target (canonical), all states at once
-            chosen = np.asarray([hop[state][1] for state in by_symbol], dtype=np.int32)
-            smallest = np.argmax(table[by_symbol] == chosen[:, None], axis=1)
-            for state, symbol in zip(by_symbol, smallest.tolist()):
-                hop[state] = ("sym", symbol)
+        moves = [(s, callee, cont) for s, pairs in self._calls.items() for callee, cont in pairs]
+        call_src, call_callee, call_cont = (np.asarray(column, dtype=np.int32) for column in zip(*moves)) if moves \
+            else (np.zeros(0, dtype=np.int32),) * 3  # fmt: skip
+        dist = np.empty(n, dtype=np.int64)
+        final = np.empty(n, dtype=np.uint8)
+        hop_kind = np.empty(n, dtype=np.uint8)
+        hop_a = np.empty(n, dtype=np.int32)
+        hop_b = np.empty(n, dtype=np.int32)
+        # the same edges with one column per symbol class: what the graph searches scan
+        first_symbols = np.unique(self._symbol_class, return_index=True)[1].astype(np.int32)
+        by_class = np.ascontiguousarray(table[:, first_symbols])
+        _kernel.shortest_completions(by_class, by_class.shape[1], self._rule_accept.astype(np.uint8), call_src,
+                                     call_callee, call_cont, UNREACHABLE, dist, final, hop_kind, hop_a, hop_b)  # fmt: skip
+        by_symbol = np.flatnonzero(hop_kind == _HOP_SYMBOL)
+        if by_symbol.shape[0]:  # the smallest symbol into the chosen target (canonical), all states at once: the
+            # first class into it (classes are numbered by their first symbol), then that class's first symbol
+            first_class = np.argmax(by_class[by_symbol] == hop_a[by_symbol, None], axis=1)
+            hop_a[by_symbol] = first_symbols[first_class]
         start = self._starts[self._start_rule]
         if not final[start]:
             raise EmptyLanguageError(f"rules starting at {self.start!r} (no finite document)")
-        dead = ~final
-        if dead.any():
-            table[np.isin(table, np.flatnonzero(dead))] = DEAD
-            table[dead] = DEAD
-            self._calls = {
-                s: kept for s, moves in self._calls.items()
-                if final[s] and (kept := tuple(m for m in moves if final[m[0]] and final[m[1]]))
-            }  # fmt: skip
-        self._dist = dist
-        self._hop = hop
+        finished = final.astype(bool)
+        self._calls = {
+            s: kept for s, moves in self._calls.items()
+            if finished[s] and (kept := tuple(m for m in moves if finished[m[0]] and finished[m[1]]))
+        }  # fmt: skip
         boundary = self._rule_accept.copy()
         boundary[list(self._calls)] = True
         self._boundary = boundary.astype(np.uint8)
-        self._reach = self._bytes_to_boundary(boundary)
-
-    def _bytes_to_boundary(self, boundary: np.ndarray) -> np.ndarray:
-        """Fewest bytes from each state to a boundary state (capped at 1024: longer than any token): what lets
-        an exits walk skip a subtree whose tokens are too short to get there."""
-        sources, targets = self._pairs  # edges before states that cannot finish were cut: reach errs low, safely
-        reach = np.where(boundary, 0, 1024).astype(np.int32)
-        for steps in range(1, 1024):
-            nearer = sources[(reach[targets] == steps - 1) & (reach[sources] > steps)]
-            if nearer.shape[0] == 0:
-                break
-            reach[nearer] = steps
-        return reach
+        self._reach = np.empty(n, dtype=np.int32)  # before the cut: reach errs low, safely
+        _kernel.bytes_to_boundary(by_class, by_class.shape[1], self._boundary, _REACH_CAP, self._reach)
+        if not finished.all():
+            table[np.isin(table, np.flatnonzero(~finished))] = DEAD
+            table[~finished] = DEAD
+        self._dist = dist
+        self._hop_kind, self._hop_a, self._hop_b = hop_kind, hop_a, hop_b
+        """The canonical shortest completion, one move per state: `_HOP_SYMBOL` (hop_a = the symbol) or
+        `_HOP_CALL` (hop_a = the callee's start, hop_b = the continuation); 0 at an accepting state."""
 
     def _refuse_left_recursion(self) -> None:
         """A rule that can reach a call of itself without consuming a byte would push forever."""
@@ -426,14 +395,23 @@ class PushdownGrammar:
 
     def _exits(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """The trie nodes (and states) where the walk from ``state`` sits on a boundary with bytes to go. Subtrees
-        whose tokens are too short to reach a boundary are skipped; in a string state whose string-body image holds
-        no boundary, only the subtrees where the body ends (the shortcut's exits) are walked at all."""
+        whose tokens are too short to reach a boundary are skipped. In a string-like state (the shortcut's plan: a
+        string body embedded at the state, or at the state most of its bytes lead to) whose body image holds no
+        boundary, a token can only get to one after the body ends: below the first bytes where the state and the
+        template disagree, walked whole, and below the shortcut's exits everywhere else."""
         shortcut = self._shortcut
         trie = self.trie
-        embedding = None if shortcut is None else shortcut.embedding(self._table, state)
-        if embedding is not None and not self._boundary[embedding].any():
+        plan = None if shortcut is None else shortcut.plan(self._table, state, trie.n_nodes)
+        if plan is not None and not self._boundary[plan[plan >= 0]].any():
             assert shortcut is not None
-            starts, start_states = shortcut.exit_nodes, embedding[shortcut.exit_body_state]
+            template = int(plan[0])
+            disagree = self._table[state, :256] != self._table[template, :256]
+            roots = trie.root_child[np.flatnonzero(disagree)]
+            roots = np.sort(roots[roots >= 0]).astype(np.int32)
+            agree = ~disagree[_exit_first_bytes(trie)]
+            starts = np.concatenate([roots, shortcut.exit_nodes[agree]]).astype(np.int32)
+            start_states = np.concatenate([np.full(roots.shape[0], state, dtype=np.int32),
+                                           plan[shortcut.exit_body_state[agree]]]).astype(np.int32)  # fmt: skip
         else:
             starts = _root_children(trie)
             start_states = np.full(starts.shape[0], state, dtype=np.int32)
@@ -526,15 +504,14 @@ class PushdownGrammar:
             return ub
         chain, symbols = [state], []
         current = state
-        while self._dist[current] > 0 and self._hop[current][0] == "sym":
-            symbol = self._hop[current][1]
+        while self._dist[current] > 0 and self._hop_kind[current] == _HOP_SYMBOL:
+            symbol = int(self._hop_a[current])
             symbols.append(symbol)
             current = int(self._table[current, symbol])
             chain.append(current)
         tail = 0
         if self._dist[current] > 0 or not self._rule_accept[current]:  # the chain ends at a call
-            _, callee, cont = self._hop[current]
-            tail = self.state_bound(callee) + self.state_bound(cont)
+            tail = self.state_bound(int(self._hop_a[current])) + self.state_bound(int(self._hop_b[current]))
         best = np.empty(len(symbols) + 1, dtype=np.int32)
         trie = self.trie
         _kernel.min_tokenization(np.asarray(symbols, dtype=np.int32), trie.node_byte, trie.node_end,
@@ -569,11 +546,38 @@ class PushdownGrammar:
         return forced
 
 
+def _combined_classes(dfas: Iterable[fsm.DFA], specials: Mapping[str, int], width: int) -> np.ndarray:
+    """The symbol classes of the rules' table laid side by side, from each rule's own classes: two symbols have
+    equal columns there exactly when they do in every rule (a symbol a rule lacks is its all-dead column).
+    Numbered in order of first symbol; no column of the big table is compared."""
+    keys = []
+    for dfa in dfas:
+        dead = np.flatnonzero((dfa.class_table == DEAD).all(axis=0))
+        ids = np.full(width, dead[0] if dead.shape[0] else -1, dtype=np.int32)
+        ids[:256] = dfa.symbol_classes[:256]
+        for k, name in enumerate(dfa.special_names):
+            if not name.startswith(CALL_PREFIX):  # calls live in the side table: their columns are not in it
+                ids[256 + specials[name]] = dfa.symbol_classes[256 + k]
+        keys.append(ids)
+    matrix = np.ascontiguousarray(np.stack(keys, axis=1))  # [width, rules]
+    return fsm._classes_by_first(matrix.view(np.dtype((np.void, matrix.shape[1] * 4))).reshape(-1))[0]
+
+
 @functools.lru_cache(maxsize=8)
 def _root_children(trie: TokenTrie) -> np.ndarray:
     """The depth-1 nodes of a trie, in preorder."""
     children = trie.root_child[trie.root_child >= 0]
     return np.ascontiguousarray(np.sort(children), dtype=np.int32)
+
+
+@functools.lru_cache(maxsize=8)
+def _exit_first_bytes(trie: TokenTrie) -> np.ndarray:
+    """The first byte of every string-body shortcut exit node (its depth-1 ancestor's byte), aligned with them."""
+    shortcut = string_body_shortcut(trie)
+    assert shortcut is not None
+    depth_one = np.flatnonzero(trie.node_depth == 1)
+    ancestor = depth_one[np.searchsorted(depth_one, shortcut.exit_nodes, side="right") - 1]
+    return trie.node_byte[ancestor]
 
 
 @functools.lru_cache(maxsize=8)

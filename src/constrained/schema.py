@@ -46,7 +46,8 @@ from .errors import GrammarTooLargeError, InvalidSchemaError, UnknownKeywordWarn
 __all__ = [
     "schema_to_pattern",
     "schema_to_rules",
-    "RecursionUnrolled",
+    "PatternApproximates",
+    "open_at_root",
     "ANNOTATION_KEYWORDS",
     "SUPPORTED_KEYWORDS",
     "UNSUPPORTED_KEYWORDS",
@@ -547,8 +548,8 @@ class _Compiler:
         self._cached_chars = 0
         self.rules: dict[str, str] | None = None
         """Rule mode (`schema_to_rules`): nested values become rules of a pushdown grammar; None for one pattern."""
-        self.refuse_unrolling = False
-        """Raise `RecursionUnrolled` instead of cutting a recursive $ref (the caller then compiles rules)."""
+        self.exact = False
+        """Raise `PatternApproximates` where one pattern would only approximate (the caller then compiles rules)."""
         self._rule_names: dict[int, str] = {}
         self._rule_results: dict[int, Pattern] = {}
         self._in_progress: set[int] = set()
@@ -560,7 +561,7 @@ class _Compiler:
     def compile(self, node: Any, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
         """Pattern of `node` at container depth `depth` (containers already open around it)."""
         if node is True or node == {}:
-            return self.any_value(depth, self.any_value_depth)
+            return self.any_value(depth, self.any_value_depth, path)
         if self.rules is not None and depth > 0:
             return self.compile_rule(node, path, trail)
         key = (id(node), depth, trail)
@@ -603,10 +604,10 @@ class _Compiler:
         self._rule_results[key] = result
         return result
 
-    def any_value(self, depth: int, budget: int) -> str:
-        """Any JSON value nesting at most min(budget, max_depth - depth) containers (rule mode: ``true`` and ``{}``
-        are any JSON value at all, through a recursive rule)."""
-        if self.rules is not None and budget == self.any_value_depth:
+    def any_value(self, depth: int, budget: int, path: str) -> str:
+        """Any JSON value nesting at most min(budget, max_depth - depth) containers (rule mode: any JSON value at
+        all, through a recursive rule)."""
+        if self.rules is not None:
             if "any" not in self.rules:
                 self.rules["any"] = ""  # reserved while its body is built
                 inner = _call("any")
@@ -615,12 +616,14 @@ class _Compiler:
                 obj = rf"\{{{self.ws}(?:{pair}(?:{self.sep}{pair})*{self.ws})?\}}"
                 self.rules["any"] = f"(?:{_SCALARS[3:-1]}|{arr}|{obj})"
             return _call("any")
+        if self.exact:
+            raise PatternApproximates(path, "true", "an open-ended value: one pattern can only bound its depth")
         levels = max(0, min(budget, self.max_depth - depth))
         if levels not in self._any_cache:
             if levels == 0:
                 self._any_cache[0] = _SCALARS
             else:
-                inner = self.any_value(self.max_depth - levels + 1, levels - 1)
+                inner = self.any_value(self.max_depth - levels + 1, levels - 1, path)
                 pair = f"{STRING}{self.colon}{inner}"
                 arr = rf"\[{self.ws}(?:{inner}(?:{self.sep}{inner})*{self.ws})?\]"
                 obj = rf"\{{{self.ws}(?:{pair}(?:{self.sep}{pair})*{self.ws})?\}}"
@@ -710,8 +713,8 @@ class _Compiler:
         if target_path in since_container:
             raise UnsupportedSchemaError(path, "$ref", f"{ref} refers to itself without nesting a container")
         if trail.count(target_path) >= _MAX_REF_UNROLL:
-            if self.refuse_unrolling:
-                raise RecursionUnrolled(path, "$ref", f"{ref} is recursive: one pattern can only unroll it")
+            if self.exact:
+                raise PatternApproximates(path, "$ref", f"{ref} is recursive: one pattern can only unroll it")
             return []  # recursion unrolled far enough: this branch is cut
         return self.flatten(self.pointer(target_path, path), target_path, trail + (target_path,))
 
@@ -992,6 +995,8 @@ class _Compiler:
 
     def compile_object(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
         if depth > self.max_depth:
+            if self.exact:
+                raise PatternApproximates(path, "type", f"containers nest deeper than max_depth={self.max_depth}")
             return None
         props = flat.get("properties", {})
         required = flat.get("required", [])
@@ -1043,7 +1048,8 @@ class _Compiler:
             if "additionalProperties" in flat:
                 value = self.compile(extra, f"{path}/additionalProperties", depth, trail)
             else:  # implicit extras are frequent and rarely wanted: shallower open-ended values
-                value = self.any_value(depth, min(IMPLICIT_EXTRA_DEPTH, self.any_value_depth))
+                budget = min(IMPLICIT_EXTRA_DEPTH, self.any_value_depth)
+                value = self.any_value(depth, budget, f"{path}/additionalProperties")
             if value is not None:
                 keys = _string_body_excluding(names) if key_patterns is None else key_patterns.others(names)
                 quoted = None if keys is None else f'"{keys}"' if key_filter is None else key_filter.keys(f'"{keys}"')
@@ -1090,6 +1096,8 @@ class _Compiler:
 
     def compile_array(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
         if depth > self.max_depth:
+            if self.exact:
+                raise PatternApproximates(path, "type", f"containers nest deeper than max_depth={self.max_depth}")
             return None
         prefix = flat.get("prefixItems", [])
         if not isinstance(prefix, list):
@@ -1299,7 +1307,7 @@ def schema_to_pattern(
     max_depth: int = 12,
     any_value_depth: int = 2,
     unknown_keywords: Literal["warn", "error"] = "warn",
-    recursion: Literal["unroll", "refuse"] = "unroll",
+    exact: bool = False,
 ) -> str:
     """Compile a JSON Schema into a full-match pattern for its (bounded) valid JSON texts.
 
@@ -1316,8 +1324,10 @@ def schema_to_pattern(
             ``additionalProperties`` is absent nest at most min(IMPLICIT_EXTRA_DEPTH, any_value_depth).
         unknown_keywords: a key that is no JSON Schema keyword is an annotation per the spec: "warn" ignores
             it with an `UnknownKeywordWarning` naming key and path; "error" raises UnsupportedSchemaError.
-        recursion: a recursive ``$ref`` is unrolled ``_MAX_REF_UNROLL`` times ("unroll": deeper documents are not
-            in the language) or refused with `RecursionUnrolled` ("refuse": `schema_to_rules` compiles it exactly).
+        exact: where one pattern can only approximate the schema — a recursive ``$ref`` (unrolled
+            ``_MAX_REF_UNROLL`` times, deeper documents cut), an open-ended value (its depth bounded as above),
+            containers deeper than ``max_depth`` (cut) — False approximates (every accepted document still validates)
+            and True raises `PatternApproximates` (`schema_to_rules` compiles the schema exactly).
 
     Returns:
         The pattern (constrained.regex dialect; also valid Python ``re`` unless it embeds an automaton ``(?@``).
@@ -1331,7 +1341,7 @@ def schema_to_pattern(
         raise ValueError("max_depth must be >= 1")
     schema = _checked_arguments(schema, whitespace, any_value_depth, unknown_keywords)
     compiler = _Compiler(schema, whitespace, max_depth, any_value_depth, unknown_keywords)
-    compiler.refuse_unrolling = recursion == "refuse"
+    compiler.exact = exact
     pattern = compiler.compile(schema, "#", 0, ())
     if pattern is None:
         raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")
@@ -1344,7 +1354,6 @@ def schema_to_rules(
     schema: dict | bool | str,
     *,
     whitespace: Whitespace = "compact",
-    any_value_depth: int = 2,
     unknown_keywords: Literal["warn", "error"] = "warn",
 ) -> tuple[dict[str, str], str]:
     """Compile a JSON Schema into the rules of a pushdown grammar (`constrained.pushdown.compile_rules`).
@@ -1352,10 +1361,10 @@ def schema_to_rules(
     The same keywords, whitespace and refusals as `schema_to_pattern`, without its size walls: a nested value whose
     body is big, and every recursive one, becomes a rule called where it occurs (``(?&=NAME)``), so a shared
     ``$ref`` is compiled once, recursion is exact at any depth, and containers nest without a depth limit
-    (``true`` / ``{}`` are any JSON value). Returns (rules, start rule name).
+    (``true``, ``{}`` and extra properties' values are any JSON value). Returns (rules, start rule name).
     """
-    schema = _checked_arguments(schema, whitespace, any_value_depth, unknown_keywords)
-    compiler = _Compiler(schema, whitespace, _UNBOUNDED_DEPTH, any_value_depth, unknown_keywords)
+    schema = _checked_arguments(schema, whitespace, 0, unknown_keywords)
+    compiler = _Compiler(schema, whitespace, _UNBOUNDED_DEPTH, 0, unknown_keywords)
     compiler.rules = {}
     root = compiler.compile(schema, "#", 0, ())
     if root is None:
@@ -1363,8 +1372,23 @@ def schema_to_rules(
     return {"root": root, **compiler.rules}, "root"
 
 
-class RecursionUnrolled(UnsupportedSchemaError):
-    """A recursive ``$ref`` that one pattern could only unroll (``schema_to_pattern(recursion="refuse")``)."""
+def open_at_root(schema: Any) -> bool:
+    """Whether one pattern surely cannot be exact for ``schema`` (so `schema_to_pattern(exact=True)` need not be
+    tried): it is any value, or its root is an object open to extra properties with no keyword that could close or
+    combine it. A cheap look at the root only; False means "try"."""
+    if schema is True or schema == {}:
+        return True
+    if not isinstance(schema, dict) or "additionalProperties" in schema or "properties" not in schema:
+        return False
+    kind = schema.get("type", "object")
+    closing = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "enum", "const", "patternProperties",
+               "propertyNames", "maxProperties", "unevaluatedProperties", "dependencies", "dependentSchemas")  # fmt: skip
+    return kind == "object" and not any(key in schema for key in closing)
+
+
+class PatternApproximates(UnsupportedSchemaError):
+    """One pattern could only approximate the schema (``schema_to_pattern(exact=True)``): a recursive ``$ref``, an
+    open-ended value, containers deeper than ``max_depth``."""
 
 
 _MAX_RULE_ALTERNATIVES = 4_096

@@ -57,27 +57,46 @@ def _check_mask(matcher: PushdownMatcher, vocab, sample: list[int]) -> None:
         assert (token_id in allowed) == expected, (vocab.tokens[token_id], matcher)
 
 
+OPEN = {
+    "type": "object",
+    "properties": {"id": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}, "~x": {"type": "null"}},
+}
+"""Extra properties allowed (implicit), their values any JSON: key strings that must not spell a known name (the
+shortcut's string-like states) right before calls of the any-value rule; "~x" makes a first byte where the key
+state and the free string body disagree, below which tokens such as ``~":"`` cross into a call."""
+
+
+def _grammar(name: str, vocab) -> PushdownGrammar:
+    grammar = compile_rules(JSON_RULES, "value", vocab) if name == "json" else \
+        compile_json_schema(OPEN, vocab, whitespace="flexible")  # fmt: skip
+    assert isinstance(grammar, PushdownGrammar)
+    return grammar
+
+
 @pytest.mark.parametrize("seed", range(4))
-def test_masks_equal_the_byte_level_definition_along_random_documents(llama3_vocab, seed):
-    grammar = compile_rules(JSON_RULES, "value", llama3_vocab)
+@pytest.mark.parametrize("name", ["json", "open-object"])
+def test_masks_equal_the_byte_level_definition_along_random_documents(llama3_vocab, name, seed):
+    grammar = _grammar(name, llama3_vocab)
     structural = _structural_ids(llama3_vocab)
+    normal = [t for t in llama3_vocab.normal_ids if t not in llama3_vocab.eos_token_ids and llama3_vocab.tokens[t]]
     rng = random.Random(seed)
     matcher = grammar.matcher(max_tokens=60)
     text = b""
     while not matcher.is_terminated():
-        sample = structural + rng.sample(range(len(llama3_vocab.tokens)), 300)
-        sample = [t for t in sample if t not in llama3_vocab.eos_token_ids and llama3_vocab.tokens[t]]
+        sample = structural + rng.sample(normal, 300)
         _check_mask(matcher, llama3_vocab, sample)
         allowed = matcher.allowed_token_ids().tolist()
         assert allowed, "a live matcher never offers an empty mask"
-        nesting = [t for t in allowed if set(llama3_vocab.tokens[t]) & set(b"[{}]")]  # deep documents, many exits
+        nesting = [t for t in allowed if set(llama3_vocab.tokens[t]) & set(b'[{}]"')]  # deep documents, many exits
         token_id = rng.choice(nesting if nesting and rng.random() < 0.6 else allowed)
         assert matcher.advance(token_id)
         if token_id in llama3_vocab.eos_token_ids:
             break
         text += llama3_vocab.tokens[token_id]
-    json.loads(text)  # budget-aware closing: always a complete document
+    document = json.loads(text)  # budget-aware closing: always a complete document
     assert matcher.tokens_consumed <= 60 and grammar.accepts(text)
+    if name == "open-object":
+        jsonschema.validate(document, OPEN)
 
 
 def _greedy(matcher: PushdownMatcher, vocab, data: bytes) -> None:
@@ -220,3 +239,46 @@ def test_a_real_model_writes_recursive_documents_through_the_decode_loop(smollm2
     documents = generate(smollm2_model, TREE, "A family tree as JSON: ", n=3, temperature=0.9, seed=7, max_tokens=60)
     for document in documents:
         jsonschema.validate(document, TREE)
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for level in range(depth):
+        value = {"k": value} if level % 2 else [value, "x"]
+    return value
+
+
+@pytest.mark.parametrize(
+    "schema, document",
+    [
+        ({"type": "object", "properties": {"id": {"type": "integer"}}}, {"id": 1, "extra": _nested(30)}),  # implicit
+        ({"type": "object", "additionalProperties": True}, {"a": _nested(30)}),
+        ({"type": "array", "items": {}}, [_nested(30), None]),
+        (True, _nested(30)),
+    ],
+)
+def test_open_ended_values_are_any_json_value(llama3_vocab, schema, document):
+    """compile_json_schema is exact: open-ended values nest at any depth (rules), never cut at a depth bound."""
+    from constrained.schema import PatternApproximates, schema_to_pattern
+
+    with pytest.raises(PatternApproximates):
+        schema_to_pattern(schema, exact=True)
+    grammar = compile_json_schema(schema, llama3_vocab, whitespace="flexible")
+    assert isinstance(grammar, PushdownGrammar)
+    assert grammar.accepts(json.dumps(document).encode())
+    assert not grammar.accepts(json.dumps(document).encode()[:-1])
+
+
+def test_one_pattern_is_used_where_it_is_exact(llama3_vocab):
+    closed = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}},
+              "additionalProperties": False}  # fmt: skip
+    assert not isinstance(compile_json_schema(closed, llama3_vocab), PushdownGrammar)
+    deep: dict = {"type": "integer"}
+    for _ in range(13):
+        deep = {"type": "array", "items": deep}
+    from constrained.schema import PatternApproximates, schema_to_pattern
+
+    with pytest.raises(PatternApproximates, match="max_depth"):
+        schema_to_pattern(deep, exact=True)
+    grammar = compile_json_schema(deep, llama3_vocab)
+    assert grammar.accepts(b"[" * 13 + b"1" + b"]" * 13)

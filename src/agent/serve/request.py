@@ -365,15 +365,16 @@ def _pattern(schema_json: str, closed: bool) -> str:
 
 
 def _pattern_or_rules(schema: dict[str, Any]) -> str:
-    """One pattern when one DFA can hold the schema; else (a recursive $ref, a schema too big) a `RulePattern`
-    calling the schema's rules, which the engine compiles as a pushdown grammar: exact at any depth."""
+    """One pattern when one DFA can hold the schema exactly; else (a recursive $ref, an open-ended value, a schema
+    too big) a `RulePattern` calling the schema's rules, which the engine compiles as a pushdown grammar: exact at
+    any depth."""
     from constrained.errors import GrammarTooLargeError
     from constrained.pushdown import RulePattern
-    from constrained.schema import RecursionUnrolled, schema_to_pattern, schema_to_rules
+    from constrained.schema import PatternApproximates, schema_to_pattern, schema_to_rules
 
     try:
-        return schema_to_pattern(schema, whitespace="compact", recursion="refuse")
-    except (RecursionUnrolled, GrammarTooLargeError):
+        return schema_to_pattern(schema, whitespace="compact", exact=True)
+    except (PatternApproximates, GrammarTooLargeError):
         return RulePattern(*schema_to_rules(schema, whitespace="compact"), prefix="answer")
 
 

@@ -1,0 +1,125 @@
+"""The rule-table graph kernels (`_kernel.shortest_completions`, `_kernel.bytes_to_boundary`) agree with plain
+Python definitions of the same searches, on random rule tables and on the tables of real schema grammars; the
+symbol classes a pushdown table gets from its rules' classes are the table's own."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from constrained import _kernel, fsm
+from constrained.index import UNREACHABLE
+from constrained.pushdown import compile_rules
+from constrained.schema import schema_to_rules
+
+from .test_pushdown import JSON_RULES, TREE
+
+
+def _shortest_reference(table: np.ndarray, accept: np.ndarray, calls: list[tuple[int, int, int]]):
+    """Knuth–Dijkstra as a heap of (distance, state); ties to the canonical hop (a call before a symbol, then the
+    smaller target / (callee, continuation)). Returns (dist, final, kind, a, b) with a symbol hop's a = target."""
+    n = table.shape[0]
+    into: dict[int, set[int]] = {}
+    for s, t in zip(*np.nonzero(table >= 0)):
+        into.setdefault(int(table[s, t]), set()).add(int(s))
+    dist = [UNREACHABLE] * n
+    hop: list = [None] * n
+    final = [False] * n
+    heap = [(0, s) for s in np.flatnonzero(accept).tolist()]
+    for _, s in heap:
+        dist[s] = 0
+    heapq.heapify(heap)
+
+    def rank(how):  # ("call", callee, cont) sorts before ("sym", target)
+        return (0, how[1], how[2]) if how[0] == "call" else (1, how[1], -1)
+
+    def relax(s, d, how):
+        if d < dist[s] or (d == dist[s] and hop[s] is not None and rank(how) < rank(hop[s])):
+            dist[s], hop[s] = d, how
+            heapq.heappush(heap, (d, s))
+
+    while heap:
+        d, u = heapq.heappop(heap)
+        if final[u] or d != dist[u]:
+            continue
+        final[u] = True
+        for s in sorted(into.get(u, ())):
+            if not final[s]:
+                relax(s, d + 1, ("sym", u))
+        for s, callee, cont in calls:
+            if cont == u and final[callee] and not final[s]:
+                relax(s, dist[callee] + d, ("call", callee, u))
+            if callee == u and final[cont] and not final[s]:
+                relax(s, d + dist[cont], ("call", u, cont))
+    kind = [0 if h is None else (1 if h[0] == "sym" else 2) for h in hop]
+    a = [-1 if h is None else h[1] for h in hop]
+    b = [-1 if h is None or h[0] == "sym" else h[2] for h in hop]
+    return dist, [int(f) for f in final], kind, a, b
+
+
+def _reach_reference(table: np.ndarray, boundary: np.ndarray, cap: int) -> list[int]:
+    """Fewest symbols to a boundary state by relaxing edges until nothing changes (capped)."""
+    reach = [0 if boundary[s] else cap for s in range(table.shape[0])]
+    changed = True
+    while changed:
+        changed = False
+        for s, t in zip(*np.nonzero(table >= 0)):
+            better = reach[int(table[s, t])] + 1
+            if better < reach[s] and better < cap:
+                reach[int(s)] = better
+                changed = True
+    return reach
+
+
+def _kernel_shortest(table, accept, calls):
+    n, width = table.shape
+    columns = [np.asarray(c, dtype=np.int32) for c in zip(*calls)] if calls else [np.zeros(0, dtype=np.int32)] * 3
+    out = (np.empty(n, np.int64), np.empty(n, np.uint8), np.empty(n, np.uint8), np.empty(n, np.int32),
+           np.empty(n, np.int32))  # fmt: skip
+    _kernel.shortest_completions(np.ascontiguousarray(table, dtype=np.int32), width, accept.astype(np.uint8),
+                                 *columns, UNREACHABLE, *out)  # fmt: skip
+    return tuple(x.tolist() for x in out)
+
+
+@st.composite
+def rule_tables(draw):
+    """A small random table over a few symbols, some accepting states, some call moves."""
+    n = draw(st.integers(1, 12))
+    width = draw(st.integers(1, 4))
+    cells = draw(st.lists(st.integers(-1, n - 1), min_size=n * width, max_size=n * width))
+    table = np.asarray(cells, dtype=np.int32).reshape(n, width)
+    accept = np.asarray(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    calls = draw(st.lists(st.tuples(*(st.integers(0, n - 1),) * 3), max_size=6))
+    return table, accept, calls
+
+
+@settings(max_examples=300, deadline=None)
+@given(rule_tables())
+def test_shortest_completions_match_the_reference(case):
+    table, accept, calls = case
+    assert _kernel_shortest(table, accept, calls) == _shortest_reference(table, accept, calls)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rule_tables(), st.integers(0, 6))
+def test_bytes_to_boundary_match_the_reference(case, cap):
+    table, accept, _ = case
+    reach = np.empty(table.shape[0], dtype=np.int32)
+    _kernel.bytes_to_boundary(table, table.shape[1], accept.astype(np.uint8), cap, reach)
+    assert reach.tolist() == _reach_reference(table, accept, cap)
+
+
+def test_real_grammars_match_the_reference(qwen_vocab):
+    """The tables of a JSON-value grammar and a recursive schema, as `PushdownGrammar` lays them out."""
+    for rules, start in ((JSON_RULES, "value"), schema_to_rules(TREE, whitespace="flexible")):
+        grammar = compile_rules(rules, start, qwen_vocab)
+        table, accept = grammar._table, grammar._rule_accept
+        calls = [(s, callee, cont) for s, moves in grammar._calls.items() for callee, cont in moves]
+        dist, final, kind, a, b = _kernel_shortest(table, accept, calls)
+        assert (dist, final, kind, a, b) == _shortest_reference(table, accept, calls)
+        assert all(final)  # a compiled grammar keeps only states that can finish
+        assert dist == grammar._dist.tolist()
+        assert grammar._symbol_class.tolist() == fsm.symbol_classes(table)[0].tolist()  # from the rules' classes
