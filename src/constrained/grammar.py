@@ -176,12 +176,13 @@ def compile_json_schema(
     schema_key = (canonical, whitespace, unknown_keywords)
     rules = _schema_rules.get(schema_key)
     if rules is None:
-        try:
-            if _open_at_root(schema):
-                raise _OneDfaCannot(warned=False)
-            return _compile_schema_dfa(schema, canonical, vocab, whitespace, unknown_keywords)
-        except _OneDfaCannot as wall:
-            rules = _rules_for(schema, schema_key, warned=wall.warned)
+        warned = False
+        if not _open_at_root(schema):
+            try:
+                return _compile_schema_dfa(schema, canonical, vocab, whitespace, unknown_keywords)
+            except _OneDfaCannot as wall:
+                warned = wall.warned
+        rules = _rules_for(schema, schema_key, warned=warned)
     else:
         _emit_unknown_keywords(rules[2])
     return pushdown.compile_rules(rules[0], rules[1], vocab)

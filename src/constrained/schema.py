@@ -993,10 +993,14 @@ class _Compiler:
         hi = _tighter([(int(flat[k]), k == "maximum") for k in ("maximum", "exclusiveMaximum") if k in flat], lower=False)
         return _decimal_range(lo, hi)
 
+    def too_deep(self, depth: int, path: str) -> bool:
+        """Whether a container at ``depth`` is past ``max_depth`` (its branch is cut; exact mode raises)."""
+        if depth > self.max_depth and self.exact:
+            raise PatternApproximates(path, "type", f"containers nest deeper than max_depth={self.max_depth}")
+        return depth > self.max_depth
+
     def compile_object(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
-        if depth > self.max_depth:
-            if self.exact:
-                raise PatternApproximates(path, "type", f"containers nest deeper than max_depth={self.max_depth}")
+        if self.too_deep(depth, path):
             return None
         props = flat.get("properties", {})
         required = flat.get("required", [])
@@ -1095,9 +1099,7 @@ class _Compiler:
         return (None if first is None else first + extras_tail), True
 
     def compile_array(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
-        if depth > self.max_depth:
-            if self.exact:
-                raise PatternApproximates(path, "type", f"containers nest deeper than max_depth={self.max_depth}")
+        if self.too_deep(depth, path):
             return None
         prefix = flat.get("prefixItems", [])
         if not isinstance(prefix, list):
