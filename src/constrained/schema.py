@@ -78,6 +78,8 @@ IMPLICIT_EXTRA_DEPTH = 1
 (they appear on nearly every object, so they are kept shallow; an explicit ``true`` gets any_value_depth)."""
 _MAX_REF_UNROLL = 3
 """How many times one ``$ref`` may be entered along a single path (recursion unrolling)."""
+_RULE_REF = "$ember:rule"
+"""Rule mode: the flat node that stands for a recursive ``$ref``'s target, compiled as a call of its rule."""
 _MAX_ALTERNATIVES = 256
 """Most flat alternatives a node may expand into (anyOf × allOf products)."""
 MAX_PATTERN_CHARS = 2_000_000
@@ -159,6 +161,11 @@ _SHORT_ESCAPES = {"\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
 
 Pattern = str | None
 """A pattern, or None for the empty language (an unsatisfiable sub-schema)."""
+
+
+def _is_annotation(key: str, value: Any) -> bool:
+    """Whether a schema keyword constrains nothing here (`ANNOTATION_KEYWORDS`, ``x-*``, a draft-04 string ``id``)."""
+    return key in ANNOTATION_KEYWORDS or key.startswith("x-") or (key == "id" and isinstance(value, str))
 
 
 def _lit(text: str) -> str:
@@ -336,19 +343,22 @@ def _decimal_range(lo: tuple[int, bool] | None, hi: tuple[int, bool] | None) -> 
 # -- string sets ------------------------------------------------------------------------------------
 
 
-def _unit_encodings(ch: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def _unit_encodings(ch: str) -> tuple[str, ...]:
     """Every UNIT spelling that decodes to ch (the canonical one first)."""
     if ch == '"':
-        return [r'\\"']
+        return (r'\\"',)
     if ch == "\\":
-        return [r"\\\\"]
+        return (r"\\\\",)
     if ord(ch) < 0x20:
-        spelled = [rf"\\u00{ord(ch):02x}"]
-        return ([rf"\\{_SHORT_ESCAPES[ch]}"] if ch in _SHORT_ESCAPES else []) + spelled
-    return [_lit(ch)]
+        spelled = (rf"\\u00{ord(ch):02x}",)
+        return ((rf"\\{_SHORT_ESCAPES[ch]}",) if ch in _SHORT_ESCAPES else ()) + spelled
+    return (_lit(ch),)
 
 
-def _unit_excluding(chars: set[str]) -> str:
+@functools.lru_cache(maxsize=4096)
+def _unit_excluding(chars: frozenset[str]) -> str:
+    """One UNIT that does not decode to any of ``chars``."""
     plain = "".join(sorted(_class_char(c) for c in chars if c not in '"\\' and ord(c) >= 0x20))
     parts = [f'[^"\\\\\\x00-\\x1f{plain}]']
     specials = [c for c in chars if c in '"\\' or ord(c) < 0x20]
@@ -361,8 +371,16 @@ def _unit_excluding(chars: set[str]) -> str:
     return "(?:" + "|".join(parts) + ")"
 
 
+@functools.lru_cache(maxsize=4096)
+def _unit_alternatives(ch: str) -> str:
+    """A pattern of every UNIT spelling of ``ch``."""
+    return _alt(list(_unit_encodings(ch))) or ""
+
+
 def _string_body_excluding(names: list[str]) -> str:
-    """String bodies (any UNIT sequence) that do not decode to one of `names`."""
+    """String bodies (any UNIT sequence) that do not decode to one of `names`: the trie's prefixes that are not
+    names, or a path down the trie that leaves it by one unit and then goes on freely. The free tail is written
+    once, not under every trie node (a third shorter pattern, the same minimal DFA)."""
     trie: dict = {}
     for name in names:
         node = trie
@@ -370,14 +388,22 @@ def _string_body_excluding(names: list[str]) -> str:
             node = node.setdefault(ch, {})
         node[""] = True
 
-    def walk(node: dict) -> str:
-        children = {c: n for c, n in node.items() if c != ""}
-        options: list[Pattern] = [] if node.get("") else [""]
-        options.append(_unit_excluding(set(children)) + UNIT + "*")
-        for ch, child in children.items():
-            options.append(_alt(_unit_encodings(ch)) + walk(child))  # type: ignore[operator]
-        return _alt(options) or ""
-    return walk(trie)
+    def walk(node: dict) -> tuple[Pattern, str]:  # (prefixes that are not names, prefixes that have left)
+        chars = [c for c in node if c]
+        inside: list[Pattern] = [] if "" in node else [""]
+        left = [_unit_excluding(frozenset(chars))]
+        for ch in chars:
+            unit = _unit_alternatives(ch)
+            child_inside, child_left = walk(node[ch])
+            if child_inside is not None:
+                inside.append(unit + child_inside)
+            left.append(unit + child_left)
+        if len(left) > _MAX_ENUM_ALTERNATIVES:
+            raise GrammarTooLargeError("alternatives", _MAX_ENUM_ALTERNATIVES, f"{len(left)} distinct alternatives")
+        return _alt(inside), _alt(left) or ""
+
+    inside, left = walk(trie)
+    return _alt([inside, left + UNIT + "*"]) or ""
 
 
 # -- computed string languages (intersections and complements, embedded as automata) ---------------
@@ -577,6 +603,7 @@ class _Compiler:
     def compile_rule(self, node: Any, path: str, trail: tuple[str, ...]) -> Pattern:
         """Rule mode: a nested value compiled once per schema node; a call of its rule when the node is recursive
         or its body big, else the body inline (small values keep masks inside one rule)."""
+        node, path = self.referent(node, path)
         key = id(node)
         if key in self._rule_results:
             return self._rule_results[key]
@@ -603,6 +630,18 @@ class _Compiler:
             result = body
         self._rule_results[key] = result
         return result
+
+    def referent(self, node: Any, path: str) -> tuple[Any, str]:
+        """The node (and its path) a bare ``$ref`` (beside annotations only) stands for, through chains of them:
+        one rule per schema node however many references reach it, so recursion through different references is
+        found at once instead of being unrolled (and cut) along the way."""
+        seen: set[int] = set()
+        while (isinstance(node, dict) and isinstance(node.get("$ref"), str) and id(node) not in seen
+               and all(k == "$ref" or _is_annotation(k, v) for k, v in node.items())):  # fmt: skip
+            seen.add(id(node))
+            target = self.local_ref(node["$ref"], path)
+            node, path = self.pointer(target, path), target
+        return node, path
 
     def any_value(self, depth: int, budget: int, path: str) -> str:
         """Any JSON value nesting at most min(budget, max_depth - depth) containers (rule mode: any JSON value at
@@ -643,7 +682,7 @@ class _Compiler:
         has_enum = "enum" in node or "const" in node
         base: dict = {}
         for key, value in node.items():
-            if key in ANNOTATION_KEYWORDS or key.startswith("x-") or (key == "id" and isinstance(value, str)):
+            if _is_annotation(key, value):
                 continue
             if key in ("$ref", "allOf", "anyOf", "oneOf", "nullable"):
                 continue
@@ -680,6 +719,8 @@ class _Compiler:
             resolve = functools.partial(self.resolve_for_negation, path=path)
             for sub, sub_path in _kw.conjuncts(node, path, resolve):
                 conjuncts.append(self.flatten(sub, sub_path, trail))
+        if self.rules is not None:
+            conjuncts = self.inline_calls(conjuncts)
         out: list[tuple[dict, str, tuple[str, ...]]] = []
         for combo in itertools.product(*conjuncts):
             merged: dict | None = {}
@@ -698,6 +739,28 @@ class _Compiler:
             out.append(({"type": ["null"]}, path, trail))
         return out
 
+    def inline_calls(self, conjuncts: list[list[tuple[dict, str, tuple[str, ...]]]]
+                     ) -> list[list[tuple[dict, str, tuple[str, ...]]]]:
+        """A recursive reference that meets sibling keywords cannot stay a rule call (a call is not intersected):
+        it is expanded here, one more level each time round, and refused where recursion would go on."""
+        if sum(any(flat for flat, _, _ in conjunct) for conjunct in conjuncts) < 2:
+            return conjuncts
+        out = []
+        for conjunct in conjuncts:
+            while any(_RULE_REF in flat for flat, _, _ in conjunct):
+                expanded = []
+                for flat, fpath, ftrail in conjunct:
+                    target = flat.get(_RULE_REF)
+                    if target is None:
+                        expanded.append((flat, fpath, ftrail))
+                    elif ftrail.count(target) >= _MAX_REF_UNROLL:
+                        raise UnsupportedSchemaError(fpath, "$ref", f"{target} recurses under sibling keywords")
+                    else:
+                        expanded.extend(self.flatten(self.pointer(target, fpath), target, ftrail + (target,)))
+                conjunct = expanded
+            out.append(conjunct)
+        return out
+
     def schema_list(self, node: dict, key: str, path: str) -> list:
         value = node[key]
         if not isinstance(value, list) or not value:
@@ -705,13 +768,16 @@ class _Compiler:
         return value
 
     def follow(self, ref: Any, path: str, trail: tuple[str, ...]) -> list[tuple[dict, str, tuple[str, ...]]]:
-        """Resolve a local $ref and flatten its target; recursion is unrolled a bounded number of times."""
+        """Resolve a local $ref and flatten its target. Recursion: in rule mode a call of the target's rule (a
+        `_RULE_REF` flat); one pattern unrolls it a bounded number of times."""
         if not isinstance(ref, str):
             raise InvalidSchemaError(path, "$ref must be a string")
         target_path = self.local_ref(ref, path)
         since_container = trail[len(trail) - list(reversed(trail)).index("|"):] if "|" in trail else trail
         if target_path in since_container:
             raise UnsupportedSchemaError(path, "$ref", f"{ref} refers to itself without nesting a container")
+        if self.rules is not None and target_path in trail:  # recursion: a call of the target's rule
+            return [({_RULE_REF: target_path}, path, trail)]
         if trail.count(target_path) >= _MAX_REF_UNROLL:
             if self.exact:
                 raise PatternApproximates(path, "$ref", f"{ref} is recursive: one pattern can only unroll it")
@@ -832,6 +898,8 @@ class _Compiler:
     # -- one flat node -------------------------------------------------------------------------------
 
     def compile_flat(self, flat: dict, path: str, depth: int, trail: tuple[str, ...], original: Any) -> Pattern:
+        if _RULE_REF in flat:
+            return self.compile_rule(self.pointer(flat[_RULE_REF], path), flat[_RULE_REF], trail)
         if "enum" in flat:
             return self.compile_enum(flat, path, depth, original)
         types = flat.get("type", list(_TYPES))
@@ -1246,6 +1314,11 @@ def _conj(a: Any, b: Any) -> Any:
 
 def _merge(a: dict, b: dict, path: str) -> dict | None:
     """Structural intersection of two flat nodes (allOf); None when provably unsatisfiable."""
+    if (_RULE_REF in a and b) or (_RULE_REF in b and a):
+        if a == b:
+            return a
+        raise UnsupportedSchemaError(path, "$ref", f"the recursive reference {(a.get(_RULE_REF) or b[_RULE_REF])} "
+                                     f"meets sibling keywords: a rule call cannot be intersected")  # fmt: skip
     keywords = ("properties", "additionalProperties", "patternProperties")
     if (("patternProperties" in a or "patternProperties" in b) and any(k in a for k in keywords)
             and any(k in b for k in keywords) and any(_value_key(a.get(k)) != _value_key(b.get(k)) for k in keywords)):

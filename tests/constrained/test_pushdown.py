@@ -269,6 +269,49 @@ def test_open_ended_values_are_any_json_value(llama3_vocab, schema, document):
     assert not grammar.accepts(json.dumps(document).encode()[:-1])
 
 
+_PROPS = {  # Kubernetes' JSONSchemaProps in small: one node reached through three different references
+    "type": "object",
+    "properties": {
+        "anyOf": {"type": "array", "items": {"$ref": "#/definitions/P"}},
+        "definitions": {"type": "object", "additionalProperties": {"$ref": "#/definitions/P", "description": "d"}},
+        "not": {"$ref": "#/definitions/P"},
+        "type": {"anyOf": [{"type": "string"}, {"$ref": "#/definitions/P"}]},
+    },
+    "additionalProperties": False,
+}
+
+
+def _props(depth: int) -> dict:
+    value: dict = {}
+    for level in range(depth):
+        value = [{"not": value}, {"anyOf": [{}, value]}, {"definitions": {"x": value}}, {"type": value}][level % 4]
+    return value
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"definitions": {"P": _PROPS}, "$ref": "#/definitions/P"},
+        {"definitions": {"P": _PROPS}, "type": "object", "properties": {"root": {"$ref": "#/definitions/P"}}},
+        {"definitions": {"P": _PROPS}, "type": "object", "anyOf": [{"$ref": "#/definitions/P"}],  # beside siblings
+         "minProperties": 1},
+    ],
+    ids=["root", "property", "siblings"],
+)
+def test_recursion_through_different_references_is_exact(llama3_vocab, schema):
+    """Each recursive schema node is one rule, however many references reach it: nothing is cut at an unrolling
+    depth (before, a reference met deep down was cut there and its cut rule reused at the top)."""
+    grammar = compile_json_schema(schema, llama3_vocab, whitespace="flexible")
+    placed = (lambda value: {"root": value}) if "properties" in schema else (lambda value: value)
+    for depth in (1, 2, 3, 4, 12):
+        document = placed(_props(depth))
+        jsonschema.validate(document, schema)
+        assert grammar.accepts(json.dumps(document).encode()), depth
+    invalid = placed({"not": {"type": {"extra": 1}}})
+    assert not jsonschema.Draft202012Validator(schema).is_valid(invalid)
+    assert not grammar.accepts(json.dumps(invalid).encode())
+
+
 def test_one_pattern_is_used_where_it_is_exact(llama3_vocab):
     closed = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}},
               "additionalProperties": False}  # fmt: skip

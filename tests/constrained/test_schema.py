@@ -897,3 +897,18 @@ def test_a_malformed_keyword_beside_an_enum_is_an_invalid_schema_error():
     # found by the hostile suite's fuzzer: jsonschema raised TypeError while filtering the const candidate
     with pytest.raises(InvalidSchemaError):
         schema_to_pattern({"not": None, "type": "null", "required": "a", "const": None})
+
+
+_KEY_CHARS = st.sampled_from(["a", "b", "é", '"', "\\", "\n", "\x1f", "-", "]", "^"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(st.text(_KEY_CHARS, max_size=5), min_size=1, max_size=6, unique=True),
+       others=st.lists(st.text(_KEY_CHARS, max_size=6), max_size=8))
+def test_string_body_excluding_is_exactly_the_other_strings(names, others):
+    """The key complement used for extra properties: a string's JSON spelling (short escapes, \\u00XX for the
+    other controls, the spellings json.dumps picks) is in the language exactly when the string is not a name."""
+    dfa = compile_dfa('"' + schema_module._string_body_excluding(names) + '"')
+    for text in names + others:
+        spelled = json.dumps(text, ensure_ascii=False).encode("utf-8")
+        assert dfa.accepts(spelled) == (text not in names), (names, text)
