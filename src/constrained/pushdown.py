@@ -129,8 +129,7 @@ class PushdownGrammar:
             digest.update(f"\0{name}\0{body}".encode("utf-8", errors="surrogatepass"))
         self.fingerprint = digest.hexdigest()
         """sha256 hex of the rules, start, special policy and vocabulary."""
-        self._layout(self.rules, start)
-        self._shortest()
+        self._shortest(self._layout(self.rules, start))
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
         self._eos = tuple(sorted(vocab.eos_token_ids))
@@ -155,8 +154,9 @@ class PushdownGrammar:
 
     # -- construction ----------------------------------------------------------------------------------------------
 
-    def _layout(self, rules: Mapping[str, str], start: str) -> None:
-        """Compile every body and lay the DFAs side by side; calls go to a side table."""
+    def _layout(self, rules: Mapping[str, str], start: str) -> np.ndarray:
+        """Compile every body and lay the DFAs side by side; calls go to a side table. Returns the table by
+        combined symbol class (column c: the column of class c's first symbol), what the graph searches scan."""
         if start not in rules:
             raise GrammarError(f"the start rule {start!r} is not defined")
         for name in rules:
@@ -192,33 +192,36 @@ class PushdownGrammar:
             total += dfa.n_states
         self.n_states = total
         """States of all rules together."""
-        table = np.full((total, self._width), DEAD, dtype=np.int32)
+        self._symbol_class, rule_classes = _combined_classes(dfas.values(), specials, self._width)
+        first_symbols = np.unique(self._symbol_class, return_index=True)[1]
+        by_class = np.empty((total, first_symbols.shape[0]), dtype=np.int32)
         rule_accept = np.zeros(total, dtype=bool)
         calls: dict[int, list[tuple[int, int]]] = {}
         self._starts = {name: offsets[name] + dfa.initial for name, dfa in dfas.items()}
-        for name, dfa in dfas.items():
+        for r, (name, dfa) in enumerate(dfas.items()):  # each rule's few class columns, offset into place
             base, n = offsets[name], dfa.n_states
-            rows = dfa.transitions
-            table[base:base + n, :256] = np.where(rows[:, :256] >= 0, rows[:, :256] + base, DEAD)
+            shifted = np.where(dfa.class_table >= 0, dfa.class_table + base, DEAD)
+            columns = rule_classes[first_symbols, r]
+            block = shifted[:, np.maximum(columns, 0)]
+            block[:, columns < 0] = DEAD
+            by_class[base:base + n] = block
             rule_accept[base:base + n] = dfa.accepting
             for k, symbol in enumerate(dfa.special_names):
-                column = rows[:, 256 + k]
-                live = np.flatnonzero(column >= 0)
                 if symbol.startswith(CALL_PREFIX):
                     callee = self._starts[symbol[1:]]
-                    for state in live.tolist():
-                        calls.setdefault(base + state, []).append((callee, base + int(column[state])))
-                else:
-                    table[base + live, 256 + specials[symbol]] = column[live] + base
-        self._table = table
-        self._symbol_class = _combined_classes(dfas.values(), specials, self._width)
+                    column = shifted[:, dfa.symbol_classes[256 + k]]
+                    live = np.flatnonzero(column >= 0)
+                    for state, cont in zip((live + base).tolist(), column[live].tolist()):
+                        calls.setdefault(state, []).append((callee, cont))
+        self._table = np.ascontiguousarray(np.take(by_class, self._symbol_class, axis=1))  # one write of the table
         self._rule_accept = rule_accept
         self._top_accept = np.zeros(total, dtype=bool)
         top = offsets[self._start_rule]
         self._top_accept[top:top + dfas[self._start_rule].n_states] = dfas[self._start_rule].accepting
         self._calls = {state: tuple(moves) for state, moves in calls.items()}
+        return by_class
 
-    def _shortest(self) -> None:
+    def _shortest(self, by_class: np.ndarray) -> None:
         """Shortest completion of every state within its rule (bytes and specials weigh 1, a call the callee's
         shortest document): Knuth's generalisation of Dijkstra, since a call's weight is itself a distance (kernel
         `shortest_completions`). States that cannot finish are cut off (their edges and calls removed); the start
@@ -233,9 +236,7 @@ class PushdownGrammar:
         hop_kind = np.empty(n, dtype=np.uint8)
         hop_a = np.empty(n, dtype=np.int32)
         hop_b = np.empty(n, dtype=np.int32)
-        # the same edges with one column per symbol class: what the graph searches scan
         first_symbols = np.unique(self._symbol_class, return_index=True)[1].astype(np.int32)
-        by_class = np.ascontiguousarray(table[:, first_symbols])
         _kernel.shortest_completions(by_class, by_class.shape[1], self._rule_accept.astype(np.uint8), call_src,
                                      call_callee, call_cont, UNREACHABLE, dist, final, hop_kind, hop_a, hop_b)  # fmt: skip
         by_symbol = np.flatnonzero(hop_kind == _HOP_SYMBOL)
@@ -546,10 +547,12 @@ class PushdownGrammar:
         return forced
 
 
-def _combined_classes(dfas: Iterable[fsm.DFA], specials: Mapping[str, int], width: int) -> np.ndarray:
+def _combined_classes(dfas: Iterable[fsm.DFA], specials: Mapping[str, int], width: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """The symbol classes of the rules' table laid side by side, from each rule's own classes: two symbols have
     equal columns there exactly when they do in every rule (a symbol a rule lacks is its all-dead column).
-    Numbered in order of first symbol; no column of the big table is compared."""
+    Numbered in order of first symbol; no column of the big table is compared. Also each rule's own class of
+    every symbol ([width, rules]; -1 where the rule has no such column: dead)."""
     keys = []
     for dfa in dfas:
         dead = np.flatnonzero((dfa.class_table == DEAD).all(axis=0))
@@ -560,7 +563,7 @@ def _combined_classes(dfas: Iterable[fsm.DFA], specials: Mapping[str, int], widt
                 ids[256 + specials[name]] = dfa.symbol_classes[256 + k]
         keys.append(ids)
     matrix = np.ascontiguousarray(np.stack(keys, axis=1))  # [width, rules]
-    return fsm._classes_by_first(matrix.view(np.dtype((np.void, matrix.shape[1] * 4))).reshape(-1))[0]
+    return fsm._classes_by_first(matrix.view(np.dtype((np.void, matrix.shape[1] * 4))).reshape(-1))[0], matrix
 
 
 @functools.lru_cache(maxsize=8)
