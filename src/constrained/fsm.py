@@ -92,8 +92,12 @@ class DFA:
     """Names (token texts) of the special-token terminals; symbol ``256 + i`` is ``special_names[i]``."""
     distance: np.ndarray
     """int32 [n_states]: shortest number of symbols from the state to an accepting state (0 if accepting)."""
-    fingerprint: str
-    """sha256 hex of the canonical class form: equal languages-as-compiled hash equal (cache key part)."""
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """sha256 hex of the canonical class form: equal languages-as-compiled hash equal (cache key part).
+        Worked out on first use: the rule DFAs of a pushdown grammar never need one."""
+        return _fingerprint(self.symbol_classes, self.class_table, self.accepting, self.special_names)
 
     @functools.cached_property
     def transitions(self) -> np.ndarray:
@@ -111,8 +115,8 @@ class DFA:
         cls, transitions: np.ndarray, *, accepting: np.ndarray, distance: np.ndarray, special_names: tuple[str, ...],
         symbol_class: np.ndarray | None = None,
     ) -> DFA:  # fmt: skip
-        """The DFA of a canonical table given by symbol (as the compilers produce it), with its class form and
-        fingerprint worked out; ``symbol_class``: a partition of the symbols known to have equal columns (numbered
+        """The DFA of a canonical table given by symbol (as the compilers produce it), with its class form worked
+        out; ``symbol_class``: a partition of the symbols known to have equal columns (numbered
         in order of first symbol), so that the columns need not be compared."""
         transitions = np.ascontiguousarray(transitions, dtype=np.int32)
         if symbol_class is None:
@@ -135,13 +139,12 @@ class DFA:
         distance: np.ndarray,
         special_names: tuple[str, ...],
     ) -> DFA:
-        """The DFA of a canonical table given in its class form, with its fingerprint worked out."""
+        """The DFA of a canonical table given in its class form."""
         for array_ in (symbol_class, class_table, accepting, distance):
             array_.flags.writeable = False
         return cls(
             symbol_classes=symbol_class, class_table=class_table, accepting=accepting, initial=0,
             special_names=special_names, distance=distance,
-            fingerprint=_fingerprint(symbol_class, class_table, accepting, special_names),
         )  # fmt: skip
 
     @property

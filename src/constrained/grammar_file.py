@@ -276,8 +276,9 @@ def _decode_body(
         array_.flags.writeable = False
     dfa = DFA(
         symbol_classes=symbol_classes, class_table=class_table, accepting=accepting, initial=initial,
-        special_names=tuple(names), distance=distance, fingerprint=dfa_fingerprint,
+        special_names=tuple(names), distance=distance,
     )  # fmt: skip
+    dfa.__dict__["fingerprint"] = dfa_fingerprint  # as stored: the entry's checksum and key already vouch for it
     directory = _array(body, _I64, _DIRECTORY_COLUMNS * n_masks, directory_at).reshape(n_masks, _DIRECTORY_COLUMNS)
     masks = StoredMasks(directory, pool, n_states, len(vocab), on_drop)
     pattern = body[pattern_at : pattern_at + n_pattern].decode("utf-8", errors="surrogatepass")

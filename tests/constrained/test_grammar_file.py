@@ -230,7 +230,7 @@ def dfas_and_masks(draw, vocab_size: int):
     classes, class_table = fsm.symbol_classes(transitions)
     dfa = fsm.DFA(
         symbol_classes=classes, class_table=class_table, accepting=distance == 0, initial=0, special_names=names,
-        distance=distance, fingerprint=f"{draw(st.integers(0, 2**64)):064x}",
+        distance=distance,
     )  # fmt: skip
     masks = {}
     for state in draw(st.sets(st.integers(0, n_states - 1))):
