@@ -42,8 +42,9 @@ CASES = BENCHMARKS_DIR.parent.parent / "shared" / "corpus" / "bfcl-dev" / "cases
 HEADING = "## Many tools: tool-call grammars over 10–276 BFCL functions (ours vs llguidance)"
 BUDGET = 160
 ROUNDS = 3
-_SCRATCH = "ember-many-tools-"
 """Cold compiles per grammar and size, interleaved across the three; the best is reported."""
+_SCRATCH = "ember-many-tools-"
+"""Name prefix of the empty disk-cache directories the cold compiles use (each removed when the next is made)."""
 
 
 def distinct_functions(path: Path) -> list[dict[str, Any]]:

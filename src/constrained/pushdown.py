@@ -129,7 +129,7 @@ class PushdownGrammar:
             digest.update(f"\0{name}\0{body}".encode("utf-8", errors="surrogatepass"))
         self.fingerprint = digest.hexdigest()
         """sha256 hex of the rules, start, special policy and vocabulary."""
-        self._shortest(self._layout(self.rules, start))
+        self._shortest(*self._layout(self.rules, start))
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
         self._eos = tuple(sorted(vocab.eos_token_ids))
@@ -154,9 +154,10 @@ class PushdownGrammar:
 
     # -- construction ----------------------------------------------------------------------------------------------
 
-    def _layout(self, rules: Mapping[str, str], start: str) -> np.ndarray:
+    def _layout(self, rules: Mapping[str, str], start: str) -> tuple[np.ndarray, np.ndarray]:
         """Compile every body and lay the DFAs side by side; calls go to a side table. Returns the table by
-        combined symbol class (column c: the column of class c's first symbol), what the graph searches scan."""
+        combined symbol class (what the graph searches scan) and each class's first symbol (its column c is that
+        symbol's column)."""
         if start not in rules:
             raise GrammarError(f"the start rule {start!r} is not defined")
         for name in rules:
@@ -193,7 +194,7 @@ class PushdownGrammar:
         self.n_states = total
         """States of all rules together."""
         self._symbol_class, rule_classes = _combined_classes(dfas.values(), specials, self._width)
-        first_symbols = np.unique(self._symbol_class, return_index=True)[1]
+        first_symbols = np.unique(self._symbol_class, return_index=True)[1].astype(np.int32)
         by_class = np.empty((total, first_symbols.shape[0]), dtype=np.int32)
         rule_accept = np.zeros(total, dtype=bool)
         calls: dict[int, list[tuple[int, int]]] = {}
@@ -219,9 +220,9 @@ class PushdownGrammar:
         top = offsets[self._start_rule]
         self._top_accept[top:top + dfas[self._start_rule].n_states] = dfas[self._start_rule].accepting
         self._calls = {state: tuple(moves) for state, moves in calls.items()}
-        return by_class
+        return by_class, first_symbols
 
-    def _shortest(self, by_class: np.ndarray) -> None:
+    def _shortest(self, by_class: np.ndarray, first_symbols: np.ndarray) -> None:
         """Shortest completion of every state within its rule (bytes and specials weigh 1, a call the callee's
         shortest document): Knuth's generalisation of Dijkstra, since a call's weight is itself a distance (kernel
         `shortest_completions`). States that cannot finish are cut off (their edges and calls removed); the start
@@ -236,7 +237,6 @@ class PushdownGrammar:
         hop_kind = np.empty(n, dtype=np.uint8)
         hop_a = np.empty(n, dtype=np.int32)
         hop_b = np.empty(n, dtype=np.int32)
-        first_symbols = np.unique(self._symbol_class, return_index=True)[1].astype(np.int32)
         _kernel.shortest_completions(by_class, by_class.shape[1], self._rule_accept.astype(np.uint8), call_src,
                                      call_callee, call_cont, UNREACHABLE, dist, final, hop_kind, hop_a, hop_b)  # fmt: skip
         by_symbol = np.flatnonzero(hop_kind == _HOP_SYMBOL)
