@@ -8,8 +8,8 @@
  *     ──byte equivalence classes──► subset construction (same work accounting and budgets as the
  *     Python reference; sparse rows) ──trim (reverse BFS, which also gives the distances)──► a round of
  *     Moore hashing ──► Valmari–Lehtinen partition refinement (partial DFAs) ──canonical BFS renumbering──►
- *     class table [S, n_classes], accepting, distance
- *     ──expand classes (with the GIL, straight into a bytes object)──► transitions [S, 256 + K]
+ *     class table [S, n_classes], accepting, distance (the table by symbol is expanded in Python, on first
+ *     use: the rule bodies of a pushdown grammar never need it)
  *
  * Program (int32, preorder; each node is an opcode and its operands, children follow their parent):
  *   OP_EMPTY                              matches ""
@@ -1176,11 +1176,10 @@ done:
 
 PyDoc_STRVAR(compile_doc,
 "compile(program, templates, template_offsets, n_special, max_states, max_work)\n"
-"    -> (transitions: bytes, n_states, accepting: bytes, distance: bytes, symbol_classes: bytes,\n"
-"        class_table: bytes) | int\n\n"
-"Build the NFA the program describes and return its minimal trimmed canonical DFA: transitions is int32\n"
-"[n_states, 256 + n_special] (DEAD = -1), accepting one byte per state, distance int32 per state, and the\n"
-"table's canonical class form (int32: each symbol's class, then [n_states, n_classes]; see symbol_classes). On a\n"
+"    -> (n_states, accepting: bytes, distance: bytes, symbol_classes: bytes, class_table: bytes) | int\n\n"
+"Build the NFA the program describes and return its minimal trimmed canonical DFA in its canonical class form:\n"
+"accepting one byte per state, distance int32 per state, each symbol's class (int32 [256 + n_special]) and the\n"
+"table by class (int32 [n_states, n_classes], DEAD = -1; see symbol_classes). On a\n"
 "budget outcome, returns an int instead: 1 = subset work over max_work, 2 = more than max_states DFA\n"
 "states, 3 = the language is empty.");
 
@@ -1224,30 +1223,19 @@ compile_(PyObject *self, PyObject *args)
     PyBuffer_Release(&bt);
     PyBuffer_Release(&bo);
     PyObject *out = NULL;
-    if (rc == RC_OK) { /* expand classes to symbols straight into the bytes object */
-        int64_t width = 256 + n_special, nc = res.n_classes;
-        PyObject *table = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(res.n * width * 4));
-        if (table) {
-            int32_t *dst = (int32_t *)PyBytes_AS_STRING(table);
-            for (int64_t x = 0; x < res.n; x++, dst += width) {
-                const int32_t *row = res.table + x * nc;
-                for (int k = 0; k < 256; k++) dst[k] = row[res.byte_class[k]];
-                for (int64_t k = 0; k < n_special; k++) dst[256 + k] = row[res.n_byte_classes + k];
-            }
-            int32_t *sym_class = malloc((size_t)width * sizeof *sym_class), *classes = NULL;
-            int64_t m = sym_class ? symbol_classes(&res, n_special, sym_class, &classes) : -1;
-            if (m < 0) {
-                Py_DECREF(table);
-                PyErr_NoMemory();
-            } else {
-                out = Py_BuildValue("(NLy#y#y#y#)", table, (long long)res.n, (const char *)res.accepting,
-                                    (Py_ssize_t)res.n, (const char *)res.distance, (Py_ssize_t)(res.n * 4),
-                                    (const char *)sym_class, (Py_ssize_t)(width * 4), (const char *)classes,
-                                    (Py_ssize_t)(res.n * m * 4));
-            }
-            free(sym_class);
-            free(classes);
+    if (rc == RC_OK) {
+        int64_t width = 256 + n_special;
+        int32_t *sym_class = malloc((size_t)width * sizeof *sym_class), *classes = NULL;
+        int64_t m = sym_class ? symbol_classes(&res, n_special, sym_class, &classes) : -1;
+        if (m < 0) {
+            PyErr_NoMemory();
+        } else {
+            out = Py_BuildValue("(Ly#y#y#y#)", (long long)res.n, (const char *)res.accepting, (Py_ssize_t)res.n,
+                                (const char *)res.distance, (Py_ssize_t)(res.n * 4), (const char *)sym_class,
+                                (Py_ssize_t)(width * 4), (const char *)classes, (Py_ssize_t)(res.n * m * 4));
         }
+        free(sym_class);
+        free(classes);
     } else if (rc == RC_NOMEM) {
         PyErr_NoMemory();
     } else if (rc == RC_BAD) {

@@ -663,7 +663,8 @@ done:
 PyDoc_STRVAR(template_map_doc,
 "template_map(transitions, width, state, template, template_width, template_start, out_map) -> bool\n\n"
 "Whether the template DFA embeds at `state`: a map h (template state -> DFA state, h[start] = state)\n"
-"such that every live template transition b -x-> b2 has transitions[h[b], x] == h[b2] (bytes only).\n"
+"such that every live template transition b -x-> b2 has transitions[h[b], x] == h[b2] (bytes only; a target\n"
+"past the template's last row counts as dead, so the first rows of a bigger template are a template too).\n"
 "Fills out_map int32[template states] (-1 where unreachable) and returns True, or returns False.");
 
 static PyObject *
@@ -709,9 +710,9 @@ template_map(PyObject *self, PyObject *args)
         const int32_t *trow = TT + (Py_ssize_t)b * twidth, *row = T + (Py_ssize_t)h[b] * width;
         for (int x = 0; x < 256; x++) {
             int32_t b2 = trow[x];
-            if (b2 < 0) continue;
+            if (b2 < 0 || b2 >= n_tmpl) continue; /* dead, or past the template's last row: dead too */
             int32_t g = row[x];
-            if (b2 >= n_tmpl || g < 0 || g >= n_states) {
+            if (g < 0 || g >= n_states) {
                 ok = 0;
                 break;
             }
@@ -737,7 +738,8 @@ PyDoc_STRVAR(walk_template_doc,
 "walk_template(transitions, width, state, template, map, pure_bits, exit_nodes, exit_tstate, node_byte,\n"
 "              node_depth, node_end, tok_start, tok_ids, max_depth, vocab_size, out_bits, out_ids, out_next,\n"
 "              scratch) -> (n_found, count)\n\n"
-"`walk(state)` as a bitmask, using a template DFA (int32[n_template, 256], start 0) that embeds at some\n"
+"`walk(state)` as a bitmask, using a template DFA (int32[n_template, 256], start 0; targets past its last row\n"
+"are dead, as in template_map) that embeds at some\n"
 "state t (map = template_map at t: template state -> DFA state). out_bits starts as pure_bits (the tokens\n"
 "whose bytes all stay inside the template, as uint32 words: bit i%32 of word i/32 = token i). The trie is\n"
 "walked jointly from (state, template start); a node where the DFA state equals map[template state] is\n"
@@ -817,7 +819,7 @@ walk_template(PyObject *self, PyObject *args)
     int32_t *oid = (int32_t *)boi.buf, *onext = (int32_t *)bon.buf, *scr = (int32_t *)bsc.buf;
     int bad_args = 0;
     for (Py_ssize_t k = 0; !bad_args && k < n_tmpl; k++) bad_args = h[k] < 0 || h[k] >= n_states;
-    for (Py_ssize_t k = 0; !bad_args && k < n_tmpl * 256; k++) bad_args = TT[k] < -1 || TT[k] >= n_tmpl;
+    for (Py_ssize_t k = 0; !bad_args && k < n_tmpl * 256; k++) bad_args = TT[k] < -1;
     for (Py_ssize_t k = 0; !bad_args && k < n_exit; k++) {
         bad_args = en[k] < 1 || en[k] >= n_nodes || et[k] < 0 || et[k] >= n_tmpl || (k > 0 && en[k] <= en[k - 1]);
     }
@@ -844,6 +846,7 @@ walk_template(PyObject *self, PyObject *args)
         int32_t d = nd[i], x = nb[i];
         int32_t g = T[(Py_ssize_t)gs[d - 1] * width + x];
         int32_t b = bst[d - 1] >= 0 ? TT[(Py_ssize_t)bst[d - 1] * 256 + x] : -1;
+        if (b >= n_tmpl) b = -1; /* past the template's last row: dead */
         if (b >= 0 && g == h[b]) { /* synchronized: the template's answer holds for the whole subtree */
             sync[n_sync++] = (int32_t)i;
             i = ne[i];

@@ -113,17 +113,14 @@ class DFA:
     @classmethod
     def from_table(
         cls, transitions: np.ndarray, *, accepting: np.ndarray, distance: np.ndarray, special_names: tuple[str, ...],
-        symbol_class: np.ndarray | None = None,
+        classes: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> DFA:  # fmt: skip
         """The DFA of a canonical table given by symbol (as the compilers produce it), with its class form worked
-        out; ``symbol_class``: a partition of the symbols known to have equal columns (numbered
-        in order of first symbol), so that the columns need not be compared."""
+        out; ``classes``: the class form when the caller already has it (a partition of the symbols known to have
+        equal columns, numbered in order of first symbol, and the table by class), so nothing is compared."""
         transitions = np.ascontiguousarray(transitions, dtype=np.int32)
-        if symbol_class is None:
+        if classes is None:
             classes = symbol_classes(transitions)
-        else:
-            first = np.unique(symbol_class, return_index=True)[1]
-            classes = (np.asarray(symbol_class, dtype=np.int32), np.ascontiguousarray(transitions[:, first]))
         dfa = cls.from_classes(*classes, accepting=accepting, distance=distance, special_names=special_names)
         transitions.flags.writeable = False
         dfa.__dict__["transitions"] = transitions  # already expanded: seed the cached property
@@ -207,17 +204,14 @@ def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = 
         if result == _NATIVE_EMPTY:
             raise EmptyLanguageError(pattern)
         raise AssertionError(f"unexpected outcome {result} from constrained._fsm.compile")
-    transitions, n_states, accepting, distance, symbol_class, class_table = result
-    dfa = DFA.from_classes(
+    n_states, accepting, distance, symbol_class, class_table = result
+    return DFA.from_classes(
         np.frombuffer(symbol_class, dtype=np.int32),
         np.frombuffer(class_table, dtype=np.int32).reshape(n_states, -1),
         accepting=np.frombuffer(accepting, dtype=np.bool_),
         distance=np.frombuffer(distance, dtype=np.int32),
         special_names=names,
     )
-    table = np.frombuffer(transitions, dtype=np.int32).reshape(n_states, 256 + len(names))
-    dfa.__dict__["transitions"] = table  # expanded natively (read-only bytes): seed the cached property
-    return dfa
 
 
 def compile_dfa_reference(pattern: str, *, allow_special: bool = False, max_states: int = 50_000) -> DFA:

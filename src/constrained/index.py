@@ -162,27 +162,27 @@ def _bits_to_ids(bits: np.ndarray, vocab_size: int, value: int, expected: int) -
 @dataclass(frozen=True, kw_only=True, eq=False)
 class BitsLookup:
     """Next states for a bitmask-built `StateMask`: the listed (non-pure) ids carry their own next state; every
-    other allowed id is a pure token of the string-body shortcut, whose next state is the embedding of the body
-    state it ends in."""
+    other allowed id is a pure token of the string-body shortcut's template, whose next state is the embedding of
+    the template state it ends in."""
 
     listed_ids: np.ndarray
     """int32 ascending: allowed ids that are not pure (found below exits or overridden bytes, specials, EOS)."""
     listed_next: np.ndarray
     """int32 aligned with ``listed_ids``."""
     embedding: np.ndarray
-    """int32 [body states]: body state → DFA state."""
-    pure_body_state: np.ndarray
-    """uint8 [V]: `StringBodyShortcut.pure_body_state`."""
+    """int32 [template states]: template state → DFA state (`shortcut.Plan.embedding`)."""
+    pure_state: np.ndarray
+    """[V]: the template state each pure token ends in (`shortcut.Plan.pure_state`)."""
 
     def next_state(self, token_id: int) -> int:
         position = int(np.searchsorted(self.listed_ids, token_id))
         if position < self.listed_ids.shape[0] and int(self.listed_ids[position]) == token_id:
             return int(self.listed_next[position])
-        return int(self.embedding[self.pure_body_state[token_id]])
+        return int(self.embedding[self.pure_state[token_id]])
 
     def next_states(self, allowed: np.ndarray) -> np.ndarray:
-        body = self.pure_body_state[allowed]
-        out = self.embedding[np.where(body < self.embedding.shape[0], body, 0)].astype(np.int32)
+        pure = self.pure_state[allowed]
+        out = self.embedding[np.where(pure < self.embedding.shape[0], pure, 0)].astype(np.int32)
         out[np.searchsorted(allowed, self.listed_ids)] = self.listed_next
         return out
 
@@ -468,8 +468,8 @@ class TokenIndex:
             assert self._shortcut is not None
             for token_id in extra_ids.tolist():
                 bits[token_id >> 5] |= np.uint32(1 << (token_id & 31))
-            lookup = BitsLookup(listed_ids=ids, listed_next=next_states, embedding=plan,
-                                pure_body_state=self._shortcut.pure_body_state)  # fmt: skip
+            lookup = BitsLookup(listed_ids=ids, listed_next=next_states, embedding=plan.embedding,
+                                pure_state=plan.pure_state)  # fmt: skip
             mask = StateMask.from_bits(bits, n_normal + int(extra_ids.shape[0]), trie.vocab_size, lookup)
         if mask.form == "disallowed":  # build the mask forms now (once per state), not on the first apply
             mask.disallowed  # noqa: B018

@@ -135,7 +135,7 @@ class PushdownGrammar:
         self._eos = tuple(sorted(vocab.eos_token_ids))
         table_dfa = fsm.DFA.from_table(self._table, accepting=self._top_accept, distance=np.zeros(self.n_states,
                                        dtype=np.int32), special_names=self.special_names,
-                                       symbol_class=self._symbol_class)  # fmt: skip
+                                       classes=(self._symbol_class, self._by_class))  # fmt: skip
         self._index = TokenIndex(table_dfa, vocab, preflight=False)  # checks the table the kernels will trust
         """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
         of the start rule); calls and returns are this module's business."""
@@ -154,10 +154,11 @@ class PushdownGrammar:
 
     # -- construction ----------------------------------------------------------------------------------------------
 
-    def _layout(self, rules: Mapping[str, str], start: str) -> tuple[np.ndarray, np.ndarray]:
+    def _layout(self, rules: Mapping[str, str], start: str
+                ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Compile every body and lay the DFAs side by side; calls go to a side table. Returns the table by
-        combined symbol class (what the graph searches scan) and each class's first symbol (its column c is that
-        symbol's column)."""
+        combined symbol class (what the graph searches scan), each class's first symbol (its column c is that
+        symbol's column) and every call move as arrays (call states, callees' starts, continuations)."""
         if start not in rules:
             raise GrammarError(f"the start rule {start!r} is not defined")
         for name in rules:
@@ -197,7 +198,7 @@ class PushdownGrammar:
         first_symbols = np.unique(self._symbol_class, return_index=True)[1].astype(np.int32)
         by_class = np.empty((total, first_symbols.shape[0]), dtype=np.int32)
         rule_accept = np.zeros(total, dtype=bool)
-        calls: dict[int, list[tuple[int, int]]] = {}
+        call_parts: list[tuple[np.ndarray, int, np.ndarray]] = []
         self._starts = {name: offsets[name] + dfa.initial for name, dfa in dfas.items()}
         for r, (name, dfa) in enumerate(dfas.items()):  # each rule's few class columns, offset into place
             base, n = offsets[name], dfa.n_states
@@ -209,29 +210,30 @@ class PushdownGrammar:
             rule_accept[base:base + n] = dfa.accepting
             for k, symbol in enumerate(dfa.special_names):
                 if symbol.startswith(CALL_PREFIX):
-                    callee = self._starts[symbol[1:]]
                     column = shifted[:, dfa.symbol_classes[256 + k]]
                     live = np.flatnonzero(column >= 0)
-                    for state, cont in zip((live + base).tolist(), column[live].tolist()):
-                        calls.setdefault(state, []).append((callee, cont))
-        self._table = np.ascontiguousarray(np.take(by_class, self._symbol_class, axis=1))  # one write of the table
+                    call_parts.append((live + base, self._starts[symbol[1:]], column[live]))
+        call_moves = tuple(
+            np.concatenate(part).astype(np.int32) if call_parts else np.zeros(0, dtype=np.int32)
+            for part in ([p[0] for p in call_parts], [np.full(p[0].shape[0], p[1]) for p in call_parts],
+                         [p[2] for p in call_parts])
+        )  # fmt: skip
+        self._table = np.take(by_class, self._symbol_class, axis=1)  # one write of the table (C order)
         self._rule_accept = rule_accept
         self._top_accept = np.zeros(total, dtype=bool)
         top = offsets[self._start_rule]
         self._top_accept[top:top + dfas[self._start_rule].n_states] = dfas[self._start_rule].accepting
-        self._calls = {state: tuple(moves) for state, moves in calls.items()}
-        return by_class, first_symbols
+        return by_class, first_symbols, call_moves
 
-    def _shortest(self, by_class: np.ndarray, first_symbols: np.ndarray) -> None:
+    def _shortest(self, by_class: np.ndarray, first_symbols: np.ndarray,
+                  call_moves: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
         """Shortest completion of every state within its rule (bytes and specials weigh 1, a call the callee's
         shortest document): Knuth's generalisation of Dijkstra, since a call's weight is itself a distance (kernel
         `shortest_completions`). States that cannot finish are cut off (their edges and calls removed); the start
         must finish."""
         n = self.n_states
         table = self._table
-        moves = [(s, callee, cont) for s, pairs in self._calls.items() for callee, cont in pairs]
-        call_src, call_callee, call_cont = (np.asarray(column, dtype=np.int32) for column in zip(*moves)) if moves \
-            else (np.zeros(0, dtype=np.int32),) * 3  # fmt: skip
+        call_src, call_callee, call_cont = call_moves
         dist = np.empty(n, dtype=np.int64)
         final = np.empty(n, dtype=np.uint8)
         hop_kind = np.empty(n, dtype=np.uint8)
@@ -248,18 +250,24 @@ class PushdownGrammar:
         if not final[start]:
             raise EmptyLanguageError(f"rules starting at {self.start!r} (no finite document)")
         finished = final.astype(bool)
-        self._calls = {
-            s: kept for s, moves in self._calls.items()
-            if finished[s] and (kept := tuple(m for m in moves if finished[m[0]] and finished[m[1]]))
-        }  # fmt: skip
+        kept = finished[call_src] & finished[call_callee] & finished[call_cont]
+        calls: dict[int, list[tuple[int, int]]] = {}
+        for state, callee, cont in zip(call_src[kept].tolist(), call_callee[kept].tolist(), call_cont[kept].tolist()):
+            calls.setdefault(state, []).append((callee, cont))
+        self._calls = {state: tuple(moves) for state, moves in calls.items()}
+        """Call state → its (callee's start, continuation) moves: the side table of the rules' table."""
         boundary = self._rule_accept.copy()
         boundary[list(self._calls)] = True
         self._boundary = boundary.astype(np.uint8)
         self._reach = np.empty(n, dtype=np.int32)  # before the cut: reach errs low, safely
         _kernel.bytes_to_boundary(by_class, by_class.shape[1], self._boundary, _REACH_CAP, self._reach)
         if not finished.all():
-            table[np.isin(table, np.flatnonzero(~finished))] = DEAD
-            table[~finished] = DEAD
+            unfinished = np.flatnonzero(~finished)
+            for array_ in (table, by_class):
+                array_[np.isin(array_, unfinished)] = DEAD
+                array_[unfinished] = DEAD
+        self._by_class = by_class
+        """The table by combined class (cut like the table): the class form of the inside DFA."""
         self._dist = dist
         self._hop_kind, self._hop_a, self._hop_b = hop_kind, hop_a, hop_b
         """The canonical shortest completion, one move per state: `_HOP_SYMBOL` (hop_a = the symbol) or
@@ -397,22 +405,21 @@ class PushdownGrammar:
     def _exits(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """The trie nodes (and states) where the walk from ``state`` sits on a boundary with bytes to go. Subtrees
         whose tokens are too short to reach a boundary are skipped. In a string-like state (the shortcut's plan: a
-        string body embedded at the state, or at the state most of its bytes lead to) whose body image holds no
-        boundary, a token can only get to one after the body ends: below the first bytes where the state and the
-        template disagree, walked whole, and below the shortcut's exits everywhere else."""
+        string body, counted or not, embedded at the state, or at the state most of its bytes lead to) whose body
+        image holds no boundary, a token can only get to one after the body ends: below the first bytes where the
+        state and the template disagree, walked whole, and below the template's exits everywhere else."""
         shortcut = self._shortcut
         trie = self.trie
         plan = None if shortcut is None else shortcut.plan(self._table, state, trie.n_nodes)
-        if plan is not None and not self._boundary[plan[plan >= 0]].any():
-            assert shortcut is not None
-            template = int(plan[0])
+        if plan is not None and not self._boundary[plan.embedding].any():
+            template = int(plan.embedding[0])
             disagree = self._table[state, :256] != self._table[template, :256]
             roots = trie.root_child[np.flatnonzero(disagree)]
             roots = np.sort(roots[roots >= 0]).astype(np.int32)
-            agree = ~disagree[_exit_first_bytes(trie)]
-            starts = np.concatenate([roots, shortcut.exit_nodes[agree]]).astype(np.int32)
+            agree = ~disagree[_exit_first_bytes(trie)[plan.exits]]
+            starts = np.concatenate([roots, plan.exit_nodes[agree]]).astype(np.int32)
             start_states = np.concatenate([np.full(roots.shape[0], state, dtype=np.int32),
-                                           plan[shortcut.exit_body_state[agree]]]).astype(np.int32)  # fmt: skip
+                                           plan.embedding[plan.exit_state[agree]]]).astype(np.int32)  # fmt: skip
         else:
             starts = _root_children(trie)
             start_states = np.full(starts.shape[0], state, dtype=np.int32)

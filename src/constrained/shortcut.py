@@ -10,16 +10,22 @@ and keep
 - the **pure** tokens (every byte stays inside the string body) as a bitmask, with the body state each ends in, and
 - the **exits**: trie nodes where the body automaton dies (a closing quote, a control byte, a stray byte).
 
-To mask a state s, `plan` picks a state t where the body embeds — s itself, or (for a key that may not start a known
-name) the state s moves to on most bytes — and `_kernel.walk_template` walks the trie *jointly* from (s, body start):
+A string with a ``maxLength`` has one state per characters left, and none of them embeds the unbounded body. For
+those, the walk keeps each pure token's character count too: with m characters left, the *counted* body (at most m
+characters, `counted_template`) embeds at the state, its pure tokens are the pure tokens that fit in m, and its exits
+the exits reached within m (`counted_plan`: exact, or refused where the DFA goes on past its count).
+
+To mask a state s, `plan` picks a template that embeds at a state t — the body at s itself, the counted body at s, or
+(for a key that may not start a known name) the body at the state s moves to on most bytes — and
+`_kernel.walk_template` walks the trie *jointly* from (s, template start):
 wherever s's path meets the template's image it is synchronized for the whole subtree, so the pure bits stand and
 only the exits below are walked; elsewhere tokens are decided the plain way. The result is exactly the plain walk's
 (tested state by state), as a bitmask plus the few hundred tokens that are not pure; the sorted id arrays are only
 built if someone asks (`index.StateMask.from_bits`). Measured on the MaskBench corpus: a string state's first mask
 in ~35 µs of kernel time instead of ~2 ms.
 
-    vocabulary trie ──(once)──► StringBodyShortcut(pure bits + body states, exit nodes + body states)
-    DFA state s ──plan──► embedding at t, or None ──► _kernel.walk_template(...) | _kernel.walk(...)
+    vocabulary trie ──(once)──► StringBodyShortcut(pure bits + body states + characters, exits + the same)
+    DFA state s ──plan──► Plan (template embedded at t), or None ──► _kernel.walk_template(...) | _kernel.walk(...)
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ if TYPE_CHECKING:
     from constrained.fsm import DFA
     from constrained.index import TokenTrie
 
-__all__ = ["NOT_PURE", "StringBodyShortcut", "string_body_shortcut"]
+__all__ = ["NOT_PURE", "Plan", "StringBodyShortcut", "counted_template", "string_body_shortcut"]
 
 NOT_PURE = 255
 """`StringBodyShortcut.pure_body_state` of a token that leaves the string body."""
@@ -48,12 +54,59 @@ _MIN_PURE_SHARE = 0.5
 skipping the pure tokens' nodes, so with few of them the exits' subtrees would be most of the trie anyway."""
 
 
+_NEVER = np.iinfo(np.int32).max
+"""`StringBodyShortcut.pure_need` / `pure_counted_state` of a token that leaves the string body."""
+
+_UNIT_BYTE = ord("a")
+"""A one-byte character of the string body: followed from a state, it counts the characters left there."""
+
+
 @functools.cache
 def _body_dfa() -> DFA:
     from constrained.fsm import compile_dfa
     from constrained.schema import UNIT
 
     return compile_dfa(f"{UNIT}*")
+
+
+def counted_template(m: int) -> np.ndarray:
+    """The string body with at most ``m`` characters, as a byte DFA (start 0): state ``k * n + b`` has completed
+    k characters and is in body state b (n body states); ``m * n``, the last, has used them all. The first rows
+    of one table for the longest count asked so far (the kernels read a target past the last row as dead)."""
+    return _counted_table(1 << max(m, 1).bit_length())[: m * _body_dfa().n_states + 1]
+
+
+@functools.lru_cache(maxsize=4)
+def _counted_table(m: int) -> np.ndarray:
+    body = _body_dfa().transitions
+    n = body.shape[0]
+    table = np.full((m * n + 1, 256), -1, dtype=np.int32)
+    levels = table[: m * n].reshape(m, n, 256)
+    np.add(np.where(body == 0, n, body)[None], (np.arange(m, dtype=np.int32) * n)[:, None, None], out=levels)
+    levels[:, body < 0] = -1
+    table.flags.writeable = False
+    return table
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Plan:
+    """How `StringBodyShortcut.walk` masks one state: a template automaton (start 0) that embeds at some state,
+    with the template's view of the trie (its pure tokens and its exits)."""
+
+    template: np.ndarray
+    """int32 [template states, 256]: the unbounded string body, or a counted one (`counted_template`)."""
+    embedding: np.ndarray
+    """int32 [template states]: template state → DFA state."""
+    pure_bits: np.ndarray
+    """uint32 [ceil(V / 32)]: the tokens whose bytes all stay inside the template."""
+    pure_state: np.ndarray
+    """[V]: the template state each of them ends in (at least the template's size for the others)."""
+    exits: np.ndarray
+    """int32: which of the shortcut's exits (indices into its ``exit_nodes``) the template reaches."""
+    exit_nodes: np.ndarray
+    """int32: those exit nodes."""
+    exit_state: np.ndarray
+    """int32 aligned with ``exit_nodes``: the template state before each."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -72,6 +125,15 @@ class StringBodyShortcut:
     """int32 aligned with ``exit_nodes``: the body state after that prefix."""
     subtree_nodes: np.ndarray
     """int64 [256]: trie nodes under each first byte (what a first byte where s and t disagree may cost)."""
+    exit_units: np.ndarray
+    """int32 aligned with ``exit_nodes``: characters completed before that exit."""
+    pure_need: np.ndarray
+    """int32 [V]: characters a pure token needs left (a started character counts); `_NEVER` for the others."""
+    pure_counted_state: np.ndarray
+    """int32 [V]: the counted template state a pure token ends in (`counted_template`); `_NEVER` for the others."""
+    max_depth: int
+    """The trie's longest token, in bytes: a counted body longer than this many characters looks unbounded to
+    every token."""
 
     @classmethod
     def build(cls, trie: TokenTrie) -> StringBodyShortcut:
@@ -81,31 +143,41 @@ class StringBodyShortcut:
             raise AssertionError("the string-body automaton must be a small byte DFA starting at state 0")
         _kernel.check(table, 256, trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth,
                       trie.vocab_size)  # fmt: skip
+        n_body = table.shape[0]
+        counted = counted_template(trie.max_depth + 1)  # deep enough never to run out within a token
         ids = np.empty(trie.n_tokens, dtype=np.int32)
         ends = np.empty(trie.n_tokens, dtype=np.int32)
         scratch = np.full(trie.vocab_size, -1, dtype=np.int32)
-        count = _kernel.walk(table, 256, 0, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
+        count = _kernel.walk(counted, 256, 0, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
                              trie.tok_ids, trie.max_depth, ids, ends, scratch)  # fmt: skip
         pure_body_state = np.full(trie.vocab_size, NOT_PURE, dtype=np.uint8)
-        pure_body_state[ids[:count]] = ends[:count]
+        pure_body_state[ids[:count]] = ends[:count] % n_body
+        units, body_state = ends[:count] // n_body, ends[:count] % n_body
+        pure_need = np.full(trie.vocab_size, _NEVER, dtype=np.int32)
+        pure_need[ids[:count]] = units + (body_state != 0)
+        pure_counted_state = np.full(trie.vocab_size, _NEVER, dtype=np.int32)
+        pure_counted_state[ids[:count]] = ends[:count]
         n_words = (trie.vocab_size + 31) // 32
         pure = np.zeros(n_words * 32, dtype=np.uint8)
         pure[ids[:count]] = 1
         pure_bits = np.packbits(pure, bitorder="little").view(np.uint32).copy()
         nodes = np.empty(trie.n_nodes, dtype=np.int32)
         states = np.empty(trie.n_nodes, dtype=np.int32)
-        n_exits = _kernel.walk_exits(table, 256, 0, trie.node_byte, trie.node_depth, trie.node_end, trie.max_depth,
+        n_exits = _kernel.walk_exits(counted, 256, 0, trie.node_byte, trie.node_depth, trie.node_end, trie.max_depth,
                                      nodes, states)  # fmt: skip
         depth_one = np.flatnonzero(trie.node_depth == 1)
         subtree_nodes = np.zeros(256, dtype=np.int64)
         subtree_nodes[trie.node_byte[depth_one]] = trie.node_end[depth_one] - depth_one
         shortcut = cls(
             body_transitions=table, pure_bits=pure_bits, pure_body_state=pure_body_state,
-            exit_nodes=nodes[:n_exits].copy(), exit_body_state=states[:n_exits].copy(),
-            subtree_nodes=subtree_nodes,
+            exit_nodes=nodes[:n_exits].copy(), exit_body_state=states[:n_exits] % n_body,
+            subtree_nodes=subtree_nodes, exit_units=states[:n_exits] // n_body, pure_need=pure_need,
+            pure_counted_state=pure_counted_state,
+            max_depth=int(trie.max_depth),
         )  # fmt: skip
-        for array in vars(shortcut).values():
-            array.flags.writeable = False
+        for value in vars(shortcut).values():
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
         return shortcut
 
     @property
@@ -120,23 +192,27 @@ class StringBodyShortcut:
             return out
         return None
 
-    def plan(self, transitions: np.ndarray, state: int, n_nodes: int) -> np.ndarray | None:
-        """The embedding to walk ``state`` with (body state → DFA state, at some state t), or None when the plain
-        walk is as cheap.
+    def plan(self, transitions: np.ndarray, state: int, n_nodes: int) -> Plan | None:
+        """How to walk ``state`` (a template embedded at some state t), or None when the plain walk is as cheap.
 
-        t is ``state`` itself when the body embeds there; otherwise the state it moves to on most printable bytes
-        (a key string that must not start a known name moves to the free string body on every other byte). The
-        joint walk is exact whichever t is chosen — it only skips subtrees where ``state``'s path and the
-        template's agree — but it is refused when the first bytes where they disagree lead to most of the trie.
+        The unbounded string body at t = ``state``; else a counted body (a string with a ``maxLength``: at most
+        m more characters, `counted_plan`); else the unbounded body at the state ``state`` moves to on most
+        printable bytes (a key string that must not start a known name moves to the free string body on every
+        other byte). The joint walk is exact whichever t is chosen — it only skips subtrees where ``state``'s path
+        and the template's agree — but it is refused when the first bytes where they disagree lead to most of
+        the trie.
         """
         embedding = self.embedding(transitions, state)
         if embedding is not None:
-            return embedding
+            return self._unbounded(embedding)
         row = transitions[state, :256]
         printable = row[0x20:0x7F]
         live = printable[printable >= 0]
         if live.shape[0] * 2 < printable.shape[0]:  # no string-like state: most printable bytes are dead here
             return None
+        counted = self.counted_plan(transitions, state)
+        if counted is not None:
+            return counted
         target = int(np.bincount(live).argmax())
         embedding = self.embedding(transitions, target)
         if embedding is None:
@@ -144,22 +220,75 @@ class StringBodyShortcut:
         disagree = row != transitions[target, :256]
         if int(self.subtree_nodes[disagree].sum()) * 2 > n_nodes:
             return None
-        return embedding
+        return self._unbounded(embedding)
+
+    def _unbounded(self, embedding: np.ndarray) -> Plan:
+        return Plan(template=self.body_transitions, embedding=embedding, pure_bits=self.pure_bits,
+                    pure_state=self.pure_body_state, exits=_every_exit(self), exit_nodes=self.exit_nodes,
+                    exit_state=self.exit_body_state)  # fmt: skip
+
+    def counted_plan(self, transitions: np.ndarray, state: int) -> Plan | None:
+        """The plan for a state inside a string with at most m more characters, or None.
+
+        m is counted along one-byte characters; the counted body (`counted_template`, m capped at the longest
+        token plus one, which no token can tell from more) must embed at ``state``, and below a cap the DFA must
+        end where the template does: no character after the m-th. Then the template's pure tokens are those that
+        need at most m characters, and its exits the shortcut's exits reached within m."""
+        cap = self.max_depth + 1
+        m, current, seen = 0, state, {state}
+        while m < cap and (current := int(transitions[current, _UNIT_BYTE])) >= 0:
+            if current in seen:
+                return None  # the characters loop: no count (an unbounded body, embedded here or one byte on)
+            seen.add(current)
+            m += 1
+        if m == 0:
+            return None
+        template = counted_template(m)
+        embedding = np.empty(template.shape[0], dtype=np.int32)
+        if not _kernel.template_map(transitions, int(transitions.shape[1]), state, template, 256, 0, embedding):
+            return None
+        if m < cap and (transitions[embedding[-1], :256][self.body_transitions[0] >= 0] >= 0).any():
+            return None  # the DFA goes on where the template has used its m characters
+        pure_bits, exits = _counted_view(self, m)
+        n_body = self.body_transitions.shape[0]
+        return Plan(template=template, embedding=embedding, pure_bits=pure_bits, pure_state=self.pure_counted_state,
+                    exits=exits, exit_nodes=self.exit_nodes[exits],
+                    exit_state=(self.exit_units[exits] * n_body + self.exit_body_state[exits]).astype(np.int32))
 
     def walk(
-        self, transitions: np.ndarray, state: int, embedding: np.ndarray, trie: TokenTrie,
+        self, transitions: np.ndarray, state: int, plan: Plan, trie: TokenTrie,
         out_ids: np.ndarray, out_next: np.ndarray, scratch: np.ndarray,
     ) -> tuple[np.ndarray, int, int]:  # fmt: skip
-        """``state``'s allowed tokens, walked with ``embedding`` (from `plan`): (bitmask of them all, how many of
-        them are not pure — their ids ascending and next states written to ``out_ids`` / ``out_next`` — and how
-        many there are in all). ``scratch``: int32 [vocab size], all -1 (restored)."""
-        bits = np.empty_like(self.pure_bits)
+        """``state``'s allowed tokens, walked with ``plan`` (from `plan`): (bitmask of them all, how many of them
+        are not pure — their ids ascending and next states written to ``out_ids`` / ``out_next`` — and how many
+        there are in all). ``scratch``: int32 [vocab size], all -1 (restored)."""
+        bits = np.empty_like(plan.pure_bits)
         n_found, count = _kernel.walk_template(
-            transitions, int(transitions.shape[1]), state, self.body_transitions, embedding, self.pure_bits,
-            self.exit_nodes, self.exit_body_state, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
+            transitions, int(transitions.shape[1]), state, plan.template, plan.embedding, plan.pure_bits,
+            plan.exit_nodes, plan.exit_state, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
             trie.tok_ids, trie.max_depth, trie.vocab_size, bits, out_ids, out_next, scratch,
         )  # fmt: skip
         return bits, n_found, count
+
+
+@functools.lru_cache(maxsize=8)
+def _every_exit(shortcut: StringBodyShortcut) -> np.ndarray:
+    exits = np.arange(shortcut.exit_nodes.shape[0], dtype=np.int32)
+    exits.flags.writeable = False
+    return exits
+
+
+@functools.lru_cache(maxsize=1024)
+def _counted_view(shortcut: StringBodyShortcut, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pure bits, exits) of the body with at most m characters left: the same for every such state."""
+    n_words = shortcut.pure_bits.shape[0]
+    fits = np.zeros(n_words * 32, dtype=np.uint8)
+    fits[: shortcut.pure_need.shape[0]] = shortcut.pure_need <= m
+    bits = np.packbits(fits, bitorder="little").view(np.uint32).copy()
+    exits = np.flatnonzero(shortcut.exit_units + (shortcut.exit_body_state != 0) <= m).astype(np.int32)
+    for array in (bits, exits):
+        array.flags.writeable = False
+    return bits, exits
 
 
 _shortcuts: weakref.WeakKeyDictionary[TokenTrie, StringBodyShortcut | None] = weakref.WeakKeyDictionary()

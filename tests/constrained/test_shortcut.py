@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -125,18 +127,54 @@ def test_walk_template_refuses_maps_states_and_buffers_out_of_range(llama3_vocab
     shortcut = string_body_shortcut(trie)
     dfa = compile_dfa(f'"{UNIT}*"')
     table = np.ascontiguousarray(dfa.transitions, dtype=np.int32)
-    embedding = shortcut.plan(table, 1, trie.n_nodes)
-    assert embedding is not None
+    plan = shortcut.plan(table, 1, trie.n_nodes)
+    assert plan is not None
     out = (np.empty(trie.n_tokens, dtype=np.int32), np.empty(trie.n_tokens, dtype=np.int32),
            np.full(trie.vocab_size, -1, dtype=np.int32))  # fmt: skip
-    bad = embedding.copy()
+    bad = plan.embedding.copy()
     bad[0] = dfa.n_states  # a target past the last state
     with pytest.raises(ValueError, match="out of range"):
-        shortcut.walk(table, 1, bad, trie, *out)
+        shortcut.walk(table, 1, dataclasses.replace(plan, embedding=bad), trie, *out)
     with pytest.raises(ValueError, match="sizes"):
-        shortcut.walk(table, dfa.n_states, embedding, trie, *out)  # a state past the last one
+        shortcut.walk(table, dfa.n_states, plan, trie, *out)  # a state past the last one
     with pytest.raises(ValueError, match="sizes"):
-        shortcut.walk(table, 1, embedding, trie, out[0], out[1], out[2][:-1])
+        shortcut.walk(table, 1, plan, trie, out[0], out[1], out[2][:-1])
+
+
+COUNTED_SCHEMAS = [
+    {"type": "string", "maxLength": 5},
+    {"type": "string", "minLength": 2, "maxLength": 40},
+    {"type": "object", "properties": {"a": {"type": "string", "maxLength": 3}, "b": {"type": "string", "maxLength": 12}},
+     "required": ["a", "b"]},
+    {"type": "array", "items": {"type": "string", "maxLength": 2}, "maxItems": 3},
+    {"type": "string", "maxLength": 300},  # longer than any token: the counted template stops at the longest one
+]
+
+
+@pytest.mark.parametrize("schema", COUNTED_SCHEMAS, ids=[str(i) for i in range(len(COUNTED_SCHEMAS))])
+def test_counted_strings_are_planned_and_equal_the_full_walk(real_vocab, schema):
+    # A string with a maxLength has one state per characters left; each is masked through a counted body
+    # template (its pure tokens: those that fit), never walked whole.
+    dfa = compile_dfa(schema_to_pattern(schema, whitespace="flexible"))
+    index = TokenIndex(dfa, real_vocab)
+    shortcut = string_body_shortcut(index.trie)
+    table = index._transitions
+    counted = [s for s in range(dfa.n_states)
+               if (plan := shortcut.plan(table, s, index.trie.n_nodes)) is not None
+               and plan.template is not shortcut.body_transitions]  # fmt: skip
+    assert len(counted) >= min(schema.get("maxLength", 3), 3)
+    assert planned_states_agree(index) >= len(counted)
+
+
+def test_a_counted_body_is_refused_where_the_string_goes_on_past_its_count(llama3_vocab):
+    # At most 3 characters, or exactly 3 and then an "é": after 2 characters the body looks counted with one
+    # left, but "té" (two) is allowed. The DFA's characters after the count are what the plan must refuse.
+    dfa = compile_dfa(f'"(?:{UNIT}{{0,3}}|{UNIT}{{3}}é)"')
+    index = TokenIndex(dfa, llama3_vocab)
+    two = dfa.walk(b'"ab')
+    assert string_body_shortcut(index.trie).counted_plan(index._transitions, two) is None
+    assert index.state_mask(two).next_state(llama3_vocab.tokens.index("té".encode())) is not None
+    planned_states_agree(index)
 
 
 def test_bits_to_ids_reads_either_value_and_ignores_padding():
