@@ -34,7 +34,7 @@ import numpy as np
 from constrained import _kernel
 from constrained.errors import IncompatibleVocabularyError
 from constrained.fsm import DEAD, DFA
-from constrained.shortcut import string_body_shortcut
+from constrained.shortcut import Plan, string_body_shortcut
 from constrained.vocabulary import Vocabulary
 
 __all__ = ["TERMINAL", "UNREACHABLE", "TokenTrie", "StateMask", "TokenIndex", "token_trie"]
@@ -373,8 +373,16 @@ class TokenIndex:
         self._forced: dict[int, bytes] = {}
         self._stored: Mapping[int, tuple[np.ndarray, np.ndarray]] = masks if masks is not None else {}
         self._shortcut = string_body_shortcut(self.trie)
+        self._plans: dict[int, object] = {}
+        """State → its plan (or a counted plan proven by an earlier state, built when first asked for)."""
         if preflight:
             self._check_every_state_can_move()
+
+    def plan(self, state: int) -> Plan | None:
+        """How the string-body shortcut walks ``state`` (None: the plain walk); worked out once per state."""
+        if self._shortcut is None:
+            return None
+        return self._shortcut.plan(self._transitions, state, self.trie.n_nodes, self._plans)
 
     def _walk_buffers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(out ids, out next states, scratch) of the walks, allocated on the first one (a grammar whose masks are
@@ -434,7 +442,7 @@ class TokenIndex:
 
     def _compute(self, state: int) -> StateMask:
         trie = self.trie
-        plan = self._shortcut.plan(self._transitions, state, trie.n_nodes) if self._shortcut is not None else None
+        plan = self.plan(state)
         with self._lock:
             out_ids, out_next, scratch = self._walk_buffers()
             if plan is not None:

@@ -139,7 +139,6 @@ class PushdownGrammar:
         self._index = TokenIndex(table_dfa, vocab, preflight=False)  # checks the table the kernels will trust
         """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
         of the start rule); calls and returns are this module's business."""
-        self._shortcut = string_body_shortcut(self.trie)
         self._lock = threading.Lock()
         self._buffers: tuple[np.ndarray, ...] | None = None
         self._inside: dict[int, tuple[StateMask, np.ndarray, np.ndarray]] = {}
@@ -408,9 +407,8 @@ class PushdownGrammar:
         string body, counted or not, embedded at the state, or at the state most of its bytes lead to) whose body
         image holds no boundary, a token can only get to one after the body ends: below the first bytes where the
         state and the template disagree, walked whole, and below the template's exits everywhere else."""
-        shortcut = self._shortcut
         trie = self.trie
-        plan = None if shortcut is None else shortcut.plan(self._table, state, trie.n_nodes)
+        plan = self._index.plan(state)
         if plan is not None and not self._boundary[plan.embedding].any():
             template = int(plan.embedding[0])
             disagree = self._table[state, :256] != self._table[template, :256]

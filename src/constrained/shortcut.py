@@ -192,7 +192,8 @@ class StringBodyShortcut:
             return out
         return None
 
-    def plan(self, transitions: np.ndarray, state: int, n_nodes: int) -> Plan | None:
+    def plan(self, transitions: np.ndarray, state: int, n_nodes: int,
+             memo: dict[int, Plan | _Counted | None] | None = None) -> Plan | None:  # fmt: skip
         """How to walk ``state`` (a template embedded at some state t), or None when the plain walk is as cheap.
 
         The unbounded string body at t = ``state``; else a counted body (a string with a ``maxLength``: at most
@@ -200,8 +201,20 @@ class StringBodyShortcut:
         printable bytes (a key string that must not start a known name moves to the free string body on every
         other byte). The joint walk is exact whichever t is chosen — it only skips subtrees where ``state``'s path
         and the template's agree — but it is refused when the first bytes where they disagree lead to most of
-        the trie.
+        the trie. ``memo``: the plans of one table so far (a counted plan also proves those of the states its
+        characters lead to), kept by the caller.
         """
+        if memo is None:
+            return self._plan(transitions, state, n_nodes, {})
+        known = memo.get(state, _UNKNOWN)
+        if isinstance(known, _Counted):
+            known = memo[state] = self._counted(known.m, known.embedding)
+        elif known is _UNKNOWN:
+            known = memo[state] = self._plan(transitions, state, n_nodes, memo)
+        return known
+
+    def _plan(self, transitions: np.ndarray, state: int, n_nodes: int,
+              memo: dict[int, Plan | _Counted | None]) -> Plan | None:  # fmt: skip
         embedding = self.embedding(transitions, state)
         if embedding is not None:
             return self._unbounded(embedding)
@@ -210,7 +223,7 @@ class StringBodyShortcut:
         live = printable[printable >= 0]
         if live.shape[0] * 2 < printable.shape[0]:  # no string-like state: most printable bytes are dead here
             return None
-        counted = self.counted_plan(transitions, state)
+        counted = self.counted_plan(transitions, state, memo)
         if counted is not None:
             return counted
         target = int(np.bincount(live).argmax())
@@ -227,20 +240,22 @@ class StringBodyShortcut:
                     pure_state=self.pure_body_state, exits=_every_exit(self), exit_nodes=self.exit_nodes,
                     exit_state=self.exit_body_state)  # fmt: skip
 
-    def counted_plan(self, transitions: np.ndarray, state: int) -> Plan | None:
+    def counted_plan(self, transitions: np.ndarray, state: int,
+                     memo: dict[int, Plan | _Counted | None] | None = None) -> Plan | None:  # fmt: skip
         """The plan for a state inside a string with at most m more characters, or None.
 
         m is counted along one-byte characters; the counted body (`counted_template`, m capped at the longest
         token plus one, which no token can tell from more) must embed at ``state``, and below a cap the DFA must
         end where the template does: no character after the m-th. Then the template's pure tokens are those that
-        need at most m characters, and its exits the shortcut's exits reached within m."""
+        need at most m characters, and its exits the shortcut's exits reached within m. The embedding also holds
+        the k-th next state's (m - k characters left: the template's rows from level k on), put in ``memo``."""
         cap = self.max_depth + 1
-        m, current, seen = 0, state, {state}
-        while m < cap and (current := int(transitions[current, _UNIT_BYTE])) >= 0:
-            if current in seen:
+        chain = [state]
+        while len(chain) <= cap and (current := int(transitions[chain[-1], _UNIT_BYTE])) >= 0:
+            if current in chain:
                 return None  # the characters loop: no count (an unbounded body, embedded here or one byte on)
-            seen.add(current)
-            m += 1
+            chain.append(current)
+        m = len(chain) - 1
         if m == 0:
             return None
         template = counted_template(m)
@@ -249,11 +264,16 @@ class StringBodyShortcut:
             return None
         if m < cap and (transitions[embedding[-1], :256][self.body_transitions[0] >= 0] >= 0).any():
             return None  # the DFA goes on where the template has used its m characters
-        pure_bits, exits = _counted_view(self, m)
-        n_body = self.body_transitions.shape[0]
-        return Plan(template=template, embedding=embedding, pure_bits=pure_bits, pure_state=self.pure_counted_state,
-                    exits=exits, exit_nodes=self.exit_nodes[exits],
-                    exit_state=(self.exit_units[exits] * n_body + self.exit_body_state[exits]).astype(np.int32))
+        if memo is not None and m < cap:
+            n_body = self.body_transitions.shape[0]
+            for k in range(1, m):
+                memo.setdefault(chain[k], _Counted(m - k, embedding[k * n_body:]))
+        return self._counted(m, embedding)
+
+    def _counted(self, m: int, embedding: np.ndarray) -> Plan:
+        pure_bits, exits, exit_nodes, exit_state = _counted_view(self, m)
+        return Plan(template=counted_template(m), embedding=embedding, pure_bits=pure_bits,
+                    pure_state=self.pure_counted_state, exits=exits, exit_nodes=exit_nodes, exit_state=exit_state)
 
     def walk(
         self, transitions: np.ndarray, state: int, plan: Plan, trie: TokenTrie,
@@ -279,16 +299,31 @@ def _every_exit(shortcut: StringBodyShortcut) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=1024)
-def _counted_view(shortcut: StringBodyShortcut, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """(pure bits, exits) of the body with at most m characters left: the same for every such state."""
+def _counted_view(shortcut: StringBodyShortcut, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(pure bits, exits, their nodes, their template states) of the body with at most m characters left: the
+    same for every such state."""
     n_words = shortcut.pure_bits.shape[0]
     fits = np.zeros(n_words * 32, dtype=np.uint8)
     fits[: shortcut.pure_need.shape[0]] = shortcut.pure_need <= m
     bits = np.packbits(fits, bitorder="little").view(np.uint32).copy()
     exits = np.flatnonzero(shortcut.exit_units + (shortcut.exit_body_state != 0) <= m).astype(np.int32)
-    for array in (bits, exits):
+    n_body = shortcut.body_transitions.shape[0]
+    view = (bits, exits, shortcut.exit_nodes[exits],
+            (shortcut.exit_units[exits] * n_body + shortcut.exit_body_state[exits]).astype(np.int32))
+    for array in view:
         array.flags.writeable = False
-    return bits, exits
+    return view
+
+
+@dataclass(frozen=True)
+class _Counted:
+    """A counted plan proven by a state before it (`counted_plan`), built when first asked for."""
+
+    m: int
+    embedding: np.ndarray
+
+
+_UNKNOWN = object()
 
 
 _shortcuts: weakref.WeakKeyDictionary[TokenTrie, StringBodyShortcut | None] = weakref.WeakKeyDictionary()

@@ -163,6 +163,10 @@ def test_counted_strings_are_planned_and_equal_the_full_walk(real_vocab, schema)
                if (plan := shortcut.plan(table, s, index.trie.n_nodes)) is not None
                and plan.template is not shortcut.body_transitions]  # fmt: skip
     assert len(counted) >= min(schema.get("maxLength", 3), 3)
+    for state in counted:  # the index proves a counted string's later states from its first: the same plans
+        direct, remembered = shortcut.plan(table, state, index.trie.n_nodes), index.plan(state)
+        assert remembered.template.shape == direct.template.shape
+        assert np.array_equal(remembered.embedding, direct.embedding)
     assert planned_states_agree(index) >= len(counted)
 
 
