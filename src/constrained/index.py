@@ -180,6 +180,10 @@ class BitsLookup:
             return int(self.listed_next[position])
         return int(self.embedding[self.pure_state[token_id]])
 
+    def candidates(self) -> np.ndarray:
+        """Every next state a token of the mask can have, and perhaps a few more (`StateMask.next_state_candidates`)."""
+        return np.concatenate([self.embedding, self.listed_next]).astype(np.int32)
+
     def next_states(self, allowed: np.ndarray) -> np.ndarray:
         pure = self.pure_state[allowed]
         out = self.embedding[np.where(pure < self.embedding.shape[0], pure, 0)].astype(np.int32)
@@ -233,7 +237,7 @@ class StateMask:
         self._disallowed: np.ndarray | None = None
         self._keep: np.ndarray | None = None
         self._ub_next: np.ndarray | None = None
-        self._ub_next_max = -1
+        self._ub_next_max: int | None = None
 
     def __len__(self) -> int:
         return self._count
@@ -261,6 +265,13 @@ class StateMask:
         next_states.flags.writeable = False
         self._next_states = next_states
         self._allowed = allowed
+
+    def next_state_candidates(self) -> np.ndarray:
+        """int32: every state a token of this mask leads to, perhaps with a few more, without the per-token array
+        of a bitmask-built mask (its template's image and its listed tokens' states)."""
+        if self._next_states is None and self._lookup is not None:
+            return self._lookup.candidates()
+        return self.next_states
 
     def next_state(self, token_id: int) -> int | None:
         """Where ``token_id`` leads, or None when it is not allowed."""
@@ -569,33 +580,39 @@ class TokenIndex:
     def budget_mask(self, state: int, remaining: int) -> StateMask:
         """The state's mask restricted to tokens that still leave a completion within ``remaining`` tokens."""
         mask = self.state_mask(state)
-        if mask._ub_next is None:
-            next_states = mask.next_states
-            real = next_states[next_states >= 0]
-            for target in np.unique(real[self._ub[real] < 0]).tolist():
-                self.upper_bound(int(target))
-            ub_next = np.zeros(next_states.shape[0], dtype=np.int32)
-            ub_next[next_states >= 0] = self._ub[real]
-            mask._ub_next_max = int(ub_next.max()) if ub_next.shape[0] else -1
-            mask._ub_next = ub_next
+        if mask._ub_next_max is None:  # a bound over the candidates: the per-token one only when it must filter
+            candidates = self.next_bounds(mask.next_state_candidates())
+            mask._ub_next_max = int(candidates.max()) if len(mask) and candidates.shape[0] else -1
         if mask._ub_next_max + 1 <= remaining:
             return mask
-        ub_next = mask._ub_next
         key = (state, max(remaining, 0))
         filtered = self._budget_masks.get(key)
         if filtered is None:
-            keep = ub_next + 1 <= remaining
+            keep = self._ub_next_of(mask) + 1 <= remaining
             filtered = StateMask(mask.allowed[keep], mask.next_states[keep], mask.vocab_size)
             self._budget_masks[key] = filtered
         return filtered
+
+    def next_bounds(self, next_states: np.ndarray) -> np.ndarray:
+        """UB after each of ``next_states`` (0 after EOS, `TERMINAL`)."""
+        real = next_states[next_states >= 0]
+        for target in np.unique(real[self._ub[real] < 0]).tolist():
+            self.upper_bound(int(target))
+        bounds = np.zeros(next_states.shape[0], dtype=np.int32)
+        bounds[next_states >= 0] = self._ub[real]
+        return bounds
+
+    def _ub_next_of(self, mask: StateMask) -> np.ndarray:
+        if mask._ub_next is None:
+            mask._ub_next = self.next_bounds(mask.next_states)
+        return mask._ub_next
 
     def needed_budget(self, state: int) -> int:
         """Fewest tokens this index can guarantee to finish from ``state`` in: min(UB(s), 1 + min UB(next))."""
         if self.dfa.accepting[state]:
             return 0
-        mask = self.budget_mask(state, UNREACHABLE)
-        assert mask._ub_next is not None
-        best = int(mask._ub_next.min()) + 1 if len(mask) else UNREACHABLE
+        mask = self.state_mask(state)
+        best = int(self._ub_next_of(mask).min()) + 1 if len(mask) else UNREACHABLE
         return min(self.upper_bound(state), best)
 
     # -- forced continuation ---------------------------------------------------------------------------------------

@@ -146,7 +146,8 @@ class PushdownGrammar:
         self._masks: dict[frozenset[Config], _Mask] = {}
         self._ub = np.full(self.n_states, -1, dtype=np.int64)
         self._ub_stacks: dict[tuple[int, ...], int] = {(): 0}
-        self._next_bounds: dict[Any, tuple[np.ndarray, int]] = {}
+        self._next_bounds: dict[Any, np.ndarray] = {}
+        self._highest: dict[Any, int] = {}
         self._forced: dict[frozenset[Config], bytes] = {}
         self.initial: frozenset[Config] = frozenset({(self._starts[self._start_rule], ())})
         """The configuration set at the start of a document."""
@@ -482,19 +483,30 @@ class PushdownGrammar:
             best = min(best, self.state_bound(state) + self._stack_bound(stack))
         return int(best)
 
-    def next_bounds(self, key: Any, mask: StateMask) -> tuple[np.ndarray, int]:
-        """UB after each token of a part's mask (aligned with it; 0 after EOS) and their maximum; ``key``: the
-        part's state, or (state, node) for a walk below an exit."""
+    def next_bounds(self, key: Any, mask: StateMask) -> np.ndarray:
+        """UB after each token of a part's mask (aligned with it; 0 after EOS); ``key``: the part's state, or
+        (state, node) for a walk below an exit."""
         bounds = self._next_bounds.get(key)
         if bounds is None:
-            nexts = mask.next_states
-            real = np.maximum(nexts, 0)  # EOS leads to TERMINAL: nothing left to finish
-            for target in np.unique(real[(self._ub[real] < 0) & (nexts >= 0)]).tolist():
-                self.state_bound(int(target))
-            ub = np.where(nexts >= 0, self._ub[real], 0)
-            bounds = (ub, int(ub.max()) if ub.shape[0] else 0)
+            bounds = self._bounds_after(mask.next_states)
             self._next_bounds = _bounded_put(self._next_bounds, key, bounds)
         return bounds
+
+    def highest_next_bound(self, key: Any, mask: StateMask) -> int:
+        """At least the largest `next_bounds` of a part, from the states its tokens can lead to (no per-token
+        array for a bitmask-built mask; exact for the others)."""
+        highest = self._highest.get(key)
+        if highest is None:
+            bounds = self._bounds_after(mask.next_state_candidates())
+            highest = int(bounds.max()) if len(mask) and bounds.shape[0] else 0
+            self._highest = _bounded_put(self._highest, key, highest)
+        return highest
+
+    def _bounds_after(self, nexts: np.ndarray) -> np.ndarray:
+        real = np.maximum(nexts, 0)  # EOS leads to TERMINAL: nothing left to finish
+        for target in np.unique(real[(self._ub[real] < 0) & (nexts >= 0)]).tolist():
+            self.state_bound(int(target))
+        return np.where(nexts >= 0, self._ub[real], 0)
 
     def _stack_bound(self, stack: tuple[int, ...]) -> int:
         bound = self._ub_stacks.get(stack)
@@ -634,13 +646,12 @@ class _Mask:
         kept: list[StateMask] = []
         everything = True
         for key, mask, stack in self.parts:
-            ub, highest = grammar.next_bounds(key, mask)
             below = grammar._stack_bound(stack)
-            if highest + below + 1 <= remaining:
+            if grammar.highest_next_bound(key, mask) + below + 1 <= remaining:
                 kept.append(mask)
                 continue
             everything = False
-            fits = ub + below + 1 <= remaining
+            fits = grammar.next_bounds(key, mask) + below + 1 <= remaining
             kept.append(StateMask(mask.allowed[fits], mask.next_states[fits], mask.vocab_size))
         result = self.combined if everything else _union(kept, grammar.trie.vocab_size)
         if len(self._budgeted) < 64:

@@ -247,8 +247,9 @@ class StringBodyShortcut:
         m is counted along one-byte characters; the counted body (`counted_template`, m capped at the longest
         token plus one, which no token can tell from more) must embed at ``state``, and below a cap the DFA must
         end where the template does: no character after the m-th. Then the template's pure tokens are those that
-        need at most m characters, and its exits the shortcut's exits reached within m. The embedding also holds
-        the k-th next state's (m - k characters left: the template's rows from level k on), put in ``memo``."""
+        need at most m characters, and its exits the shortcut's exits reached within m. Below the cap the embedding
+        also holds the k-th next state's (m - k characters left: the template's rows from level k on), put in
+        ``memo``."""
         cap = self.max_depth + 1
         chain = [state]
         while len(chain) <= cap and (current := int(transitions[chain[-1], _UNIT_BYTE])) >= 0:
@@ -315,7 +316,7 @@ def _counted_view(shortcut: StringBodyShortcut, m: int) -> tuple[np.ndarray, np.
     return view
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Counted:
     """A counted plan proven by a state before it (`counted_plan`), built when first asked for."""
 
