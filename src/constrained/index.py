@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,6 +157,16 @@ def _bits_to_ids(bits: np.ndarray, vocab_size: int, value: int, expected: int) -
         raise AssertionError("bitmask population disagrees with its recorded count")
     out.flags.writeable = False
     return out
+
+
+def bounds_after(next_states: np.ndarray, ub: np.ndarray, bound_of: Callable[[int], int]) -> np.ndarray:
+    """UB after each of ``next_states`` (0 after EOS: `TERMINAL` and other negative states), from the table ``ub``
+    (-1: not known yet), which ``bound_of`` fills for the states it lacks."""
+    live = next_states >= 0
+    real = np.where(live, next_states, 0)
+    for target in np.unique(real[live & (ub[real] < 0)]).tolist():
+        bound_of(int(target))
+    return np.where(live, ub[real], 0)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -581,7 +591,7 @@ class TokenIndex:
         """The state's mask restricted to tokens that still leave a completion within ``remaining`` tokens."""
         mask = self.state_mask(state)
         if mask._ub_next_max is None:  # a bound over the candidates: the per-token one only when it must filter
-            candidates = self.next_bounds(mask.next_state_candidates())
+            candidates = bounds_after(mask.next_state_candidates(), self._ub, self.upper_bound)
             mask._ub_next_max = int(candidates.max()) if len(mask) and candidates.shape[0] else -1
         if mask._ub_next_max + 1 <= remaining:
             return mask
@@ -593,18 +603,9 @@ class TokenIndex:
             self._budget_masks[key] = filtered
         return filtered
 
-    def next_bounds(self, next_states: np.ndarray) -> np.ndarray:
-        """UB after each of ``next_states`` (0 after EOS, `TERMINAL`)."""
-        real = next_states[next_states >= 0]
-        for target in np.unique(real[self._ub[real] < 0]).tolist():
-            self.upper_bound(int(target))
-        bounds = np.zeros(next_states.shape[0], dtype=np.int32)
-        bounds[next_states >= 0] = self._ub[real]
-        return bounds
-
     def _ub_next_of(self, mask: StateMask) -> np.ndarray:
         if mask._ub_next is None:
-            mask._ub_next = self.next_bounds(mask.next_states)
+            mask._ub_next = bounds_after(mask.next_states, self._ub, self.upper_bound)
         return mask._ub_next
 
     def needed_budget(self, state: int) -> int:

@@ -38,7 +38,7 @@ import numpy as np
 from constrained import _kernel, fsm
 from constrained.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError, IncompatibleVocabularyError
 from constrained.fsm import DEAD
-from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, TokenTrie, token_trie
+from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, TokenTrie, bounds_after, token_trie
 from constrained.matcher import _NOTHING, SharedMoves
 from constrained.shortcut import string_body_shortcut
 from constrained.vocabulary import Vocabulary
@@ -198,7 +198,9 @@ class PushdownGrammar:
         first_symbols = np.unique(self._symbol_class, return_index=True)[1].astype(np.int32)
         by_class = np.empty((total, first_symbols.shape[0]), dtype=np.int32)
         rule_accept = np.zeros(total, dtype=bool)
-        call_parts: list[tuple[np.ndarray, int, np.ndarray]] = []
+        call_src: list[np.ndarray] = []
+        call_callee: list[np.ndarray] = []
+        call_cont: list[np.ndarray] = []
         self._starts = {name: offsets[name] + dfa.initial for name, dfa in dfas.items()}
         for r, (name, dfa) in enumerate(dfas.items()):  # each rule's few class columns, offset into place
             base, n = offsets[name], dfa.n_states
@@ -212,12 +214,12 @@ class PushdownGrammar:
                 if symbol.startswith(CALL_PREFIX):
                     column = shifted[:, dfa.symbol_classes[256 + k]]
                     live = np.flatnonzero(column >= 0)
-                    call_parts.append((live + base, self._starts[symbol[1:]], column[live]))
-        call_moves = tuple(
-            np.concatenate(part).astype(np.int32) if call_parts else np.zeros(0, dtype=np.int32)
-            for part in ([p[0] for p in call_parts], [np.full(p[0].shape[0], p[1]) for p in call_parts],
-                         [p[2] for p in call_parts])
-        )  # fmt: skip
+                    call_src.append(live + base)
+                    call_callee.append(np.full(live.shape[0], self._starts[symbol[1:]]))
+                    call_cont.append(column[live])
+        none = np.zeros(0, dtype=np.int32)
+        call_moves = tuple(np.concatenate([*part, none]).astype(np.int32)
+                           for part in (call_src, call_callee, call_cont))  # fmt: skip
         self._table = np.take(by_class, self._symbol_class, axis=1)  # one write of the table (C order)
         self._rule_accept = rule_accept
         self._top_accept = np.zeros(total, dtype=bool)
@@ -488,7 +490,7 @@ class PushdownGrammar:
         (state, node) for a walk below an exit."""
         bounds = self._next_bounds.get(key)
         if bounds is None:
-            bounds = self._bounds_after(mask.next_states)
+            bounds = bounds_after(mask.next_states, self._ub, self.state_bound)
             self._next_bounds = _bounded_put(self._next_bounds, key, bounds)
         return bounds
 
@@ -497,16 +499,10 @@ class PushdownGrammar:
         array for a bitmask-built mask; exact for the others)."""
         highest = self._highest.get(key)
         if highest is None:
-            bounds = self._bounds_after(mask.next_state_candidates())
+            bounds = bounds_after(mask.next_state_candidates(), self._ub, self.state_bound)
             highest = int(bounds.max()) if len(mask) and bounds.shape[0] else 0
             self._highest = _bounded_put(self._highest, key, highest)
         return highest
-
-    def _bounds_after(self, nexts: np.ndarray) -> np.ndarray:
-        real = np.maximum(nexts, 0)  # EOS leads to TERMINAL: nothing left to finish
-        for target in np.unique(real[(self._ub[real] < 0) & (nexts >= 0)]).tolist():
-            self.state_bound(int(target))
-        return np.where(nexts >= 0, self._ub[real], 0)
 
     def _stack_bound(self, stack: tuple[int, ...]) -> int:
         bound = self._ub_stacks.get(stack)

@@ -25,7 +25,7 @@ built if someone asks (`index.StateMask.from_bits`). Measured on the MaskBench c
 in ~35 µs of kernel time instead of ~2 ms.
 
     vocabulary trie ──(once)──► StringBodyShortcut(pure bits + body states + characters, exits + the same)
-    DFA state s ──plan──► Plan (template embedded at t), or None ──► _kernel.walk_template(...) | _kernel.walk(...)
+    DFA state s ──plan──► Plan (a template embedded at t) | None ──► _kernel.walk_template | _kernel.walk
 """
 
 from __future__ import annotations
@@ -150,9 +150,9 @@ class StringBodyShortcut:
         scratch = np.full(trie.vocab_size, -1, dtype=np.int32)
         count = _kernel.walk(counted, 256, 0, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
                              trie.tok_ids, trie.max_depth, ids, ends, scratch)  # fmt: skip
-        pure_body_state = np.full(trie.vocab_size, NOT_PURE, dtype=np.uint8)
-        pure_body_state[ids[:count]] = ends[:count] % n_body
         units, body_state = ends[:count] // n_body, ends[:count] % n_body
+        pure_body_state = np.full(trie.vocab_size, NOT_PURE, dtype=np.uint8)
+        pure_body_state[ids[:count]] = body_state
         pure_need = np.full(trie.vocab_size, _NEVER, dtype=np.int32)
         pure_need[ids[:count]] = units + (body_state != 0)
         pure_counted_state = np.full(trie.vocab_size, _NEVER, dtype=np.int32)
@@ -251,11 +251,12 @@ class StringBodyShortcut:
         also holds the k-th next state's (m - k characters left: the template's rows from level k on), put in
         ``memo``."""
         cap = self.max_depth + 1
-        chain = [state]
+        chain, seen = [state], {state}
         while len(chain) <= cap and (current := int(transitions[chain[-1], _UNIT_BYTE])) >= 0:
-            if current in chain:
+            if current in seen:
                 return None  # the characters loop: no count (an unbounded body, embedded here or one byte on)
             chain.append(current)
+            seen.add(current)
         m = len(chain) - 1
         if m == 0:
             return None
