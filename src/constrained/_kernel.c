@@ -190,52 +190,70 @@ typedef struct {
     int32_t next;
 } pair_t;
 
-static int
-cmp_pair(const void *a, const void *b)
-{
-    int32_t x = ((const pair_t *)a)->id, y = ((const pair_t *)b)->id;
-    return (x > y) - (x < y);
-}
-
-/* Sort (id, next) pairs by id in place: small outputs by qsort of pairs, large ones by a dense pass over
- * scratch (int32[vsize], all -1, restored). 0, or 1 for an id out of range, 2 for no memory. */
+/* Sort (id, next) pairs by id in place without comparisons (a comparison sort of a few thousand pairs cost more
+ * than the walk that found them): the next states go into scratch[id] (int32[vsize], all -1, restored), then
+ * one ordered pass emits them: over a bitset of the ids when they are few, over scratch itself when they are
+ * many (a quarter of the vocabulary or more). 0, or 1 for an id out of range, 2 for no memory. */
 static int
 sort_by_id(int32_t *oid, int32_t *onext, Py_ssize_t *count_io, int32_t *scr, Py_ssize_t vsize)
 {
-    Py_ssize_t count = *count_io;
-    if (count * 16 < vsize) {
-        pair_t *pairs = (pair_t *)malloc(sizeof(pair_t) * (size_t)(count ? count : 1));
-        if (!pairs) return 2;
-        for (Py_ssize_t k = 0; k < count; k++) {
-            pairs[k].id = oid[k];
-            pairs[k].next = onext[k];
-        }
-        qsort(pairs, (size_t)count, sizeof(pair_t), cmp_pair);
-        for (Py_ssize_t k = 0; k < count; k++) {
-            oid[k] = pairs[k].id;
-            onext[k] = pairs[k].next;
-        }
-        free(pairs);
-        return 0;
+    Py_ssize_t count = *count_io, n_words = (vsize + 31) / 32;
+    uint32_t *seen = NULL;
+    if (count * 4 < vsize && !(seen = (uint32_t *)calloc((size_t)(n_words ? n_words : 1), sizeof(uint32_t)))) {
+        return 2;
     }
     for (Py_ssize_t k = 0; k < count; k++) {
-        if (oid[k] < 0 || oid[k] >= vsize) {
+        int32_t id = oid[k];
+        if (id < 0 || id >= vsize) {
             for (Py_ssize_t v = 0; v < vsize; v++) scr[v] = -1;
+            free(seen);
             return 1;
         }
-        scr[oid[k]] = onext[k];
+        if (seen) seen[id >> 5] |= 1u << (id & 31);
+        scr[id] = onext[k];
     }
     Py_ssize_t c = 0;
-    for (Py_ssize_t v = 0; v < vsize; v++) {
-        if (scr[v] >= 0) {
-            oid[c] = (int32_t)v;
-            onext[c] = scr[v];
-            c++;
-            scr[v] = -1;
+    if (seen) {
+        for (Py_ssize_t w = 0; w < n_words; w++) {
+            for (uint32_t word = seen[w]; word; word &= word - 1u) {
+                int32_t id = (int32_t)(w * 32 + __builtin_ctz(word));
+                oid[c] = id;
+                onext[c++] = scr[id];
+                scr[id] = -1;
+            }
+        }
+        free(seen);
+    } else {
+        for (Py_ssize_t v = 0; v < vsize; v++) {
+            if (scr[v] >= 0) {
+                oid[c] = (int32_t)v;
+                onext[c++] = scr[v];
+                scr[v] = -1;
+            }
         }
     }
     *count_io = c; /* duplicate ids cannot occur: each id ends at one node */
     return 0;
+}
+
+/* Append the tokens ending at trie node i (reached in state ns) to the outputs; returns the new count. Most
+ * nodes end at most one token and about half end one, unpredictably, so that case is branch-free: the slot at
+ * `count` is written whether or not it is kept (when count < n_tok it is in bounds). */
+static inline Py_ssize_t
+emit_tokens(int32_t *oid, int32_t *onext, Py_ssize_t count, const int32_t *ts, const int32_t *ti, Py_ssize_t i,
+            int32_t ns, Py_ssize_t n_tok)
+{
+    int32_t k0 = ts[i], k1 = ts[i + 1];
+    if (k1 - k0 <= 1 && count < n_tok) {
+        oid[count] = ti[k0 < n_tok ? k0 : n_tok - 1];
+        onext[count] = ns;
+        return count + (k1 - k0);
+    }
+    for (int32_t k = k0; k < k1; k++) {
+        oid[count] = ti[k];
+        onext[count++] = ns;
+    }
+    return count;
 }
 
 PyDoc_STRVAR(walk_doc,
@@ -311,12 +329,7 @@ walk(PyObject *self, PyObject *args)
             continue;
         }
         states[d] = ns;
-        int32_t k0 = ts[i], k1 = ts[i + 1];
-        for (int32_t k = k0; k < k1; k++) {
-            oid[count] = ti[k];
-            onext[count] = ns;
-            count++;
-        }
+        count = emit_tokens(oid, onext, count, ts, ti, i, ns, n_tok);
         i++;
     }
     if (!bad) bad = sort_by_id(oid, onext, &count, scr, vsize);
@@ -413,11 +426,7 @@ walk_rule(PyObject *self, PyObject *args)
             continue;
         }
         states[d] = ns;
-        for (int32_t k = ts[i]; k < ts[i + 1]; k++) {
-            oid[count] = ti[k];
-            onext[count] = ns;
-            count++;
-        }
+        count = emit_tokens(oid, onext, count, ts, ti, i, ns, n_tok);
         if (bd[ns] && ne[i] > i + 1) {
             xnode[n_exits] = (int32_t)i;
             xstate[n_exits] = ns;
