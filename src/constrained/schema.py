@@ -579,6 +579,11 @@ class _Compiler:
         self._in_progress: set[int] = set()
         self._recursive: set[int] = set()
         self._kept: list[Any] = []
+        self._lexemes: dict[str, str] = {}
+        """Rule mode: each constrained string value's pattern → the name of the call standing for it (see
+        `share_lexemes`)."""
+        self._lexeme_extra: dict[str, int] = {}
+        """Lexeme call name → how much longer the text gets with the lexeme inline."""
 
     # -- entry: a schema node at a position ----------------------------------------------------------
 
@@ -621,7 +626,7 @@ class _Compiler:
             if key in self._recursive:
                 raise InvalidSchemaError(path, "a recursive schema with no finite instance")
             result: Pattern = None
-        elif key in self._recursive or len(body) > _RULE_MIN_CHARS:
+        elif key in self._recursive or self.inline_length(body) > _RULE_MIN_CHARS:
             self.rules[name] = body
             result = _call(name)
         else:
@@ -908,7 +913,7 @@ class _Compiler:
             elif t == "boolean":
                 parts.append("(?:true|false)")
             elif t == "string":
-                parts.append(self.compile_string(flat, path))
+                parts.append(self.string_value(flat, path, depth))
             elif t == "integer":
                 parts.append(self.compile_integer(flat, path))
             elif t == "number":
@@ -971,6 +976,36 @@ class _Compiler:
             return _lit(_json_text(value))
         except UnsupportedSchemaError as err:
             raise UnsupportedSchemaError(path, "enum", err.detail) from None
+
+    def string_value(self, flat: dict, path: str, depth: int) -> Pattern:
+        """A string value. In rule mode, a constrained one inside a container stands as a call of its lexeme, until
+        `share_lexemes` decides whether it stays one."""
+        lexeme = self.compile_string(flat, path)
+        if self.rules is None or depth == 0 or lexeme is None or not _SHAPED.intersection(flat):
+            return lexeme  # a string with lengths at most: the string-body shortcut serves it wherever it is
+        name = self._lexemes.get(lexeme)
+        if name is None:
+            name = self._lexemes[lexeme] = f"s{len(self._lexemes)}"
+            self._lexeme_extra[name] = len(lexeme) - len(_call(name))
+        return _call(name)
+
+    def inline_length(self, body: str) -> int:
+        """The length ``body`` has with its lexeme calls inline, as if they had never been calls (what decides
+        whether a value is big)."""
+        extra = self._lexeme_extra
+        return len(body) + sum(extra[name] for name in _LEXEME_CALL.findall(body)) if extra else len(body)
+
+    def share_lexemes(self, rules: dict[str, str]) -> dict[str, str]:
+        """Rule mode's last step: a string lexeme that occurs more than once in the rules becomes one rule they all
+        call, so its states (and their masks, a full trie walk each for a wide pattern such as a URL) exist once
+        instead of once per property; one that occurs once goes back inline, where no call costs anything."""
+        for lexeme, name in self._lexemes.items():
+            call = _call(name)
+            if sum(body.count(call) for body in rules.values()) > 1 and _wide(lexeme):
+                rules[name] = lexeme
+            else:
+                rules = {rule: body.replace(call, f"(?:{lexeme})") for rule, body in rules.items()}
+        return rules
 
     def compile_string(self, flat: dict, path: str) -> Pattern:
         lo, hi = flat.get("minLength", 0), flat.get("maxLength")
@@ -1438,7 +1473,7 @@ def schema_to_rules(
     root = compiler.compile(schema, "#", 0, ())
     if root is None:
         raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")
-    return {"root": root, **compiler.rules}, "root"
+    return compiler.share_lexemes({"root": root, **compiler.rules}), "root"
 
 
 def open_at_root(schema: Any) -> bool:
@@ -1464,6 +1499,19 @@ _MAX_RULE_ALTERNATIVES = 4_096
 """Rule mode's most flat alternatives per node (each compiles on its own; nested values are rules)."""
 _RULE_MIN_CHARS = 1_000
 """Rule mode: a nested value whose body is longer than this becomes a rule of its own (shorter ones stay inline)."""
+def _wide(lexeme: str) -> bool:
+    """Whether a string lexeme has a state where many bytes go on (a URL's, ``\\w+``): the states whose masks walk
+    most of the token trie, worth sharing; a narrow one (a date) walks little and is cheaper inline."""
+    from . import fsm  # noqa: PLC0415 (cycle)
+
+    dfa = fsm.compile_dfa(lexeme)
+    return bool(((dfa.transitions[:, :256] >= 0).sum(axis=1) >= _WIDE_BYTES).any())
+
+
+_WIDE_BYTES = 64
+_LEXEME_CALL = re.compile(r"\(\?&=(s\d+)\)")
+_SHAPED = frozenset({"pattern", "format", _kw.NOT_PATTERN, _kw.NOT_STRINGS})
+"""The string keywords that give a lexeme its own automaton (worth sharing when it is wide)."""
 _UNBOUNDED_DEPTH = 1 << 30
 """Rule mode's container depth limit: none (a document's depth is its token budget's business)."""
 

@@ -325,3 +325,42 @@ def test_one_pattern_is_used_where_it_is_exact(llama3_vocab):
         schema_to_pattern(deep, exact=True)
     grammar = compile_json_schema(deep, llama3_vocab)
     assert grammar.accepts(b"[" * 13 + b"1" + b"]" * 13)
+
+
+SHARED_URLS = {
+    "type": "object",
+    "properties": {"home": {"type": "string", "format": "uri"}, "docs": {"type": "string", "format": "uri"},
+                   "born": {"type": "string", "format": "date"}, "until": {"type": "string", "format": "date"},
+                   "mail": {"type": "string", "format": "email"}, "tags": {"type": "array", "items": True}},
+}
+"""Open (rule mode): wide lexemes that occur more than once (two URIs; the email's, which the optional members spell
+twice) and narrow ones (dates, which stay inline)."""
+
+
+def test_rule_mode_shares_a_wide_string_lexeme_and_keeps_its_language(llama3_vocab):
+    from constrained.schema import schema_to_rules
+
+    rules, start = schema_to_rules(SHARED_URLS, whitespace="flexible")
+    shared = {name: rules[name] for name in rules if name.startswith("s")}
+    assert sorted(body[:11] for body in shared.values()) == ['"[A-Za-z0-9', '"[A-Za-z][A'], shared  # email, URI
+    assert all(rules[start].count(call(name)) >= 2 for name in shared)
+    assert "[1-9][0-9]{3}-" in rules[start]  # the dates, inline
+    grammar = compile_json_schema(SHARED_URLS, llama3_vocab, whitespace="flexible")
+    assert isinstance(grammar, PushdownGrammar)
+    good = {"home": "https://a.example/x?y=1", "docs": "ftp://b", "born": "2024-02-29", "until": "2025-01-01",
+            "mail": "a@b.example", "tags": [1, {"k": None}]}
+    for document in (good, {"docs": "urn:x"}, {}):
+        jsonschema.validate(document, SHARED_URLS)
+        assert grammar.accepts(json.dumps(document).encode()), document
+    for bad in ({"home": "no scheme"}, {"docs": "https://a b"}, {"born": "2024-13-01"}, {"home": 1}):
+        assert not grammar.accepts(json.dumps(bad).encode()), bad
+    sample = _structural_ids(llama3_vocab) + random.Random(0).sample(sorted(llama3_vocab.normal_ids), 300)
+    data, position, matcher = json.dumps(good).encode(), 0, grammar.matcher()
+    while position < len(data):  # along the document, every mask equals the byte-level definition
+        _check_mask(matcher, llama3_vocab, sample)
+        fitting = [t for t in matcher.allowed_token_ids().tolist() if data.startswith(llama3_vocab.tokens[t], position)
+                   and llama3_vocab.tokens[t]]  # fmt: skip
+        best = max(fitting, key=lambda t: len(llama3_vocab.tokens[t]))
+        assert matcher.advance(best)
+        position += len(llama3_vocab.tokens[best])
+    assert matcher.is_accepting()
