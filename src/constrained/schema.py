@@ -996,9 +996,9 @@ class _Compiler:
         return len(body) + sum(extra[name] for name in _LEXEME_CALL.findall(body)) if extra else len(body)
 
     def share_lexemes(self, rules: dict[str, str]) -> dict[str, str]:
-        """Rule mode's last step: a string lexeme that occurs more than once in the rules becomes one rule they all
-        call, so its states (and their masks, a full trie walk each for a wide pattern such as a URL) exist once
-        instead of once per property; one that occurs once goes back inline, where no call costs anything."""
+        """Rule mode's last step: a wide string lexeme that occurs more than once in the rules becomes one rule they
+        all call, so its states (and their masks, a full trie walk each for a URL's) exist once instead of once per
+        occurrence; every other goes back inline, where no call costs anything."""
         for lexeme, name in self._lexemes.items():
             call = _call(name)
             if sum(body.count(call) for body in rules.values()) > 1 and _wide(lexeme):
@@ -1499,6 +1499,13 @@ _MAX_RULE_ALTERNATIVES = 4_096
 """Rule mode's most flat alternatives per node (each compiles on its own; nested values are rules)."""
 _RULE_MIN_CHARS = 1_000
 """Rule mode: a nested value whose body is longer than this becomes a rule of its own (shorter ones stay inline)."""
+_WIDE_BYTES = 64
+"""Rule mode: a string lexeme with a state where this many bytes go on is wide (see `_wide`)."""
+_LEXEME_CALL = re.compile(r"\(\?&=(s\d+)\)")
+_SHAPED = frozenset({"pattern", "format", _kw.NOT_PATTERN, _kw.NOT_STRINGS})
+"""The string keywords that give a lexeme its own automaton (worth sharing when it is wide)."""
+
+
 def _wide(lexeme: str) -> bool:
     """Whether a string lexeme has a state where many bytes go on (a URL's, ``\\w+``): the states whose masks walk
     most of the token trie, worth sharing; a narrow one (a date) walks little and is cheaper inline."""
@@ -1508,10 +1515,6 @@ def _wide(lexeme: str) -> bool:
     return bool(((dfa.transitions[:, :256] >= 0).sum(axis=1) >= _WIDE_BYTES).any())
 
 
-_WIDE_BYTES = 64
-_LEXEME_CALL = re.compile(r"\(\?&=(s\d+)\)")
-_SHAPED = frozenset({"pattern", "format", _kw.NOT_PATTERN, _kw.NOT_STRINGS})
-"""The string keywords that give a lexeme its own automaton (worth sharing when it is wide)."""
 _UNBOUNDED_DEPTH = 1 << 30
 """Rule mode's container depth limit: none (a document's depth is its token budget's business)."""
 
