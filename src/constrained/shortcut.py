@@ -72,8 +72,9 @@ def _body_dfa() -> DFA:
 def counted_template(m: int) -> np.ndarray:
     """The string body with at most ``m`` characters, as a byte DFA (start 0): state ``k * n + b`` has completed
     k characters and is in body state b (n body states); ``m * n``, the last, has used them all. The first rows
-    of one table for the longest count asked so far (the kernels read a target past the last row as dead)."""
-    return _counted_table(1 << max(m, 1).bit_length())[: m * _body_dfa().n_states + 1]
+    of one table for the longest count asked so far (the kernels read a target past the last row as dead): 256
+    levels, or the next power of two that holds ``m``."""
+    return _counted_table(1 << max(m, 255).bit_length())[: m * _body_dfa().n_states + 1]
 
 
 @functools.lru_cache(maxsize=4)
@@ -247,12 +248,14 @@ class StringBodyShortcut:
         m is counted along one-byte characters; the counted body (`counted_template`, m capped at the longest
         token plus one, which no token can tell from more) must embed at ``state``, and below a cap the DFA must
         end where the template does: no character after the m-th. Then the template's pure tokens are those that
-        need at most m characters, and its exits the shortcut's exits reached within m. Below the cap the embedding
-        also holds the k-th next state's (m - k characters left: the template's rows from level k on), put in
-        ``memo``."""
+        need at most m characters, and its exits the shortcut's exits reached within m. The characters are
+        followed up to twice the cap, and one embedding of that many levels also holds the k-th next state's
+        (the template's rows from level k on), put in ``memo``: the states of a long string are planned once per
+        cap characters, not each on its own."""
         cap = self.max_depth + 1
+        reach = 2 * cap
         chain, seen = [state], {state}
-        while len(chain) <= cap and (current := int(transitions[chain[-1], _UNIT_BYTE])) >= 0:
+        while len(chain) <= reach and (current := int(transitions[chain[-1], _UNIT_BYTE])) >= 0:
             if current in seen:
                 return None  # the characters loop: no count (an unbounded body, embedded here or one byte on)
             chain.append(current)
@@ -260,17 +263,33 @@ class StringBodyShortcut:
         m = len(chain) - 1
         if m == 0:
             return None
+        ended = m < reach  # else the characters may go on: every state followed has at least the cap left
+        embedding = self._counted_embedding(transitions, state, m, ended)
+        if embedding is None:
+            if m <= cap:
+                return None
+            m, embedding = cap, self._counted_embedding(transitions, state, cap, ended=False)  # as if unending
+            if embedding is None:
+                return None
+        elif memo is not None:
+            n_body = self.body_transitions.shape[0]
+            last = m - 1 if ended else m - cap  # the last state along the chain whose plan the embedding proves
+            for k in range(1, last + 1):
+                left = min(m - k, cap)
+                memo.setdefault(chain[k], _Counted(left, embedding[k * n_body:(k + left) * n_body + 1]))
+        left = min(m, cap)
+        return self._counted(left, embedding[: left * self.body_transitions.shape[0] + 1])
+
+    def _counted_embedding(self, transitions: np.ndarray, state: int, m: int, ended: bool) -> np.ndarray | None:
+        """The counted body with m characters embedded at ``state`` (None: it does not embed); when the string
+        ``ended`` after m characters, also no character may follow the m-th."""
         template = counted_template(m)
         embedding = np.empty(template.shape[0], dtype=np.int32)
         if not _kernel.template_map(transitions, int(transitions.shape[1]), state, template, 256, 0, embedding):
             return None
-        if m < cap and (transitions[embedding[-1], :256][self.body_transitions[0] >= 0] >= 0).any():
+        if ended and (transitions[embedding[-1], :256][self.body_transitions[0] >= 0] >= 0).any():
             return None  # the DFA goes on where the template has used its m characters
-        if memo is not None and m < cap:
-            n_body = self.body_transitions.shape[0]
-            for k in range(1, m):
-                memo.setdefault(chain[k], _Counted(m - k, embedding[k * n_body:]))
-        return self._counted(m, embedding)
+        return embedding
 
     def _counted(self, m: int, embedding: np.ndarray) -> Plan:
         pure_bits, exits, exit_nodes, exit_state = _counted_view(self, m)

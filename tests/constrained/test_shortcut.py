@@ -148,6 +148,7 @@ COUNTED_SCHEMAS = [
      "required": ["a", "b"]},
     {"type": "array", "items": {"type": "string", "maxLength": 2}, "maxItems": 3},
     {"type": "string", "maxLength": 300},  # longer than any token: the counted template stops at the longest one
+    {"type": "string", "maxLength": 200},  # between the cap and the characters followed at once (twice the cap)
 ]
 
 
@@ -178,6 +179,14 @@ def test_a_counted_body_is_refused_where_the_string_goes_on_past_its_count(llama
     two = dfa.walk(b'"ab')
     assert string_body_shortcut(index.trie).counted_plan(index._transitions, two) is None
     assert index.state_mask(two).next_state(llama3_vocab.tokens.index("té".encode())) is not None
+    planned_states_agree(index)
+    # The same past the cap: one embedding of the first state's 200 characters would prove the later states'
+    # plans, but the string goes on after them, so each state near the end is planned (or refused) on its own.
+    dfa = compile_dfa(f'"(?:{UNIT}{{0,200}}|{UNIT}{{200}}é)"')
+    index = TokenIndex(dfa, llama3_vocab)
+    near_end = dfa.walk(b'"' + b"a" * 198)
+    assert index.plan(dfa.walk(b'"')) is not None and index.plan(near_end) is None
+    assert index.state_mask(near_end).next_state(llama3_vocab.tokens.index("té".encode())) is not None
     planned_states_agree(index)
 
 
