@@ -245,13 +245,13 @@ class StringBodyShortcut:
                      memo: dict[int, Plan | _Counted | None] | None = None) -> Plan | None:  # fmt: skip
         """The plan for a state inside a string with at most m more characters, or None.
 
-        m is counted along one-byte characters; the counted body (`counted_template`, m capped at the longest
-        token plus one, which no token can tell from more) must embed at ``state``, and below a cap the DFA must
-        end where the template does: no character after the m-th. Then the template's pure tokens are those that
-        need at most m characters, and its exits the shortcut's exits reached within m. The characters are
-        followed up to twice the cap, and one embedding of that many levels also holds the k-th next state's
-        (the template's rows from level k on), put in ``memo``: the states of a long string are planned once per
-        cap characters, not each on its own."""
+        m is counted along one-byte characters, followed up to twice the cap (the longest token plus one, which
+        no token can tell from more); the counted body (`counted_template`) must embed at ``state``, and where the
+        string ends within the characters followed, the DFA must end where the template does: no character after
+        the m-th. Then the template's pure tokens are those that need at most min(m, cap) characters, and its exits
+        the shortcut's exits reached within that. The one embedding also holds the k-th next state's (the
+        template's rows from level k on), put in ``memo``: the states of a long string are planned once per cap
+        characters, not each on its own."""
         cap = self.max_depth + 1
         reach = 2 * cap
         chain, seen = [state], {state}
