@@ -11,6 +11,8 @@
  *                (ids sorted ascending). A DEAD transition skips the whole subtree.
  *   min_tokenization   fewest tokens that spell a given symbol string (dynamic programming with
  *                trie prefix lookups); used for budget-aware closing.
+ *   follow_hops  the canonical shortest completion from a state, one hop per state (the symbol string
+ *                min_tokenization is then asked about).
  *   apply_allowed / apply_disallowed / apply_bytemask   write -inf into float32 logits, in place.
  *   expand_runs  checks and decodes a run-length table read from the grammar cache, in one pass.
  *   shortest_completions / bytes_to_boundary   the rule-table graph searches a pushdown grammar is
@@ -354,33 +356,34 @@ done:
 }
 
 PyDoc_STRVAR(walk_rule_doc,
-"walk_rule(transitions, width, state, boundary, start, node_byte, node_depth, node_end, tok_start, tok_ids,\n"
+"walk_rule(transitions, width, state, boundary, roots, node_byte, node_depth, node_end, tok_start, tok_ids,\n"
 "          max_depth, out_ids, out_next, out_exit_nodes, out_exit_states, scratch) -> (count, n_exits)\n\n"
-"`walk` over the subtree of trie node `start` (0 = the whole trie) from `state`, for a pushdown grammar's\n"
-"combined rule table: every token below `start` whose remaining bytes stay in the table is written to\n"
-"out_ids/out_next (ascending ids); every node below `start` that has children and whose state is a\n"
-"BOUNDARY (boundary[state] != 0: the state can call a rule or return from one) is written to\n"
-"out_exit_nodes/out_exit_states, in preorder, so the caller continues those subtrees through the stack.\n"
-"Exit outputs: int32[n_nodes]; the other arrays as for `walk`.");
+"`walk` over the subtrees of the trie nodes `roots` (int32, ascending, none inside another's subtree; [0] = the\n"
+"whole trie), each from `state`, for a pushdown grammar's combined rule table: every token below a root whose\n"
+"remaining bytes stay in the table is written to out_ids/out_next (ascending ids); every node below a root that\n"
+"has children and whose state is a BOUNDARY (boundary[state] != 0: the state can call a rule or return from\n"
+"one) is written to out_exit_nodes/out_exit_states, in preorder, so the caller continues those subtrees through\n"
+"the stack. Exit outputs: int32[n_nodes]; the other arrays as for `walk`.");
 
 static PyObject *
 walk_rule(PyObject *self, PyObject *args)
 {
-    PyObject *o[12];
-    Py_ssize_t width, state, start, max_depth;
-    if (!PyArg_ParseTuple(args, "OnnOnOOOOOnOOOOO", &o[0], &width, &state, &o[1], &start, &o[2], &o[3], &o[4],
+    PyObject *o[13];
+    Py_ssize_t width, state, max_depth;
+    if (!PyArg_ParseTuple(args, "OnnOOOOOOOnOOOOO", &o[0], &width, &state, &o[1], &o[12], &o[2], &o[3], &o[4],
                           &o[5], &o[6], &max_depth, &o[7], &o[8], &o[9], &o[10], &o[11])) {
         return NULL;
     }
-    Py_buffer b[12];
-    const Py_ssize_t sizes[12] = {4, 1, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4};
-    const int wr[12] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
-    const char *names[12] = {"transitions", "boundary", "node_byte", "node_depth", "node_end", "tok_start",
-                             "tok_ids", "out_ids", "out_next", "out_exit_nodes", "out_exit_states", "scratch"};
+    Py_buffer b[13];
+    const Py_ssize_t sizes[13] = {4, 1, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+    const int wr[13] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0};
+    const char *names[13] = {"transitions", "boundary", "node_byte", "node_depth", "node_end", "tok_start",
+                             "tok_ids", "out_ids", "out_next", "out_exit_nodes", "out_exit_states", "scratch",
+                             "roots"};
     int got = 0;
     PyObject *result = NULL;
     int32_t *states = NULL;
-    for (; got < 12; got++) {
+    for (; got < 13; got++) {
         if (get_buf(o[got], &b[got], wr[got], sizes[got], names[got]) < 0) goto done;
     }
     const int32_t *T = (const int32_t *)b[0].buf;
@@ -395,16 +398,21 @@ walk_rule(PyObject *self, PyObject *args)
     int32_t *xnode = (int32_t *)b[9].buf;
     int32_t *xstate = (int32_t *)b[10].buf;
     int32_t *scr = (int32_t *)b[11].buf;
+    const int32_t *roots = (const int32_t *)b[12].buf;
     Py_ssize_t n_states = width > 0 ? n_items(&b[0]) / width : 0;
     Py_ssize_t n_nodes = n_items(&b[2]);
     Py_ssize_t n_tok = n_items(&b[6]);
     Py_ssize_t vsize = n_items(&b[11]);
-    if (width < 256 || n_items(&b[0]) != n_states * width || state < 0 || state >= n_states ||
-        n_items(&b[1]) != n_states || n_items(&b[3]) != n_nodes || n_items(&b[4]) != n_nodes ||
-        n_items(&b[5]) != n_nodes + 1 || n_items(&b[7]) < n_tok || n_items(&b[8]) < n_tok ||
-        n_items(&b[9]) < n_nodes || n_items(&b[10]) < n_nodes || max_depth < 0 || n_nodes < 1 || start < 0 ||
-        start >= n_nodes) {
-        PyErr_SetString(PyExc_ValueError, "walk_rule: inconsistent array sizes");
+    Py_ssize_t n_roots = n_items(&b[12]);
+    int bad = width < 256 || n_items(&b[0]) != n_states * width || state < 0 || state >= n_states ||
+              n_items(&b[1]) != n_states || n_items(&b[3]) != n_nodes || n_items(&b[4]) != n_nodes ||
+              n_items(&b[5]) != n_nodes + 1 || n_items(&b[7]) < n_tok || n_items(&b[8]) < n_tok ||
+              n_items(&b[9]) < n_nodes || n_items(&b[10]) < n_nodes || max_depth < 0 || n_nodes < 1;
+    for (Py_ssize_t k = 0; !bad && k < n_roots; k++) {  /* disjoint subtrees: each token is found at most once */
+        bad = roots[k] < 0 || roots[k] >= n_nodes || (k > 0 && roots[k] < ne[roots[k - 1]]);
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "walk_rule: inconsistent array sizes, or roots not disjoint ascending");
         goto done;
     }
     states = (int32_t *)malloc(sizeof(int32_t) * (size_t)(max_depth + 1));
@@ -413,26 +421,27 @@ walk_rule(PyObject *self, PyObject *args)
         goto done;
     }
     Py_ssize_t count = 0, n_exits = 0;
-    int bad = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t d = 0; d <= max_depth; d++) states[d] = (int32_t)state;
-    Py_ssize_t end = ne[start];
     /* trie and table validated by `check` (see `walk`): depth in [1, max_depth], targets in [-1, n_states) */
-    for (Py_ssize_t i = start + 1; i < end;) {
-        int32_t d = nd[i];
-        int32_t ns = T[(Py_ssize_t)states[d - 1] * width + nb[i]];
-        if (ns < 0) {
-            i = ne[i];
-            continue;
+    for (Py_ssize_t k = 0; k < n_roots; k++) {
+        int32_t root = roots[k];
+        states[nd[root]] = (int32_t)state;
+        for (Py_ssize_t i = root + 1, end = ne[root]; i < end;) {
+            int32_t d = nd[i];
+            int32_t ns = T[(Py_ssize_t)states[d - 1] * width + nb[i]];
+            if (ns < 0) {
+                i = ne[i];
+                continue;
+            }
+            states[d] = ns;
+            count = emit_tokens(oid, onext, count, ts, ti, i, ns, n_tok);
+            if (bd[ns] && ne[i] > i + 1) {
+                xnode[n_exits] = (int32_t)i;
+                xstate[n_exits] = ns;
+                n_exits++;
+            }
+            i++;
         }
-        states[d] = ns;
-        count = emit_tokens(oid, onext, count, ts, ti, i, ns, n_tok);
-        if (bd[ns] && ne[i] > i + 1) {
-            xnode[n_exits] = (int32_t)i;
-            xstate[n_exits] = ns;
-            n_exits++;
-        }
-        i++;
     }
     bad = sort_by_id(oid, onext, &count, scr, vsize);
     Py_END_ALLOW_THREADS
@@ -1621,6 +1630,52 @@ done:
     return result;
 }
 
+/* ---- follow_hops ----------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(follow_hops_doc,
+"follow_hops(transitions, width, hop, state, chain, symbols) -> int\n\n"
+"From `state`, while hop[s] >= 0: records s in chain and hop[s] in symbols, moves to\n"
+"transitions[s * width + hop[s]]. Returns L, the hops taken: chain[0..L] the states (chain[L] where\n"
+"it stopped), symbols[0..L) the symbols. transitions int32[n * width]; hop int32[n] (-1 stops);\n"
+"symbols int32[cap], chain int32[cap + 1]. A hop into DEAD, or more than cap hops, is a ValueError.");
+
+static PyObject *
+follow_hops(PyObject *self, PyObject *args)
+{
+    PyObject *o[4];
+    Py_ssize_t width, state;
+    if (!PyArg_ParseTuple(args, "OnOnOO", &o[0], &width, &o[1], &state, &o[2], &o[3])) return NULL;
+    Py_buffer b[4];
+    const Py_ssize_t sizes[4] = {4, 4, 4, 4};
+    const int wr[4] = {0, 0, 1, 1};
+    const char *names[4] = {"transitions", "hop", "chain", "symbols"};
+    if (get_bufs(o, b, 4, sizes, wr, names) < 0) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = n_items(&b[1]), cap = n_items(&b[3]);
+    if (width < 1 || n_items(&b[0]) != n * width || n_items(&b[2]) != cap + 1 || state < 0 || state >= n) {
+        PyErr_SetString(PyExc_ValueError, "follow_hops: inconsistent array sizes or state");
+        goto done;
+    }
+    const int32_t *T = (const int32_t *)b[0].buf, *hop = (const int32_t *)b[1].buf;
+    int32_t *chain = (int32_t *)b[2].buf, *symbols = (int32_t *)b[3].buf;
+    Py_ssize_t L = 0;
+    int32_t s = (int32_t)state;
+    chain[0] = s;
+    while (hop[s] >= 0) {
+        int32_t symbol = hop[s], t = symbol < width ? T[(Py_ssize_t)s * width + symbol] : DEAD;
+        if (L >= cap || t < 0 || t >= n) {
+            PyErr_Format(PyExc_ValueError, "follow_hops: the hop from state %d leads nowhere or past the cap", s);
+            goto done;
+        }
+        symbols[L++] = symbol;
+        chain[L] = s = t;
+    }
+    result = PyLong_FromSsize_t(L);
+done:
+    release_bufs(b, 4);
+    return result;
+}
+
 /* ---- module ---------------------------------------------------------------------------------- */
 
 static PyMethodDef kernel_methods[] = {
@@ -1636,6 +1691,7 @@ static PyMethodDef kernel_methods[] = {
     {"bits_to_ids", bits_to_ids, METH_VARARGS, bits_to_ids_doc},
     {"ids_to_bits", ids_to_bits, METH_VARARGS, ids_to_bits_doc},
     {"min_tokenization", min_tokenization, METH_VARARGS, min_tokenization_doc},
+    {"follow_hops", follow_hops, METH_VARARGS, follow_hops_doc},
     {"apply_allowed", apply_allowed, METH_VARARGS, apply_allowed_doc},
     {"apply_disallowed", apply_disallowed, METH_VARARGS, apply_disallowed_doc},
     {"apply_bytemask", apply_bytemask, METH_VARARGS, apply_bytemask_doc},

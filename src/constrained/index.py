@@ -34,7 +34,7 @@ import numpy as np
 from constrained import _kernel
 from constrained.errors import IncompatibleVocabularyError
 from constrained.fsm import DEAD, DFA
-from constrained.shortcut import Plan, string_body_shortcut
+from constrained.shortcut import Plan, TokenGroups, string_body_shortcut
 from constrained.vocabulary import Vocabulary
 
 __all__ = ["TERMINAL", "UNREACHABLE", "TokenTrie", "StateMask", "TokenIndex", "token_trie"]
@@ -162,11 +162,40 @@ def _bits_to_ids(bits: np.ndarray, vocab_size: int, value: int, expected: int) -
 def bounds_after(next_states: np.ndarray, ub: np.ndarray, bound_of: Callable[[int], int]) -> np.ndarray:
     """UB after each of ``next_states`` (0 after EOS: `TERMINAL` and other negative states), from the table ``ub``
     (-1: not known yet), which ``bound_of`` fills for the states it lacks."""
-    live = next_states >= 0
-    real = np.where(live, next_states, 0)
-    for target in np.unique(real[live & (ub[real] < 0)]).tolist():
-        bound_of(int(target))
-    return np.where(live, ub[real], 0)
+    real = np.maximum(next_states, 0)
+    bounds = ub[real]
+    missing = bounds < 0
+    if missing.any():
+        for target in np.unique(real[missing & (next_states >= 0)]).tolist():
+            bound_of(int(target))
+        bounds = ub[real]
+    bounds[next_states < 0] = 0
+    return bounds
+
+
+def _id_bits(ids: np.ndarray, vocab_size: int) -> np.ndarray:
+    bits = np.empty(-(-vocab_size // 32), dtype=np.uint32)
+    _kernel.ids_to_bits(np.ascontiguousarray(ids, dtype=np.int32), vocab_size, bits)
+    return bits
+
+
+def _clear_ids(bits: np.ndarray, ids: np.ndarray, vocab_size: int) -> None:
+    if ids.shape[0]:
+        bits &= ~_id_bits(ids, vocab_size)
+
+
+def _set_ids(bits: np.ndarray, ids: np.ndarray, vocab_size: int) -> None:
+    if ids.shape[0]:
+        bits |= _id_bits(ids, vocab_size)
+
+
+def budget_levels(mask: StateMask, bounds_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """The distinct bounds after ``mask``'s tokens, ascending (from its candidate next states, so perhaps a few
+    more): every limit between two neighbours restricts the mask to the same tokens, so a budget-filtered mask is
+    cached per level, not per remaining budget."""
+    if not len(mask):
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(bounds_of(mask.next_state_candidates()))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -183,6 +212,8 @@ class BitsLookup:
     """int32 [template states]: template state → DFA state (`shortcut.Plan.embedding`)."""
     pure_state: np.ndarray
     """[V]: the template state each pure token ends in (`shortcut.Plan.pure_state`)."""
+    pure_groups: TokenGroups
+    """The pure tokens by that state (`shortcut.Plan.pure_groups`)."""
 
     def next_state(self, token_id: int) -> int:
         position = int(np.searchsorted(self.listed_ids, token_id))
@@ -201,6 +232,28 @@ class BitsLookup:
         return out
 
 
+class RestrictedLookup:
+    """Next states for a `StateMask.restricted` mask: each of its tokens moves as it does in the mask it was cut
+    from."""
+
+    __slots__ = ("parent",)
+
+    def __init__(self, parent: StateMask) -> None:
+        self.parent = parent
+
+    def next_state(self, token_id: int) -> int:
+        target = self.parent.next_state(token_id)
+        assert target is not None, "a restricted mask only holds tokens of its parent"
+        return target
+
+    def candidates(self) -> np.ndarray:
+        return self.parent.next_state_candidates()
+
+    def next_states(self, allowed: np.ndarray) -> np.ndarray:
+        parent = self.parent
+        return parent.next_states[np.searchsorted(parent.allowed, allowed)]
+
+
 class StateMask:
     """What one DFA state allows: sorted token ids, where each leads, and the cheapest way to mask logits.
 
@@ -210,7 +263,7 @@ class StateMask:
     """
 
     __slots__ = ("_allowed", "_next_states", "_count", "vocab_size", "form", "_disallowed", "_keep", "_bits",
-                 "_lookup", "_ub_next", "_ub_next_max")  # fmt: skip
+                 "_lookup", "_ub_next")  # fmt: skip
 
     def __init__(self, allowed: np.ndarray, next_states: np.ndarray, vocab_size: int) -> None:
         allowed.flags.writeable = False
@@ -218,11 +271,12 @@ class StateMask:
         self._allowed: np.ndarray | None = allowed
         self._next_states: np.ndarray | None = next_states
         self._bits: np.ndarray | None = None
-        self._lookup: BitsLookup | None = None
+        self._lookup: BitsLookup | RestrictedLookup | None = None
         self._setup(int(allowed.shape[0]), vocab_size)
 
     @classmethod
-    def from_bits(cls, bits: np.ndarray, count: int, vocab_size: int, lookup: BitsLookup) -> StateMask:
+    def from_bits(cls, bits: np.ndarray, count: int, vocab_size: int,
+                  lookup: BitsLookup | RestrictedLookup) -> StateMask:
         """A mask known by its bitmask (``count`` bits set) and a next-state ``lookup``."""
         mask = cls.__new__(cls)
         bits.flags.writeable = False
@@ -247,7 +301,6 @@ class StateMask:
         self._disallowed: np.ndarray | None = None
         self._keep: np.ndarray | None = None
         self._ub_next: np.ndarray | None = None
-        self._ub_next_max: int | None = None
 
     def __len__(self) -> int:
         return self._count
@@ -295,6 +348,42 @@ class StateMask:
         if position >= allowed.shape[0] or int(allowed[position]) != token_id:
             return None
         return int(self.next_states[position])
+
+    def restricted(self, bounds_of: Callable[[np.ndarray], np.ndarray], limit: int) -> StateMask:
+        """The tokens whose next state's bound (``bounds_of``: next states → bounds) is at most ``limit``, built
+        in bit space: a bitmask-built mask drops its pure tokens by the template state they end in (the smaller
+        side of the groups over and within the limit) and its listed ones by their own bound, so its ~150k next
+        states are never spelled out; another drops the ids over the limit."""
+        bits = self.bits.copy()
+        lookup = self._lookup
+        if isinstance(lookup, BitsLookup) and self._next_states is None:
+            bounds = bounds_of(lookup.embedding)
+            over = np.flatnonzero(bounds > limit)
+            if over.shape[0]:
+                groups = lookup.pure_groups
+                under = np.flatnonzero(bounds <= limit)
+                if groups.size(over) <= groups.size(under):
+                    _clear_ids(bits, groups.ids_in(over), self.vocab_size)
+                else:  # most pure tokens go: keep the others (the listed ones are settled below)
+                    bits &= _id_bits(np.concatenate([groups.ids_in(under), lookup.listed_ids]), self.vocab_size)
+            fits = bounds_of(lookup.listed_next) <= limit
+            _clear_ids(bits, lookup.listed_ids[~fits], self.vocab_size)
+            _set_ids(bits, lookup.listed_ids[fits], self.vocab_size)
+        else:
+            over = self.token_bounds(bounds_of) > limit
+            if np.count_nonzero(over) * 2 <= self._count:
+                _clear_ids(bits, self.allowed[over], self.vocab_size)
+            else:
+                bits = _id_bits(self.allowed[~over], self.vocab_size)
+        count = int(np.bitwise_count(bits).sum())
+        return StateMask.from_bits(bits, count, self.vocab_size, RestrictedLookup(self))
+
+    def token_bounds(self, bounds_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """The bound after each allowed token (aligned with ``allowed``), from ``bounds_of`` (next states → bounds)
+        on first use: a mask belongs to one index or grammar, whose bounds these are."""
+        if self._ub_next is None:
+            self._ub_next = bounds_of(self.next_states)
+        return self._ub_next
 
     @property
     def bits(self) -> np.ndarray:
@@ -391,6 +480,9 @@ class TokenIndex:
         self._ub = np.full(dfa.n_states, -1, dtype=np.int32)
         self._next_hop: np.ndarray | None = None
         self._budget_masks: dict[tuple[int, int], StateMask] = {}
+        """(state, cut) → the state's mask cut to the tokens whose next bound is at most ``cut``, one of its
+        `budget_levels` (or -1): every budget within one level shares it."""
+        self._levels: dict[int, np.ndarray] = {}
         self._forced: dict[int, bytes] = {}
         self._stored: Mapping[int, tuple[np.ndarray, np.ndarray]] = masks if masks is not None else {}
         self._shortcut = string_body_shortcut(self.trie)
@@ -498,7 +590,7 @@ class TokenIndex:
             for token_id in extra_ids.tolist():
                 bits[token_id >> 5] |= np.uint32(1 << (token_id & 31))
             lookup = BitsLookup(listed_ids=ids, listed_next=next_states, embedding=plan.embedding,
-                                pure_state=plan.pure_state)  # fmt: skip
+                                pure_state=plan.pure_state, pure_groups=plan.pure_groups)  # fmt: skip
             mask = StateMask.from_bits(bits, n_normal + int(extra_ids.shape[0]), trie.vocab_size, lookup)
         if mask.form == "disallowed":  # build the mask forms now (once per state), not on the first apply
             mask.disallowed  # noqa: B018
@@ -554,22 +646,21 @@ class TokenIndex:
         return ub
 
     def _fill_chain(self, state: int) -> None:
-        hop = self._canonical_next_hop()
-        chain = [state]
-        symbols: list[int] = []
-        table = self._transitions
-        while not self.dfa.accepting[chain[-1]]:
-            symbol = int(hop[chain[-1]])
-            if symbol < 0 or len(symbols) > self.dfa.n_states:
-                raise RuntimeError(f"DFA state {chain[-1]} has no canonical hop to acceptance (untrimmed DFA)")
-            symbols.append(symbol)
-            chain.append(int(table[chain[-1], symbol]))
-        best = np.empty(len(symbols) + 1, dtype=np.int32)
+        longest = min(int(self.dfa.distance[state]), self.dfa.n_states)  # the hops to acceptance
+        chain = np.empty(longest + 1, dtype=np.int32)
+        symbols = np.empty(longest, dtype=np.int32)
+        try:
+            length = _kernel.follow_hops(self._transitions, self._width, self._canonical_next_hop(), state, chain,
+                                         symbols)  # fmt: skip
+        except ValueError:
+            length = -1
+        if length < 0 or not self.dfa.accepting[chain[length]]:
+            raise RuntimeError(f"DFA state {state} has no canonical hop to acceptance (untrimmed DFA)")
+        best = np.empty(length + 1, dtype=np.int32)
         trie = self.trie
-        _kernel.min_tokenization(
-            np.asarray(symbols, dtype=np.int32), trie.node_byte, trie.node_end, trie.tok_start, trie.root_child, best
-        )
-        self._ub[np.asarray(chain, dtype=np.int64)] = best
+        _kernel.min_tokenization(symbols[:length], trie.node_byte, trie.node_end, trie.tok_start, trie.root_child,
+                                 best)  # fmt: skip
+        self._ub[chain[:length + 1]] = best
 
     def _canonical_next_hop(self) -> np.ndarray:
         if self._next_hop is None:
@@ -590,30 +681,27 @@ class TokenIndex:
     def budget_mask(self, state: int, remaining: int) -> StateMask:
         """The state's mask restricted to tokens that still leave a completion within ``remaining`` tokens."""
         mask = self.state_mask(state)
-        if mask._ub_next_max is None:  # a bound over the candidates: the per-token one only when it must filter
-            candidates = bounds_after(mask.next_state_candidates(), self._ub, self.upper_bound)
-            mask._ub_next_max = int(candidates.max()) if len(mask) and candidates.shape[0] else -1
-        if mask._ub_next_max + 1 <= remaining:
+        levels = self._levels.get(state)
+        if levels is None:
+            levels = self._levels.setdefault(state, budget_levels(mask, self._bounds_of))
+        level = int(np.searchsorted(levels, remaining - 1, side="right"))
+        if level == levels.shape[0]:
             return mask
-        key = (state, max(remaining, 0))
-        filtered = self._budget_masks.get(key)
+        cut = int(levels[level - 1]) if level else -1
+        filtered = self._budget_masks.get((state, cut))
         if filtered is None:
-            keep = self._ub_next_of(mask) + 1 <= remaining
-            filtered = StateMask(mask.allowed[keep], mask.next_states[keep], mask.vocab_size)
-            self._budget_masks[key] = filtered
+            filtered = self._budget_masks.setdefault((state, cut), mask.restricted(self._bounds_of, cut))
         return filtered
 
-    def _ub_next_of(self, mask: StateMask) -> np.ndarray:
-        if mask._ub_next is None:
-            mask._ub_next = bounds_after(mask.next_states, self._ub, self.upper_bound)
-        return mask._ub_next
+    def _bounds_of(self, next_states: np.ndarray) -> np.ndarray:
+        return bounds_after(next_states, self._ub, self.upper_bound)
 
     def needed_budget(self, state: int) -> int:
         """Fewest tokens this index can guarantee to finish from ``state`` in: min(UB(s), 1 + min UB(next))."""
         if self.dfa.accepting[state]:
             return 0
         mask = self.state_mask(state)
-        best = int(self._ub_next_of(mask).min()) + 1 if len(mask) else UNREACHABLE
+        best = int(mask.token_bounds(self._bounds_of).min()) + 1 if len(mask) else UNREACHABLE
         return min(self.upper_bound(state), best)
 
     # -- forced continuation ---------------------------------------------------------------------------------------

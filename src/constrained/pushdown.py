@@ -38,7 +38,9 @@ import numpy as np
 from constrained import _kernel, fsm
 from constrained.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError, IncompatibleVocabularyError
 from constrained.fsm import DEAD
-from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, TokenTrie, bounds_after, token_trie
+from constrained.index import (
+    TERMINAL, UNREACHABLE, StateMask, TokenIndex, TokenTrie, bounds_after, budget_levels, token_trie,
+)
 from constrained.matcher import _NOTHING, SharedMoves
 from constrained.shortcut import string_body_shortcut
 from constrained.vocabulary import Vocabulary
@@ -142,12 +144,12 @@ class PushdownGrammar:
         self._lock = threading.Lock()
         self._buffers: tuple[np.ndarray, ...] | None = None
         self._inside: dict[int, tuple[StateMask, np.ndarray, np.ndarray]] = {}
-        self._subtree: dict[tuple[int, int], tuple[StateMask, np.ndarray, np.ndarray]] = {}
+        self._subtree: dict[tuple[int, bytes], tuple[bytes, StateMask, np.ndarray, np.ndarray]] = {}
         self._masks: dict[frozenset[Config], _Mask] = {}
         self._ub = np.full(self.n_states, -1, dtype=np.int64)
         self._ub_stacks: dict[tuple[int, ...], int] = {(): 0}
-        self._next_bounds: dict[Any, np.ndarray] = {}
-        self._highest: dict[Any, int] = {}
+        self._levels: dict[Any, np.ndarray] = {}
+        self._restricted: dict[tuple[Any, int], StateMask] = {}
         self._forced: dict[frozenset[Config], bytes] = {}
         self.initial: frozenset[Config] = frozenset({(self._starts[self._start_rule], ())})
         """The configuration set at the start of a document."""
@@ -274,6 +276,8 @@ class PushdownGrammar:
         self._hop_kind, self._hop_a, self._hop_b = hop_kind, hop_a, hop_b
         """The canonical shortest completion, one move per state: `_HOP_SYMBOL` (hop_a = the symbol) or
         `_HOP_CALL` (hop_a = the callee's start, hop_b = the continuation); 0 at an accepting state."""
+        self._symbol_hop = np.where((hop_kind == _HOP_SYMBOL) & (dist > 0), hop_a, -1).astype(np.int32)
+        """The symbol hop alone (-1 where the completion calls or the rule may end): what `state_bound` follows."""
 
     def _refuse_left_recursion(self) -> None:
         """A rule that can reach a call of itself without consuming a byte would push forever."""
@@ -377,13 +381,14 @@ class PushdownGrammar:
             )  # fmt: skip
         return self._buffers
 
-    def _walk(self, state: int, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(ids, next states, exit nodes, exit states) of the trie below ``node`` walked from ``state``."""
+    def _walk(self, state: int, roots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, next states, exit nodes, exit states) of the trie below ``roots`` (disjoint subtrees, ascending)
+        walked from ``state``."""
         trie = self.trie
         with self._lock:
             ids, nexts, exit_nodes, exit_states, scratch = self._walk_buffers()
             count, n_exits = _kernel.walk_rule(
-                self._table, self._width, state, self._boundary, node, trie.node_byte, trie.node_depth,
+                self._table, self._width, state, self._boundary, roots, trie.node_byte, trie.node_depth,
                 trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, ids, nexts, exit_nodes, exit_states,
                 scratch,
             )  # fmt: skip
@@ -432,13 +437,14 @@ class PushdownGrammar:
             )  # fmt: skip
             return out_nodes[:n_exits].copy(), out_states[:n_exits].copy()
 
-    def _subtree_of(self, state: int, node: int) -> tuple[StateMask, np.ndarray, np.ndarray]:
-        """(mask of the tokens below ``node`` walked from ``state``, their exit nodes and states); cached."""
-        key = (state, node)
+    def _subtree_of(self, state: int, roots: np.ndarray) -> tuple[bytes, StateMask, np.ndarray, np.ndarray]:
+        """(the roots as a key, mask of the tokens below ``roots`` walked from ``state``, their exit nodes and
+        states); cached."""
+        key = (state, roots.tobytes())
         walked = self._subtree.get(key)
         if walked is None:
-            ids, nexts, exit_nodes, exit_states = self._walk(state, node)
-            walked = (StateMask(ids, nexts, self.trie.vocab_size), exit_nodes, exit_states)
+            ids, nexts, exit_nodes, exit_states = self._walk(state, roots)
+            walked = (key[1], StateMask(ids, nexts, self.trie.vocab_size), exit_nodes, exit_states)
             self._subtree = _bounded_put(self._subtree, key, walked)
         return walked
 
@@ -457,22 +463,24 @@ class PushdownGrammar:
                 inside, exit_nodes, exit_states = self._inside_of(state)
                 if len(inside):
                     parts.append((state, inside, stack))
-                for node, exit_state in zip(exit_nodes.tolist(), exit_states.tolist()):
-                    self._through(node, exit_state, stack, parts)
+                self._through(exit_nodes, exit_states, stack, parts)
         return _Mask(self, parts)
 
-    def _through(self, node: int, state: int, stack: tuple[int, ...], parts: list) -> None:
-        """The tokens below trie ``node`` that go on past a call or return at ``state`` (reached at ``node``):
-        one part per move, keyed (state, node) for its cached walk and bounds."""
-        here = (state, stack)
-        for moved_state, moved_stack in self.closure((here,)):
-            if (moved_state, moved_stack) == here:
-                continue
-            below, exit_nodes, exit_states = self._subtree_of(moved_state, node)
-            if len(below):
-                parts.append(((moved_state, node), below, moved_stack))
-            for deeper, exit_state in zip(exit_nodes.tolist(), exit_states.tolist()):
-                self._through(deeper, exit_state, moved_stack, parts)
+    def _through(self, nodes: np.ndarray, states: np.ndarray, stack: tuple[int, ...], parts: list) -> None:
+        """The tokens below the trie ``nodes`` that go on past a call or return at ``states`` (reached at each
+        node): exits that share a state share its moves, and their disjoint subtrees one walk per move (a string
+        value's ~100 exits — a quote and more punctuation — are one part, not one each). Parts are keyed (state,
+        roots) for their cached walks and bounds."""
+        for state, roots in _exit_groups(nodes, states, self.trie.node_end):
+            here = (state, stack)
+            for moved_state, moved_stack in self.closure((here,)):
+                if (moved_state, moved_stack) == here:
+                    continue
+                key, below, deeper_nodes, deeper_states = self._subtree_of(moved_state, roots)
+                if len(below):
+                    parts.append(((moved_state, key), below, moved_stack))
+                if deeper_nodes.shape[0]:
+                    self._through(deeper_nodes, deeper_states, moved_stack, parts)
 
     # -- budget ----------------------------------------------------------------------------------------------------
 
@@ -485,24 +493,27 @@ class PushdownGrammar:
             best = min(best, self.state_bound(state) + self._stack_bound(stack))
         return int(best)
 
-    def next_bounds(self, key: Any, mask: StateMask) -> np.ndarray:
-        """UB after each token of a part's mask (aligned with it; 0 after EOS); ``key``: the part's state, or
-        (state, node) for a walk below an exit."""
-        bounds = self._next_bounds.get(key)
-        if bounds is None:
-            bounds = bounds_after(mask.next_states, self._ub, self.state_bound)
-            self._next_bounds = _bounded_put(self._next_bounds, key, bounds)
-        return bounds
+    def budget_cut(self, key: Any, mask: StateMask, limit: int) -> int | None:
+        """The bound a part's tokens are cut to when the bound they leave may be at most ``limit``: the highest of
+        its budget levels (`index.budget_levels`) within it, -1 below them all; None when every token fits.
+        ``key``: the part's state, or (state, node) for a walk below an exit."""
+        levels = self._levels.get(key)
+        if levels is None:
+            levels = budget_levels(mask, self._bounds_of)
+            self._levels = _bounded_put(self._levels, key, levels)
+        level = int(np.searchsorted(levels, limit, side="right"))
+        return None if level == levels.shape[0] else int(levels[level - 1]) if level else -1
 
-    def highest_next_bound(self, key: Any, mask: StateMask) -> int:
-        """At least the largest `next_bounds` of a part, from the states its tokens can lead to (no per-token
-        array for a bitmask-built mask; exact for the others)."""
-        highest = self._highest.get(key)
-        if highest is None:
-            bounds = bounds_after(mask.next_state_candidates(), self._ub, self.state_bound)
-            highest = int(bounds.max()) if len(mask) and bounds.shape[0] else 0
-            self._highest = _bounded_put(self._highest, key, highest)
-        return highest
+    def restricted(self, key: Any, mask: StateMask, cut: int) -> StateMask:
+        """A part's mask cut to a budget level (cached per part and cut)."""
+        restricted = self._restricted.get((key, cut))
+        if restricted is None:
+            restricted = mask.restricted(self._bounds_of, cut)
+            self._restricted = _bounded_put(self._restricted, (key, cut), restricted)
+        return restricted
+
+    def _bounds_of(self, next_states: np.ndarray) -> np.ndarray:
+        return bounds_after(next_states, self._ub, self.state_bound)
 
     def _stack_bound(self, stack: tuple[int, ...]) -> int:
         bound = self._ub_stacks.get(stack)
@@ -516,22 +527,20 @@ class PushdownGrammar:
         ub = int(self._ub[state])
         if ub >= 0:
             return ub
-        chain, symbols = [state], []
-        current = state
-        while self._dist[current] > 0 and self._hop_kind[current] == _HOP_SYMBOL:
-            symbol = int(self._hop_a[current])
-            symbols.append(symbol)
-            current = int(self._table[current, symbol])
-            chain.append(current)
+        longest = min(int(self._dist[state]), self.n_states)  # each symbol hop takes one off the distance
+        chain = np.empty(longest + 1, dtype=np.int32)
+        symbols = np.empty(longest, dtype=np.int32)
+        length = _kernel.follow_hops(self._table, self._width, self._symbol_hop, state, chain, symbols)
+        current = int(chain[length])
         tail = 0
         if self._dist[current] > 0 or not self._rule_accept[current]:  # the chain ends at a call
             tail = self.state_bound(int(self._hop_a[current])) + self.state_bound(int(self._hop_b[current]))
-        best = np.empty(len(symbols) + 1, dtype=np.int32)
+        best = np.empty(length + 1, dtype=np.int32)
         trie = self.trie
-        _kernel.min_tokenization(np.asarray(symbols, dtype=np.int32), trie.node_byte, trie.node_end,
-                                 trie.tok_start, trie.root_child, best)  # fmt: skip
+        _kernel.min_tokenization(symbols[:length], trie.node_byte, trie.node_end, trie.tok_start, trie.root_child,
+                                 best)  # fmt: skip
         values = np.minimum(best.astype(np.int64) + tail, UNREACHABLE)
-        self._ub[np.asarray(chain, dtype=np.int64)] = values
+        self._ub[chain[:length + 1]] = values
         return int(values[0])
 
     # -- forced continuation ---------------------------------------------------------------------------------------
@@ -596,6 +605,32 @@ def _exit_first_bytes(trie: TokenTrie) -> np.ndarray:
     return trie.node_byte[ancestor]
 
 
+def _exit_groups(nodes: np.ndarray, states: np.ndarray, node_end: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """The exits (trie nodes and the states there) as (state, roots) groups whose roots are ascending and whose
+    subtrees are disjoint, so one walk finds each token below them at most once (an exit below another exit of
+    the same state goes to a later group)."""
+    order = np.lexsort((nodes, states))
+    nodes, states = nodes[order], states[order]
+    groups = []
+    for start, stop in zip(*_runs(states)):
+        rest = nodes[start:stop]
+        while rest.shape[0]:
+            reach = np.maximum.accumulate(node_end[rest])
+            nested = np.zeros(rest.shape[0], dtype=bool)
+            nested[1:] = rest[1:] < reach[:-1]
+            groups.append((int(states[start]), np.ascontiguousarray(rest[~nested], dtype=np.int32)))
+            rest = rest[nested]
+    return groups
+
+
+def _runs(values: np.ndarray) -> tuple[list[int], list[int]]:
+    """(starts, stops) of the runs of equal neighbours in ``values``."""
+    if not values.shape[0]:
+        return [], []
+    cuts = (np.flatnonzero(np.diff(values)) + 1).tolist()
+    return [0, *cuts], [*cuts, int(values.shape[0])]
+
+
 @functools.lru_cache(maxsize=8)
 def _deepest(trie: TokenTrie) -> np.ndarray:
     """The greatest depth in each node's subtree (the longest token below it, in bytes)."""
@@ -622,7 +657,8 @@ class _Mask:
         self.grammar = grammar
         self.parts = parts
         self.combined = _union([mask for _, mask, _ in parts], grammar.trie.vocab_size)
-        self._budgeted: dict[int, StateMask] = {}
+        self._budgeted: dict[tuple[int | None, ...], StateMask] = {}
+        """Per tuple of the parts' budget cuts (`PushdownGrammar.budget_cut`), what `within` allows."""
 
     def next_configs(self, token_id: int) -> frozenset[Config] | None:
         """Where ``token_id`` leads, or None when it is not allowed."""
@@ -634,25 +670,22 @@ class _Mask:
         return frozenset(found) if found else None
 
     def within(self, remaining: int) -> StateMask:
-        """The allowed tokens that still leave a completion within ``remaining`` tokens."""
-        budgeted = self._budgeted.get(remaining)
-        if budgeted is not None:
-            return budgeted
+        """The allowed tokens that still leave a completion within ``remaining`` tokens (cached per tuple of the
+        parts' budget cuts: a budget that shrinks inside one level costs nothing)."""
         grammar = self.grammar
-        kept: list[StateMask] = []
-        everything = True
-        for key, mask, stack in self.parts:
-            below = grammar._stack_bound(stack)
-            if grammar.highest_next_bound(key, mask) + below + 1 <= remaining:
-                kept.append(mask)
-                continue
-            everything = False
-            fits = grammar.next_bounds(key, mask) + below + 1 <= remaining
-            kept.append(StateMask(mask.allowed[fits], mask.next_states[fits], mask.vocab_size))
-        result = self.combined if everything else _union(kept, grammar.trie.vocab_size)
-        if len(self._budgeted) < 64:
-            self._budgeted[remaining] = result
-        return result
+        cuts = tuple(grammar.budget_cut(key, mask, remaining - grammar._stack_bound(stack) - 1)
+                     for key, mask, stack in self.parts)  # fmt: skip
+        budgeted = self._budgeted.get(cuts)
+        if budgeted is None:
+            if all(cut is None for cut in cuts):
+                budgeted = self.combined
+            else:
+                kept = [mask if cut is None else grammar.restricted(key, mask, cut)
+                        for (key, mask, _), cut in zip(self.parts, cuts)]  # fmt: skip
+                budgeted = _union(kept, grammar.trie.vocab_size)
+            if len(self._budgeted) < 64:
+                self._budgeted[cuts] = budgeted
+        return budgeted
 
 
 class _NoLookup:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from constrained.fsm import DFA
     from constrained.index import TokenTrie
 
-__all__ = ["NOT_PURE", "Plan", "StringBodyShortcut", "counted_template", "string_body_shortcut"]
+__all__ = ["NOT_PURE", "Plan", "StringBodyShortcut", "TokenGroups", "counted_template", "string_body_shortcut"]
 
 NOT_PURE = 255
 """`StringBodyShortcut.pure_body_state` of a token that leaves the string body."""
@@ -89,6 +89,39 @@ def _counted_table(m: int) -> np.ndarray:
     return table
 
 
+@dataclass(frozen=True, eq=False)
+class TokenGroups:
+    """Pure tokens grouped by the template state they end in: what a budget cut drops, state by state, without a
+    pass over the vocabulary (`index.StateMask.restricted`)."""
+
+    ids: np.ndarray
+    """int32: token ids, grouped by state (ascending within a group)."""
+    offsets: np.ndarray
+    """int64 [states + 1]: group s is ``ids[offsets[s]:offsets[s + 1]]``."""
+
+    @classmethod
+    def of(cls, states: np.ndarray, n_states: int) -> TokenGroups:
+        """The tokens whose ``states`` entry (one per token id) is below ``n_states`` (< 65536), by that state."""
+        ids = np.flatnonzero(states < n_states)
+        keys = states[ids].astype(np.uint16)
+        order = np.argsort(keys, kind="stable")  # a radix sort on 16-bit keys
+        offsets = np.zeros(n_states + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys, minlength=n_states), out=offsets[1:])
+        groups = cls(ids[order].astype(np.int32), offsets)
+        groups.ids.flags.writeable = groups.offsets.flags.writeable = False
+        return groups
+
+    def size(self, states: np.ndarray) -> int:
+        """How many tokens end in ``states`` (distinct, each below the groups' count)."""
+        return int((self.offsets[states + 1] - self.offsets[states]).sum())
+
+    def ids_in(self, states: np.ndarray) -> np.ndarray:
+        """The tokens that end in ``states`` (distinct, each below the groups' count), grouped by state."""
+        chosen = np.zeros(self.offsets.shape[0] - 1, dtype=bool)
+        chosen[states] = True
+        return self.ids[np.repeat(chosen, np.diff(self.offsets))]
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Plan:
     """How `StringBodyShortcut.walk` masks one state: a template automaton (start 0) that embeds at some state,
@@ -102,6 +135,8 @@ class Plan:
     """uint32 [ceil(V / 32)]: the tokens whose bytes all stay inside the template."""
     pure_state: np.ndarray
     """[V]: the template state each of them ends in (at least the template's size for the others)."""
+    pure_groups: TokenGroups
+    """The tokens of ``pure_state`` grouped by it."""
     exits: np.ndarray
     """int32: which of the shortcut's exits (indices into its ``exit_nodes``) the template reaches."""
     exit_nodes: np.ndarray
@@ -132,6 +167,10 @@ class StringBodyShortcut:
     """int32 [V]: characters a pure token needs left (a started character counts); `_NEVER` for the others."""
     pure_counted_state: np.ndarray
     """int32 [V]: the counted template state a pure token ends in (`counted_template`); `_NEVER` for the others."""
+    body_groups: TokenGroups
+    """The pure tokens by the body state they end in."""
+    counted_groups: TokenGroups
+    """The pure tokens by the counted template state they end in."""
     max_depth: int
     """The trie's longest token, in bytes: a counted body longer than this many characters looks unbounded to
     every token."""
@@ -173,8 +212,8 @@ class StringBodyShortcut:
             body_transitions=table, pure_bits=pure_bits, pure_body_state=pure_body_state,
             exit_nodes=nodes[:n_exits].copy(), exit_body_state=states[:n_exits] % n_body,
             subtree_nodes=subtree_nodes, exit_units=states[:n_exits] // n_body, pure_need=pure_need,
-            pure_counted_state=pure_counted_state,
-            max_depth=int(trie.max_depth),
+            pure_counted_state=pure_counted_state, body_groups=TokenGroups.of(pure_body_state, n_body),
+            counted_groups=TokenGroups.of(pure_counted_state, counted.shape[0]), max_depth=int(trie.max_depth),
         )  # fmt: skip
         for value in vars(shortcut).values():
             if isinstance(value, np.ndarray):
@@ -238,8 +277,8 @@ class StringBodyShortcut:
 
     def _unbounded(self, embedding: np.ndarray) -> Plan:
         return Plan(template=self.body_transitions, embedding=embedding, pure_bits=self.pure_bits,
-                    pure_state=self.pure_body_state, exits=_every_exit(self), exit_nodes=self.exit_nodes,
-                    exit_state=self.exit_body_state)  # fmt: skip
+                    pure_state=self.pure_body_state, pure_groups=self.body_groups, exits=_every_exit(self),
+                    exit_nodes=self.exit_nodes, exit_state=self.exit_body_state)  # fmt: skip
 
     def counted_plan(self, transitions: np.ndarray, state: int,
                      memo: dict[int, Plan | _Counted | None] | None = None) -> Plan | None:  # fmt: skip
@@ -294,7 +333,8 @@ class StringBodyShortcut:
     def _counted(self, m: int, embedding: np.ndarray) -> Plan:
         pure_bits, exits, exit_nodes, exit_state = _counted_view(self, m)
         return Plan(template=counted_template(m), embedding=embedding, pure_bits=pure_bits,
-                    pure_state=self.pure_counted_state, exits=exits, exit_nodes=exit_nodes, exit_state=exit_state)
+                    pure_state=self.pure_counted_state, pure_groups=self.counted_groups, exits=exits,
+                    exit_nodes=exit_nodes, exit_state=exit_state)  # fmt: skip
 
     def walk(
         self, transitions: np.ndarray, state: int, plan: Plan, trie: TokenTrie,

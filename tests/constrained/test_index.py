@@ -107,6 +107,70 @@ def test_budget_mask_keeps_exactly_tokens_whose_completion_fits():
     assert index.budget_mask(1, 0).allowed.tolist() == []
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_budget_masks_of_a_real_grammar_equal_the_definition_at_every_budget(qwen2_vocab, seed):
+    """String states (masks built from bits by the string-body shortcut, cut by the template state each token ends
+    in) and the others, at every budget up to past their highest level: exactly the tokens t with
+    1 + UB(next(t)) <= budget, however the cuts are cached."""
+    from constrained import compile_json_schema
+
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string", "maxLength": 5},
+              "c": {"type": "integer"}}, "required": ["a", "b", "c"], "additionalProperties": False}  # fmt: skip
+    grammar = compile_json_schema(schema, qwen2_vocab)  # closed: one DFA
+    index = grammar.index
+    rng = np.random.default_rng(seed)
+    matcher = grammar.matcher()
+    checked = 0
+    while not matcher.is_terminated():
+        state = matcher.state
+        full = index.state_mask(state)
+        bounds = {s: index.upper_bound(s) for s in np.unique(full.next_states).tolist()}
+        after = np.asarray([bounds[s] for s in full.next_states.tolist()])
+        for remaining in rng.permutation(int(after.max()) + 3).tolist():  # any order: the cuts are cached
+            expected = full.allowed[after + 1 <= remaining].tolist()
+            assert index.budget_mask(state, remaining).allowed.tolist() == expected, (state, remaining)
+            checked += 1
+        allowed = matcher.allowed_token_ids()
+        assert matcher.advance(int(rng.choice(allowed)))
+        if matcher.tokens_consumed > 40:
+            break
+    assert checked > 40
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_restricted_mask_keeps_exactly_the_tokens_within_the_limit_for_any_bounds(qwen2_vocab, seed):
+    """`StateMask.restricted` (a string state's mask in bit space: pure tokens dropped by the template state they
+    end in, on the smaller side, listed tokens by their own bound; another mask by its ids), under random
+    per-state bounds, equals the token-by-token definition at every limit."""
+    from constrained import compile_json_schema
+    from constrained.index import BitsLookup
+
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string", "maxLength": 5}},
+              "required": ["a", "b"], "additionalProperties": False}  # fmt: skip
+    grammar = compile_json_schema(schema, qwen2_vocab)
+    table = np.random.default_rng(seed).integers(0, 4, size=grammar.dfa.n_states)
+
+    def bounds_of(states: np.ndarray) -> np.ndarray:
+        return np.where(states >= 0, table[np.maximum(states, 0)], 0)
+
+    kinds = set()
+    for prefix in (b'{"a":"', b'{"a":"\\u00', b'{"a":"x","b":"', b'{"a":"x","b":"abc'):
+        state = grammar.dfa.initial
+        for byte in prefix:
+            state = int(grammar.dfa.transitions[state, byte])
+        index = TokenIndex(grammar.dfa, qwen2_vocab)  # fresh: its masks not yet spelled out as ids
+        mask = index.state_mask(state)
+        kinds.add(isinstance(mask._lookup, BitsLookup) and mask._next_states is None)
+        got = {limit: mask.restricted(bounds_of, limit) for limit in range(-1, 5)}
+        keep = bounds_of(mask.next_states)
+        for limit, restricted in got.items():
+            assert restricted.allowed.tolist() == mask.allowed[keep <= limit].tolist(), (prefix, limit)
+            assert len(restricted) == int((keep <= limit).sum())
+            for token_id in restricted.allowed[:: max(1, len(restricted) // 50)].tolist():
+                assert restricted.next_state(token_id) == mask.next_state(token_id)
+    assert kinds == {True, False}  # string states built from bits, and an escape's mask built from ids
+
+
 def test_named_special_is_allowed_and_other_specials_never():
     pieces = [b"a", b"b", b"<x>", b"<y>", b"</s>"]
     vocab = Vocabulary.from_tokens(pieces, eos_token_ids=[4], special_ids_by_name={"<x>": 2, "<y>": 3, "</s>": 4})

@@ -364,3 +364,30 @@ def test_rule_mode_shares_a_wide_string_lexeme_and_keeps_its_language(llama3_voc
         assert matcher.advance(best)
         position += len(llama3_vocab.tokens[best])
     assert matcher.is_accepting()
+
+
+def _fitting(grammar: PushdownGrammar, configs, remaining: int) -> set[int]:
+    """The definition of a budgeted mask: the tokens of any part whose next configuration can still finish in the
+    tokens left after it."""
+    fitting: set[int] = set()
+    for _, mask, stack in grammar.mask(configs).parts:
+        nexts = mask.next_states
+        bound = {int(s): grammar.upper_bound([(int(s), stack)]) for s in np.unique(nexts).tolist()}
+        fitting.update(t for t, s in zip(mask.allowed.tolist(), nexts.tolist()) if 1 + bound[s] <= remaining)
+    return fitting
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_budgeted_masks_keep_exactly_the_tokens_whose_completion_fits(qwen2_vocab, seed):
+    """A random walk rambles inside key and value strings until the budget bites: every budgeted mask — string
+    bodies cut by the template state their tokens end in, exits by their own bound, cached per budget level —
+    equals the token-by-token definition, at every budget the walk passes through."""
+    grammar = _grammar("open-object", qwen2_vocab)
+    rng = random.Random(seed)
+    matcher = grammar.matcher(max_tokens=30)
+    while not matcher.is_terminated():
+        allowed = matcher.allowed_token_ids().tolist()
+        assert set(allowed) == _fitting(grammar, matcher.configurations, matcher.remaining_budget)
+        token_id = rng.choice(allowed)
+        assert matcher.advance(token_id)
+    assert matcher.is_accepting()
