@@ -13,6 +13,8 @@
  *                trie prefix lookups); used for budget-aware closing.
  *   follow_hops  the canonical shortest completion from a state, one hop per state (the symbol string
  *                min_tokenization is then asked about).
+ *   completion_bounds   the same bound over a pushdown grammar's rules: chains tokenized piecewise, plus
+ *                the bounds of the calls they stop at.
  *   apply_allowed / apply_disallowed / apply_bytemask   write -inf into float32 logits, in place.
  *   expand_runs  checks and decodes a run-length table read from the grammar cache, in one pass.
  *   shortest_completions / bytes_to_boundary   the rule-table graph searches a pushdown grammar is
@@ -1074,6 +1076,41 @@ done:
 
 /* ---- min_tokenization ------------------------------------------------------------------------ */
 
+/* best[i] = fewest tokens spelling sym[i..L) (best[L] = 0; INF_TOKENS when none does). */
+static void
+min_tokens(const int32_t *sym, Py_ssize_t L, const uint8_t *nb, const int32_t *ne, const int32_t *ts,
+           const int32_t *rc, Py_ssize_t n_nodes, int32_t *best)
+{
+    best[L] = 0;
+    for (Py_ssize_t i = L - 1; i >= 0; i--) {
+        int32_t b = INF_TOKENS;
+        if (sym[i] >= 256 || sym[i] < 0) {
+            if (sym[i] >= 256 && best[i + 1] < INF_TOKENS) b = best[i + 1] + 1;
+            best[i] = b;
+            continue;
+        }
+        int32_t node = rc[sym[i]];
+        Py_ssize_t j = i;
+        while (node > 0 && node < n_nodes) {
+            /* node spells symbols[i..j] */
+            if (ts[node + 1] > ts[node] && best[j + 1] < INF_TOKENS && best[j + 1] + 1 < b) b = best[j + 1] + 1;
+            j++;
+            if (j >= L || sym[j] < 0 || sym[j] >= 256) break;
+            /* find the child of node with byte sym[j]: children are node+1, then successive ends */
+            int32_t c = node + 1, want = sym[j], found = -1;
+            while (c < ne[node]) {
+                if (nb[c] == want) {
+                    found = c;
+                    break;
+                }
+                c = ne[c];
+            }
+            node = found;
+        }
+        best[i] = b;
+    }
+}
+
 PyDoc_STRVAR(min_tokenization_doc,
 "min_tokenization(symbols, node_byte, node_end, tok_start, root_child, best) -> None\n\n"
 "symbols: int32[L] (bytes 0..255; >= 256 = one special token each). Fills best int32[L+1] with\n"
@@ -1104,40 +1141,8 @@ min_tokenization(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "min_tokenization: inconsistent array sizes");
         goto done;
     }
-    const int32_t *sym = (const int32_t *)bsym.buf;
-    const uint8_t *nb = (const uint8_t *)bb.buf;
-    const int32_t *ne = (const int32_t *)be.buf;
-    const int32_t *ts = (const int32_t *)bs.buf;
-    const int32_t *rc = (const int32_t *)brc.buf;
-    int32_t *best = (int32_t *)bbest.buf;
-    best[L] = 0;
-    for (Py_ssize_t i = L - 1; i >= 0; i--) {
-        int32_t b = INF_TOKENS;
-        if (sym[i] >= 256 || sym[i] < 0) {
-            if (sym[i] >= 256 && best[i + 1] < INF_TOKENS) b = best[i + 1] + 1;
-            best[i] = b;
-            continue;
-        }
-        int32_t node = rc[sym[i]];
-        Py_ssize_t j = i;
-        while (node > 0 && node < n_nodes) {
-            /* node spells symbols[i..j] */
-            if (ts[node + 1] > ts[node] && best[j + 1] < INF_TOKENS && best[j + 1] + 1 < b) b = best[j + 1] + 1;
-            j++;
-            if (j >= L || sym[j] < 0 || sym[j] >= 256) break;
-            /* find the child of node with byte sym[j]: children are node+1, then successive ends */
-            int32_t c = node + 1, want = sym[j], found = -1;
-            while (c < ne[node]) {
-                if (nb[c] == want) {
-                    found = c;
-                    break;
-                }
-                c = ne[c];
-            }
-            node = found;
-        }
-        best[i] = b;
-    }
+    min_tokens((const int32_t *)bsym.buf, L, (const uint8_t *)bb.buf, (const int32_t *)be.buf,
+               (const int32_t *)bs.buf, (const int32_t *)brc.buf, n_nodes, (int32_t *)bbest.buf);
     Py_INCREF(Py_None);
     result = Py_None;
 done:
@@ -1630,6 +1635,118 @@ done:
     return result;
 }
 
+/* ---- completion_bounds ----------------------------------------------------------------------- */
+
+PyDoc_STRVAR(completion_bounds_doc,
+"completion_bounds(transitions, width, symbol_hop, dist, rule_accept, hop_a, hop_b, node_byte, node_end,\n"
+"                  tok_start, root_child, ub, state) -> int\n\n"
+"UB(state) in a pushdown grammar's rule table (n states), filling ub (int64[n], -1 = not known yet) for every\n"
+"state on the way: the fewest tokens of the state's canonical shortest completion, tokenized piecewise -- its\n"
+"chain of symbol hops (symbol_hop int32[n], -1 where the chain stops) by min_tokenization, plus UB(hop_a) +\n"
+"UB(hop_b) (callee start, continuation) where the chain stops at a call rather than at the rule's end\n"
+"(dist int64[n] == 0 and rule_accept uint8[n]). Capped at INT32_MAX/2. Depth-first over an explicit stack;\n"
+"a call cycle is a ValueError.");
+
+static PyObject *
+completion_bounds(PyObject *self, PyObject *args)
+{
+    PyObject *o[11];
+    Py_ssize_t width, state;
+    if (!PyArg_ParseTuple(args, "OnOOOOOOOOOOn", &o[0], &width, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &o[10], &state)) {
+        return NULL;
+    }
+    Py_buffer b[11];
+    const Py_ssize_t sizes[11] = {4, 4, 8, 1, 4, 4, 1, 4, 4, 4, 8};
+    const int wr[11] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    const char *names[11] = {"transitions", "symbol_hop", "dist", "rule_accept", "hop_a", "hop_b", "node_byte",
+                             "node_end", "tok_start", "root_child", "ub"};
+    if (get_bufs(o, b, 11, sizes, wr, names) < 0) return NULL;
+    PyObject *result = NULL;
+    int32_t *chain = NULL, *sym = NULL, *best = NULL, *stack = NULL;
+    uint8_t *pending = NULL;
+    Py_ssize_t n = n_items(&b[1]), n_nodes = n_items(&b[6]);
+    if (width < 1 || n_items(&b[0]) != n * width || n_items(&b[2]) != n || n_items(&b[3]) != n ||
+        n_items(&b[4]) != n || n_items(&b[5]) != n || n_items(&b[10]) != n || n_items(&b[7]) != n_nodes ||
+        n_items(&b[8]) != n_nodes + 1 || n_items(&b[9]) != 256 || state < 0 || state >= n) {
+        PyErr_SetString(PyExc_ValueError, "completion_bounds: inconsistent array sizes or state");
+        goto done;
+    }
+    const int32_t *T = (const int32_t *)b[0].buf, *hop = (const int32_t *)b[1].buf;
+    const int64_t *dist = (const int64_t *)b[2].buf;
+    const uint8_t *accept = (const uint8_t *)b[3].buf;
+    const int32_t *hop_a = (const int32_t *)b[4].buf, *hop_b = (const int32_t *)b[5].buf;
+    int64_t *ub = (int64_t *)b[10].buf;
+    chain = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
+    sym = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
+    best = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
+    stack = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
+    pending = (uint8_t *)calloc((size_t)n, 1);
+    if (!chain || !sym || !best || !stack || !pending) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t top = 0;
+    stack[top++] = (int32_t)state;
+    pending[state] = 1;
+    while (top > 0) {
+        int32_t s = stack[top - 1];
+        if (ub[s] >= 0) {
+            pending[s] = 0;
+            top--;
+            continue;
+        }
+        Py_ssize_t L = 0;
+        int32_t c = s;
+        chain[0] = c;
+        while (hop[c] >= 0) {
+            int32_t symbol = hop[c], t = symbol < width ? T[(Py_ssize_t)c * width + symbol] : DEAD;
+            if (L >= n || t < 0 || t >= n) {
+                PyErr_Format(PyExc_ValueError, "completion_bounds: the hop from state %d leads nowhere", c);
+                goto done;
+            }
+            sym[L++] = symbol;
+            chain[L] = c = t;
+        }
+        int64_t tail = 0;
+        if (dist[c] > 0 || !accept[c]) {  /* the chain stops at a call: its callee, then its continuation */
+            int32_t need[2] = {hop_a[c], hop_b[c]}, waiting = 0;
+            for (int k = 0; k < 2; k++) {
+                if (need[k] < 0 || need[k] >= n) {
+                    PyErr_Format(PyExc_ValueError, "completion_bounds: state %d calls nowhere", c);
+                    goto done;
+                }
+                if (ub[need[k]] < 0 && !waiting) {
+                    if (pending[need[k]]) {
+                        PyErr_Format(PyExc_ValueError, "completion_bounds: a call cycle through state %d", need[k]);
+                        goto done;
+                    }
+                    pending[need[k]] = 1;
+                    stack[top++] = need[k];
+                    waiting = 1;
+                }
+            }
+            if (waiting) continue;
+            tail = ub[need[0]] + ub[need[1]];
+        }
+        min_tokens(sym, L, (const uint8_t *)b[6].buf, (const int32_t *)b[7].buf, (const int32_t *)b[8].buf,
+                   (const int32_t *)b[9].buf, n_nodes, best);
+        for (Py_ssize_t i = 0; i <= L; i++) {
+            int64_t v = (int64_t)best[i] + tail;
+            ub[chain[i]] = v < INF_TOKENS ? v : INF_TOKENS;
+        }
+    }
+    result = PyLong_FromLongLong((long long)ub[state]);
+done:
+    free(chain);
+    free(sym);
+    free(best);
+    free(stack);
+    free(pending);
+    release_bufs(b, 11);
+    return result;
+}
+
 /* ---- follow_hops ----------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(follow_hops_doc,
@@ -1692,6 +1809,7 @@ static PyMethodDef kernel_methods[] = {
     {"ids_to_bits", ids_to_bits, METH_VARARGS, ids_to_bits_doc},
     {"min_tokenization", min_tokenization, METH_VARARGS, min_tokenization_doc},
     {"follow_hops", follow_hops, METH_VARARGS, follow_hops_doc},
+    {"completion_bounds", completion_bounds, METH_VARARGS, completion_bounds_doc},
     {"apply_allowed", apply_allowed, METH_VARARGS, apply_allowed_doc},
     {"apply_disallowed", apply_disallowed, METH_VARARGS, apply_disallowed_doc},
     {"apply_bytemask", apply_bytemask, METH_VARARGS, apply_bytemask_doc},

@@ -422,7 +422,7 @@ class PushdownGrammar:
             disagree = self._table[state, :256] != self._table[template, :256]
             roots = trie.root_child[np.flatnonzero(disagree)]
             roots = np.sort(roots[roots >= 0]).astype(np.int32)
-            agree = ~disagree[_exit_first_bytes(trie)[plan.exits]]
+            agree = ~disagree[string_body_shortcut(trie).exit_first_byte[plan.exits]]
             starts = np.concatenate([roots, plan.exit_nodes[agree]]).astype(np.int32)
             start_states = np.concatenate([np.full(roots.shape[0], state, dtype=np.int32),
                                            plan.embedding[plan.exit_state[agree]]]).astype(np.int32)  # fmt: skip
@@ -523,25 +523,16 @@ class PushdownGrammar:
         return bound
 
     def state_bound(self, state: int) -> int:
-        """UB(state): tokens of the canonical shortest completion of the state's rule, tokenized piecewise."""
+        """UB(state): tokens of the canonical shortest completion of the state's rule, tokenized piecewise (the
+        kernel fills it for every state on the way)."""
         ub = int(self._ub[state])
         if ub >= 0:
             return ub
-        longest = min(int(self._dist[state]), self.n_states)  # each symbol hop takes one off the distance
-        chain = np.empty(longest + 1, dtype=np.int32)
-        symbols = np.empty(longest, dtype=np.int32)
-        length = _kernel.follow_hops(self._table, self._width, self._symbol_hop, state, chain, symbols)
-        current = int(chain[length])
-        tail = 0
-        if self._dist[current] > 0 or not self._rule_accept[current]:  # the chain ends at a call
-            tail = self.state_bound(int(self._hop_a[current])) + self.state_bound(int(self._hop_b[current]))
-        best = np.empty(length + 1, dtype=np.int32)
         trie = self.trie
-        _kernel.min_tokenization(symbols[:length], trie.node_byte, trie.node_end, trie.tok_start, trie.root_child,
-                                 best)  # fmt: skip
-        values = np.minimum(best.astype(np.int64) + tail, UNREACHABLE)
-        self._ub[chain[:length + 1]] = values
-        return int(values[0])
+        return _kernel.completion_bounds(
+            self._table, self._width, self._symbol_hop, self._dist, self._rule_accept, self._hop_a, self._hop_b,
+            trie.node_byte, trie.node_end, trie.tok_start, trie.root_child, self._ub, state,
+        )  # fmt: skip
 
     # -- forced continuation ---------------------------------------------------------------------------------------
 
@@ -595,40 +586,28 @@ def _root_children(trie: TokenTrie) -> np.ndarray:
     return np.ascontiguousarray(np.sort(children), dtype=np.int32)
 
 
-@functools.lru_cache(maxsize=8)
-def _exit_first_bytes(trie: TokenTrie) -> np.ndarray:
-    """The first byte of every string-body shortcut exit node (its depth-1 ancestor's byte), aligned with them."""
-    shortcut = string_body_shortcut(trie)
-    assert shortcut is not None
-    depth_one = np.flatnonzero(trie.node_depth == 1)
-    ancestor = depth_one[np.searchsorted(depth_one, shortcut.exit_nodes, side="right") - 1]
-    return trie.node_byte[ancestor]
-
-
 def _exit_groups(nodes: np.ndarray, states: np.ndarray, node_end: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """The exits (trie nodes and the states there) as (state, roots) groups whose roots are ascending and whose
     subtrees are disjoint, so one walk finds each token below them at most once (an exit below another exit of
     the same state goes to a later group)."""
-    order = np.lexsort((nodes, states))
-    nodes, states = nodes[order], states[order]
+    if not nodes.shape[0]:
+        return []
+    if (states == states[0]).all():  # the common case: every exit at one state (a string's end, say)
+        runs = [(int(states[0]), np.sort(nodes))]
+    else:
+        order = np.lexsort((nodes, states))
+        nodes, states = nodes[order], states[order]
+        cuts = (np.flatnonzero(states[1:] != states[:-1]) + 1).tolist()
+        runs = [(int(states[a]), nodes[a:b]) for a, b in zip([0, *cuts], [*cuts, nodes.shape[0]])]
     groups = []
-    for start, stop in zip(*_runs(states)):
-        rest = nodes[start:stop]
+    for state, rest in runs:
         while rest.shape[0]:
             reach = np.maximum.accumulate(node_end[rest])
             nested = np.zeros(rest.shape[0], dtype=bool)
             nested[1:] = rest[1:] < reach[:-1]
-            groups.append((int(states[start]), np.ascontiguousarray(rest[~nested], dtype=np.int32)))
+            groups.append((state, np.ascontiguousarray(rest[~nested], dtype=np.int32)))
             rest = rest[nested]
     return groups
-
-
-def _runs(values: np.ndarray) -> tuple[list[int], list[int]]:
-    """(starts, stops) of the runs of equal neighbours in ``values``."""
-    if not values.shape[0]:
-        return [], []
-    cuts = (np.flatnonzero(np.diff(values)) + 1).tolist()
-    return [0, *cuts], [*cuts, int(values.shape[0])]
 
 
 @functools.lru_cache(maxsize=8)

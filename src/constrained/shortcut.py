@@ -159,6 +159,8 @@ class StringBodyShortcut:
     """int32: trie nodes whose byte the body automaton refuses after an in-body prefix."""
     exit_body_state: np.ndarray
     """int32 aligned with ``exit_nodes``: the body state after that prefix."""
+    exit_first_byte: np.ndarray
+    """uint8 aligned with ``exit_nodes``: the first byte of the prefix (its depth-1 ancestor's byte)."""
     subtree_nodes: np.ndarray
     """int64 [256]: trie nodes under each first byte (what a first byte where s and t disagree may cost)."""
     exit_units: np.ndarray
@@ -206,11 +208,13 @@ class StringBodyShortcut:
         n_exits = _kernel.walk_exits(counted, 256, 0, trie.node_byte, trie.node_depth, trie.node_end, trie.max_depth,
                                      nodes, states)  # fmt: skip
         depth_one = np.flatnonzero(trie.node_depth == 1)
+        ancestor = depth_one[np.searchsorted(depth_one, nodes[:n_exits], side="right") - 1]
         subtree_nodes = np.zeros(256, dtype=np.int64)
         subtree_nodes[trie.node_byte[depth_one]] = trie.node_end[depth_one] - depth_one
         shortcut = cls(
             body_transitions=table, pure_bits=pure_bits, pure_body_state=pure_body_state,
             exit_nodes=nodes[:n_exits].copy(), exit_body_state=states[:n_exits] % n_body,
+            exit_first_byte=trie.node_byte[ancestor],
             subtree_nodes=subtree_nodes, exit_units=states[:n_exits] // n_body, pure_need=pure_need,
             pure_counted_state=pure_counted_state, body_groups=TokenGroups.of(pure_body_state, n_body),
             counted_groups=TokenGroups.of(pure_counted_state, counted.shape[0]), max_depth=int(trie.max_depth),

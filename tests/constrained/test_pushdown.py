@@ -391,3 +391,44 @@ def test_budgeted_masks_keep_exactly_the_tokens_whose_completion_fits(qwen2_voca
         token_id = rng.choice(allowed)
         assert matcher.advance(token_id)
     assert matcher.is_accepting()
+
+
+def test_completion_bounds_equal_a_piecewise_tokenization_of_the_canonical_completion(qwen2_vocab):
+    """The kernel's UB (`_kernel.completion_bounds`) against a pure-Python reading of its definition: the
+    canonical completion's symbol chain, tokenized with the fewest vocabulary tokens, plus the callee's and the
+    continuation's bounds where it stops at a call; on 400 states of the open-object grammar."""
+    from constrained import pushdown
+
+    grammar = _grammar("open-object", qwen2_vocab)
+    spelled = {qwen2_vocab.tokens[i] for i in qwen2_vocab.normal_ids if qwen2_vocab.tokens[i]}
+    longest = max(map(len, spelled))
+    memo: dict[int, int] = {}
+
+    def fewest_tokens(symbols: list[int]) -> int:
+        best = [0] + [pushdown.UNREACHABLE] * len(symbols)
+        for end in range(1, len(symbols) + 1):
+            if symbols[end - 1] >= 256:
+                best[end] = best[end - 1] + 1
+                continue
+            for start in range(max(0, end - longest), end):
+                piece = symbols[start:end]
+                if all(b < 256 for b in piece) and bytes(piece) in spelled:
+                    best[end] = min(best[end], best[start] + 1)
+        return best[-1]
+
+    def reference(state: int) -> int:
+        if state not in memo:
+            symbols, current = [], state
+            while grammar._dist[current] > 0 and grammar._hop_kind[current] == pushdown._HOP_SYMBOL:
+                symbols.append(int(grammar._hop_a[current]))
+                current = int(grammar._table[current, symbols[-1]])
+            tail = 0
+            if grammar._dist[current] > 0 or not grammar._rule_accept[current]:
+                tail = reference(int(grammar._hop_a[current])) + reference(int(grammar._hop_b[current]))
+            memo[state] = min(fewest_tokens(symbols) + tail, pushdown.UNREACHABLE)
+        return memo[state]
+
+    finished = np.flatnonzero(grammar._dist < pushdown.UNREACHABLE)
+    states = random.Random(3).sample(finished.tolist(), min(400, finished.shape[0]))
+    grammar._ub[:] = -1  # as compiled: the kernel fills what it needs from scratch
+    assert [grammar.state_bound(s) for s in states] == [reference(s) for s in states]
