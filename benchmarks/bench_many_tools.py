@@ -66,7 +66,7 @@ def envelope_schema(tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _cold() -> None:
-    from constrained import grammar, pushdown, regex
+    from constrained import grammar, regex
 
     previous = os.environ.get("EMBER_CACHE_DIR", "")
     os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix=_SCRATCH)  # an empty disk cache each time
@@ -74,7 +74,6 @@ def _cold() -> None:
         shutil.rmtree(previous, ignore_errors=True)
     grammar.clear_memory_cache()
     regex.clear_caches()
-    pushdown._memory.clear()
 
 
 def _timed_compile(build: Any) -> tuple[Any, float]:

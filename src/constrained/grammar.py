@@ -269,8 +269,9 @@ def cache_directory() -> Path | None:
 
 
 def clear_memory_cache() -> None:
-    """Forget every in-memory grammar (tests; the disk cache is untouched)."""
+    """Forget every in-memory grammar, pushdown ones included (tests, benchmarks; the disk cache is untouched)."""
     _memory.clear()
+    pushdown.clear_memory_cache()
     _schema_patterns.clear()
     _schema_rules.clear()
 

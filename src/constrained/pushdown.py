@@ -55,6 +55,8 @@ Config = tuple[int, tuple[int, ...]]
 _DONE: frozenset[Config] = frozenset({(TERMINAL, ())})
 """The configuration set after EOS."""
 _CACHE_LIMIT = 65_536
+_WHOLE_TRIE = np.zeros(1, dtype=np.int32)
+"""`_kernel.walk_rule` roots: the trie's root, so every token."""
 _HOP_SYMBOL, _HOP_CALL = 1, 2
 """Kinds of a state's canonical shortest-completion move (kernel `shortest_completions`)."""
 _REACH_CAP = 1024
@@ -111,6 +113,12 @@ def compile_rules(
 
 
 _memory: dict[tuple, PushdownGrammar] = {}
+
+
+def clear_memory_cache() -> None:
+    """Forget every compiled rule set (`grammar.clear_memory_cache` calls this)."""
+    with _memory_lock:
+        _memory.clear()
 _memory_lock = threading.Lock()
 
 
@@ -399,15 +407,22 @@ class PushdownGrammar:
         inside = self._inside.get(state)
         if inside is None:
             if not self._top_accept[state] and (self._table[state] == DEAD).all():  # only calls or returns leave
-                mask = StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), self.trie.vocab_size)
+                inside = (self._empty(), *self._exits(state))
+            elif self._index.plan(state) is None:  # a plain walk: its exits come with it, in the same pass
+                ids, nexts, exit_nodes, exit_states = self._walk(state, _WHOLE_TRIE)
+                ids, nexts, _ = self._index.with_extras(state, ids, nexts)
+                inside = (StateMask(ids, nexts, self.trie.vocab_size), exit_nodes, exit_states)
             else:
                 try:
                     mask = self._index.state_mask(state)
                 except IncompatibleVocabularyError:  # no token spells a byte here: calls and returns may still
-                    mask = StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), self.trie.vocab_size)
-            inside = (mask, *self._exits(state))
+                    mask = self._empty()
+                inside = (mask, *self._exits(state))
             self._inside = _bounded_put(self._inside, state, inside)
         return inside
+
+    def _empty(self) -> StateMask:
+        return StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), self.trie.vocab_size)
 
     def _exits(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """The trie nodes (and states) where the walk from ``state`` sits on a boundary with bytes to go. Subtrees
@@ -463,7 +478,8 @@ class PushdownGrammar:
                 inside, exit_nodes, exit_states = self._inside_of(state)
                 if len(inside):
                     parts.append((state, inside, stack))
-                self._through(exit_nodes, exit_states, stack, parts)
+                if exit_nodes.shape[0]:
+                    self._through(exit_nodes, exit_states, stack, parts)
         return _Mask(self, parts)
 
     def _through(self, nodes: np.ndarray, states: np.ndarray, stack: tuple[int, ...], parts: list) -> None:
@@ -586,13 +602,33 @@ def _root_children(trie: TokenTrie) -> np.ndarray:
     return np.ascontiguousarray(np.sort(children), dtype=np.int32)
 
 
+_FEW_EXITS = 32
+"""Up to this many exits, `_exit_groups` loops in Python (cheaper than its numpy calls)."""
+
+
 def _exit_groups(nodes: np.ndarray, states: np.ndarray, node_end: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """The exits (trie nodes and the states there) as (state, roots) groups whose roots are ascending and whose
     subtrees are disjoint, so one walk finds each token below them at most once (an exit below another exit of
     the same state goes to a later group)."""
-    if not nodes.shape[0]:
-        return []
-    if (states == states[0]).all():  # the common case: every exit at one state (a string's end, say)
+    if nodes.shape[0] <= _FEW_EXITS:  # most states: a few exits, grouped in Python
+        by_state: dict[int, list[int]] = {}
+        for state, node in zip(states.tolist(), nodes.tolist()):
+            by_state.setdefault(state, []).append(node)
+        few = []
+        for state, rest in by_state.items():
+            rest.sort()
+            while rest:
+                kept, nested, reach = [], [], -1
+                for node in rest:
+                    if node < reach:
+                        nested.append(node)
+                    else:
+                        kept.append(node)
+                        reach = int(node_end[node])
+                few.append((state, np.asarray(kept, dtype=np.int32)))
+                rest = nested
+        return few
+    if (states == states[0]).all():  # every exit at one state (a string's end, say)
         runs = [(int(states[0]), np.sort(nodes))]
     else:
         order = np.lexsort((nodes, states))

@@ -259,14 +259,14 @@ class StringBodyShortcut:
 
     def _plan(self, transitions: np.ndarray, state: int, n_nodes: int,
               memo: dict[int, Plan | _Counted | None]) -> Plan | None:  # fmt: skip
-        embedding = self.embedding(transitions, state)
-        if embedding is not None:
-            return self._unbounded(embedding)
         row = transitions[state, :256]
         printable = row[0x20:0x7F]
         live = printable[printable >= 0]
         if live.shape[0] * 2 < printable.shape[0]:  # no string-like state: most printable bytes are dead here
-            return None
+            return None  # (nor can the body embed: it takes every printable byte but two)
+        embedding = self.embedding(transitions, state)
+        if embedding is not None:
+            return self._unbounded(embedding)
         counted = self.counted_plan(transitions, state, memo)
         if counted is not None:
             return counted
