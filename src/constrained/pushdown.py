@@ -151,8 +151,8 @@ class PushdownGrammar:
         of the start rule); calls and returns are this module's business."""
         self._lock = threading.Lock()
         self._buffers: tuple[np.ndarray, ...] | None = None
-        self._inside: dict[int, tuple[StateMask, np.ndarray, np.ndarray]] = {}
-        self._subtree: dict[tuple[int, bytes], tuple[bytes, StateMask, np.ndarray, np.ndarray]] = {}
+        self._inside: dict[int, tuple[StateMask, list[tuple[int, np.ndarray]]]] = {}
+        self._subtree: dict[tuple[int, bytes], tuple[bytes, StateMask, list[tuple[int, np.ndarray]]]] = {}
         self._masks: dict[frozenset[Config], _Mask] = {}
         self._ub = np.full(self.n_states, -1, dtype=np.int64)
         self._ub_stacks: dict[tuple[int, ...], int] = {(): 0}
@@ -402,22 +402,23 @@ class PushdownGrammar:
             )  # fmt: skip
             return ids[:count].copy(), nexts[:count].copy(), exit_nodes[:n_exits].copy(), exit_states[:n_exits].copy()
 
-    def _inside_of(self, state: int) -> tuple[StateMask, np.ndarray, np.ndarray]:
-        """(mask of the tokens that stay in the rule, specials and EOS included; exit nodes; exit states)."""
+    def _inside_of(self, state: int) -> tuple[StateMask, list[tuple[int, np.ndarray]]]:
+        """(mask of the tokens that stay in the rule, specials and EOS included; its exits, grouped by
+        `_exit_groups`)."""
         inside = self._inside.get(state)
         if inside is None:
             if not self._top_accept[state] and (self._table[state] == DEAD).all():  # only calls or returns leave
-                inside = (self._empty(), *self._exits(state))
+                inside = (self._empty(), self._groups(*self._exits(state)))
             elif self._index.plan(state) is None:  # a plain walk: its exits come with it, in the same pass
                 ids, nexts, exit_nodes, exit_states = self._walk(state, _WHOLE_TRIE)
                 ids, nexts, _ = self._index.with_extras(state, ids, nexts)
-                inside = (StateMask(ids, nexts, self.trie.vocab_size), exit_nodes, exit_states)
+                inside = (StateMask(ids, nexts, self.trie.vocab_size), self._groups(exit_nodes, exit_states))
             else:
                 try:
                     mask = self._index.state_mask(state)
                 except IncompatibleVocabularyError:  # no token spells a byte here: calls and returns may still
                     mask = self._empty()
-                inside = (mask, *self._exits(state))
+                inside = (mask, self._groups(*self._exits(state)))
             self._inside = _bounded_put(self._inside, state, inside)
         return inside
 
@@ -452,14 +453,14 @@ class PushdownGrammar:
             )  # fmt: skip
             return out_nodes[:n_exits].copy(), out_states[:n_exits].copy()
 
-    def _subtree_of(self, state: int, roots: np.ndarray) -> tuple[bytes, StateMask, np.ndarray, np.ndarray]:
-        """(the roots as a key, mask of the tokens below ``roots`` walked from ``state``, their exit nodes and
-        states); cached."""
+    def _subtree_of(self, state: int, roots: np.ndarray) -> tuple[bytes, StateMask, list[tuple[int, np.ndarray]]]:
+        """(the roots as a key, mask of the tokens below ``roots`` walked from ``state``, its exits grouped);
+        cached."""
         key = (state, roots.tobytes())
         walked = self._subtree.get(key)
         if walked is None:
             ids, nexts, exit_nodes, exit_states = self._walk(state, roots)
-            walked = (key[1], StateMask(ids, nexts, self.trie.vocab_size), exit_nodes, exit_states)
+            walked = (key[1], StateMask(ids, nexts, self.trie.vocab_size), self._groups(exit_nodes, exit_states))
             self._subtree = _bounded_put(self._subtree, key, walked)
         return walked
 
@@ -475,28 +476,30 @@ class PushdownGrammar:
         parts: list[tuple[Any, StateMask, tuple[int, ...]]] = []
         if configs != _DONE:
             for state, stack in self.closure(configs):
-                inside, exit_nodes, exit_states = self._inside_of(state)
+                inside, groups = self._inside_of(state)
                 if len(inside):
                     parts.append((state, inside, stack))
-                if exit_nodes.shape[0]:
-                    self._through(exit_nodes, exit_states, stack, parts)
+                self._through(groups, stack, parts)
         return _Mask(self, parts)
 
-    def _through(self, nodes: np.ndarray, states: np.ndarray, stack: tuple[int, ...], parts: list) -> None:
-        """The tokens below the trie ``nodes`` that go on past a call or return at ``states`` (reached at each
-        node): exits that share a state share its moves, and their disjoint subtrees one walk per move (a string
-        value's ~100 exits — a quote and more punctuation — are one part, not one each). Parts are keyed (state,
-        roots) for their cached walks and bounds."""
-        for state, roots in _exit_groups(nodes, states, self.trie.node_end):
+    def _groups(self, nodes: np.ndarray, states: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        return _exit_groups(nodes, states, self.trie.node_end) if nodes.shape[0] else []
+
+    def _through(self, groups: list[tuple[int, np.ndarray]], stack: tuple[int, ...], parts: list) -> None:
+        """The tokens below exits (``groups``: `_exit_groups`, (state, roots)) that go on past a call or return at
+        the state reached there: exits that share a state share its moves, and their disjoint subtrees one walk
+        per move (a string value's ~100 exits — a quote and more punctuation — are one part, not one each). Parts
+        are keyed (state, roots) for their cached walks and bounds."""
+        for state, roots in groups:
             here = (state, stack)
             for moved_state, moved_stack in self.closure((here,)):
                 if (moved_state, moved_stack) == here:
                     continue
-                key, below, deeper_nodes, deeper_states = self._subtree_of(moved_state, roots)
+                key, below, deeper = self._subtree_of(moved_state, roots)
                 if len(below):
                     parts.append(((moved_state, key), below, moved_stack))
-                if deeper_nodes.shape[0]:
-                    self._through(deeper_nodes, deeper_states, moved_stack, parts)
+                if deeper:
+                    self._through(deeper, moved_stack, parts)
 
     # -- budget ----------------------------------------------------------------------------------------------------
 
@@ -610,6 +613,8 @@ def _exit_groups(nodes: np.ndarray, states: np.ndarray, node_end: np.ndarray) ->
     """The exits (trie nodes and the states there) as (state, roots) groups whose roots are ascending and whose
     subtrees are disjoint, so one walk finds each token below them at most once (an exit below another exit of
     the same state goes to a later group)."""
+    if nodes.shape[0] == 1:
+        return [(int(states[0]), np.ascontiguousarray(nodes, dtype=np.int32))]
     if nodes.shape[0] <= _FEW_EXITS:  # most states: a few exits, grouped in Python
         by_state: dict[int, list[int]] = {}
         for state, node in zip(states.tolist(), nodes.tolist()):
