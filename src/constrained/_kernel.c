@@ -1637,6 +1637,23 @@ done:
 
 /* ---- completion_bounds ----------------------------------------------------------------------- */
 
+/* From s, while hop[s] >= 0: chain[L] = s, symbols[L] = hop[s], s = its target (transitions int32[n * width]).
+ * Returns L (chain[L] where it stopped), or -1 when a hop leads to DEAD or past `cap` hops. */
+static Py_ssize_t
+follow_chain(const int32_t *T, Py_ssize_t width, Py_ssize_t n, const int32_t *hop, int32_t s, int32_t *chain,
+             int32_t *symbols, Py_ssize_t cap)
+{
+    Py_ssize_t L = 0;
+    chain[0] = s;
+    while (hop[s] >= 0) {
+        int32_t symbol = hop[s], t = symbol < width ? T[(Py_ssize_t)s * width + symbol] : DEAD;
+        if (L >= cap || t < 0 || t >= n) return -1;
+        symbols[L++] = symbol;
+        chain[L] = s = t;
+    }
+    return L;
+}
+
 PyDoc_STRVAR(completion_bounds_doc,
 "completion_bounds(transitions, width, symbol_hop, dist, rule_accept, hop_a, hop_b, node_byte, node_end,\n"
 "                  tok_start, root_child, ub, state) -> int\n\n"
@@ -1696,18 +1713,12 @@ completion_bounds(PyObject *self, PyObject *args)
             top--;
             continue;
         }
-        Py_ssize_t L = 0;
-        int32_t c = s;
-        chain[0] = c;
-        while (hop[c] >= 0) {
-            int32_t symbol = hop[c], t = symbol < width ? T[(Py_ssize_t)c * width + symbol] : DEAD;
-            if (L >= n || t < 0 || t >= n) {
-                PyErr_Format(PyExc_ValueError, "completion_bounds: the hop from state %d leads nowhere", c);
-                goto done;
-            }
-            sym[L++] = symbol;
-            chain[L] = c = t;
+        Py_ssize_t L = follow_chain(T, width, n, hop, s, chain, sym, n);
+        if (L < 0) {
+            PyErr_Format(PyExc_ValueError, "completion_bounds: the hops from state %d lead nowhere", s);
+            goto done;
         }
+        int32_t c = chain[L];
         int64_t tail = 0;
         if (dist[c] > 0 || !accept[c]) {  /* the chain stops at a call: its callee, then its continuation */
             int32_t need[2] = {hop_a[c], hop_b[c]}, waiting = 0;
@@ -1775,17 +1786,10 @@ follow_hops(PyObject *self, PyObject *args)
     }
     const int32_t *T = (const int32_t *)b[0].buf, *hop = (const int32_t *)b[1].buf;
     int32_t *chain = (int32_t *)b[2].buf, *symbols = (int32_t *)b[3].buf;
-    Py_ssize_t L = 0;
-    int32_t s = (int32_t)state;
-    chain[0] = s;
-    while (hop[s] >= 0) {
-        int32_t symbol = hop[s], t = symbol < width ? T[(Py_ssize_t)s * width + symbol] : DEAD;
-        if (L >= cap || t < 0 || t >= n) {
-            PyErr_Format(PyExc_ValueError, "follow_hops: the hop from state %d leads nowhere or past the cap", s);
-            goto done;
-        }
-        symbols[L++] = symbol;
-        chain[L] = s = t;
+    Py_ssize_t L = follow_chain(T, width, n, hop, (int32_t)state, chain, symbols, cap);
+    if (L < 0) {
+        PyErr_Format(PyExc_ValueError, "follow_hops: the hops from state %zd lead nowhere or past the cap", state);
+        goto done;
     }
     result = PyLong_FromSsize_t(L);
 done:

@@ -113,13 +113,13 @@ def compile_rules(
 
 
 _memory: dict[tuple, PushdownGrammar] = {}
+_memory_lock = threading.Lock()
 
 
 def clear_memory_cache() -> None:
     """Forget every compiled rule set (`grammar.clear_memory_cache` calls this)."""
     with _memory_lock:
         _memory.clear()
-_memory_lock = threading.Lock()
 
 
 class PushdownGrammar:
@@ -515,7 +515,7 @@ class PushdownGrammar:
     def budget_cut(self, key: Any, mask: StateMask, limit: int) -> int | None:
         """The bound a part's tokens are cut to when the bound they leave may be at most ``limit``: the highest of
         its budget levels (`index.budget_levels`) within it, -1 below them all; None when every token fits.
-        ``key``: the part's state, or (state, node) for a walk below an exit."""
+        ``key``: the part's state, or (state, roots) for a walk below exits."""
         levels = self._levels.get(key)
         if levels is None:
             levels = budget_levels(mask, self._bounds_of)

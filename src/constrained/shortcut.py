@@ -102,6 +102,8 @@ class TokenGroups:
     @classmethod
     def of(cls, states: np.ndarray, n_states: int) -> TokenGroups:
         """The tokens whose ``states`` entry (one per token id) is below ``n_states`` (< 65536), by that state."""
+        if n_states >= 1 << 16:
+            raise ValueError(f"TokenGroups: {n_states} states do not fit the 16-bit sort keys")
         ids = np.flatnonzero(states < n_states)
         keys = states[ids].astype(np.uint16)
         order = np.argsort(keys, kind="stable")  # a radix sort on 16-bit keys
@@ -263,7 +265,7 @@ class StringBodyShortcut:
         printable = row[0x20:0x7F]
         live = printable[printable >= 0]
         if live.shape[0] * 2 < printable.shape[0]:  # no string-like state: most printable bytes are dead here
-            return None  # (nor can the body embed: it takes every printable byte but two)
+            return None  # (nor can the body embed: it takes every printable byte but the quote)
         embedding = self.embedding(transitions, state)
         if embedding is not None:
             return self._unbounded(embedding)
