@@ -5,7 +5,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ember-installed
 # llama-cpp-python 0.3.36 builds llama.cpp from source (~7 min on 2 cores); pip's wheel cache keeps the result.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
-export CMAKE_ARGS ?= -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
+# On Intel CPUs with AMX (Sapphire Rapids and later) -march=native compiles in llama.cpp's AMX matmul, which
+# segfaults on every batched decode (seen 2026-12-03 in ggml_backend_amx_mul_mat: any n_batch > 1, every pinned
+# model). Without AMX-INT8 that code is not compiled; AVX-512 and VNNI stay. pip's wheel cache ignores CMAKE_ARGS:
+# a wheel built before this line needs `pip cache remove llama_cpp_python` and a reinstall.
+NO_AMX := $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8)
+export CMAKE_ARGS ?= -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF \
+                     $(NO_AMX)
 
 MODELS := qwen2.5-coder-0.5b-instruct smollm2-135m-instruct gemma3-270m llama3-vocab qwen2-vocab \
           qwen2.5-template llama3.1-template llama3.2-template
