@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
@@ -39,6 +40,12 @@ __all__ = ["LlamaModel", "ContextOverflowError", "ModelStateError", "Unrepresent
 
 _MAX_SNAPSHOTS = 4
 """Batch-end logits kept for exact rollback (each n_vocab float32s: 0.2 MB for SmolLM2, 1 MB for Gemma 3)."""
+_AMX_BUILD = b"AMX_INT8 = 1"
+_AMX_WARNING = ("ember: this llama-cpp-python build runs llama.cpp's AMX matmul, which segfaulted on every batched "
+                "decode with 0.3.36 (Intel Sapphire Rapids, 2026-12-03); if it crashes, rebuild it without: "
+                'CMAKE_ARGS="-DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8" pip install '
+                "--no-cache-dir --force-reinstall llama-cpp-python==0.3.36 (the Makefile does)")
+"""A build whose system info says this warns at load: a segfault names nothing, this names the fix."""
 
 
 class ContextOverflowError(ConstrainedError, ValueError):
@@ -111,6 +118,8 @@ class LlamaModel:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no GGUF file at {path}")
+        if _AMX_BUILD in llama_cpp.llama_print_system_info():
+            warnings.warn(_AMX_WARNING, RuntimeWarning, stacklevel=2)
         llm = llama_cpp.Llama(
             model_path=str(path), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=n_threads,
             n_threads_batch=n_threads, logits_all=False, swa_full=True, verbose=verbose,
