@@ -185,6 +185,12 @@ def compile_json_schema(
         rules = _rules_for(schema, schema_key, warned=warned)
     else:
         _emit_unknown_keywords(rules[2])
+    try:
+        return pushdown.compile_rules(rules[0], rules[1], vocab)
+    except GrammarTooLargeError:
+        if rules[3]:
+            raise
+    rules = _rules_for(schema, schema_key, warned=True, fine=True)  # a rule too big for one automaton: smaller ones
     return pushdown.compile_rules(rules[0], rules[1], vocab)
 
 
@@ -204,20 +210,20 @@ class _OneDfaCannot(Exception):
         self.warned = warned
 
 
-def _rules_for(schema: Any, key: tuple[str, str, str], *, warned: bool) -> tuple[dict[str, str], str, tuple[str, ...]]:
+def _rules_for(schema: Any, key: tuple[str, str, str], *, warned: bool, fine: bool = False) -> _SchemaRules:
     from constrained import schema as schema_module
 
     canonical, whitespace, unknown_keywords = key
     (rules, start), messages, complete = _translate(
-        schema_module.schema_to_rules, schema, whitespace=whitespace, unknown_keywords=unknown_keywords
+        schema_module.schema_to_rules, schema, whitespace=whitespace, unknown_keywords=unknown_keywords, fine=fine
     )
     if not warned:
         _emit_unknown_keywords(messages, stacklevel=4)
     if complete:
-        if len(_schema_rules) >= _MEMORY_LIMIT:
+        if len(_schema_rules) >= _MEMORY_LIMIT and key not in _schema_rules:
             _schema_rules.pop(next(iter(_schema_rules)))
-        _schema_rules[key] = (rules, start, messages)
-    return rules, start, messages
+        _schema_rules[key] = (rules, start, messages, fine)
+    return rules, start, messages, fine
 
 
 def _compile_schema_dfa(
@@ -280,7 +286,9 @@ def clear_memory_cache() -> None:
 
 _memory: dict[tuple[str, bool, str], Grammar] = {}
 _schema_patterns: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {}
-_schema_rules: dict[tuple[str, str, str], tuple[dict[str, str], str, tuple[str, ...]]] = {}
+_SchemaRules = tuple[dict[str, str], str, tuple[str, ...], bool]
+"""A schema's rules, start rule, unknown-keyword messages, and whether they are `schema_to_rules`' fine ones."""
+_schema_rules: dict[tuple[str, str, str], _SchemaRules] = {}
 """Schemas that need a pushdown grammar: their rules and unknown-keyword messages."""
 _locks = tuple(threading.Lock() for _ in range(64))
 """Compile locks, striped by key: one grammar is compiled once at a time, and no key (a whole pattern) is kept

@@ -584,6 +584,10 @@ class _Compiler:
         `share_lexemes`)."""
         self._lexeme_extra: dict[str, int] = {}
         """Lexeme call name → how much longer the text gets with the lexeme inline."""
+        self.rule_min_chars = _RULE_MIN_CHARS
+        """Rule mode: a nested value whose body is longer than this becomes a rule (see `schema_to_rules`' fine)."""
+        self.counted_over = _COUNTED_CHARS
+        """Rule mode: a string whose length may vary by more than this counts its characters in rules."""
 
     # -- entry: a schema node at a position ----------------------------------------------------------
 
@@ -626,7 +630,7 @@ class _Compiler:
             if key in self._recursive:
                 raise InvalidSchemaError(path, "a recursive schema with no finite instance")
             result: Pattern = None
-        elif key in self._recursive or self.inline_length(body) > _RULE_MIN_CHARS:
+        elif key in self._recursive or self.inline_length(body) > self.rule_min_chars:
             self.rules[name] = body
             result = _call(name)
         else:
@@ -1042,7 +1046,27 @@ class _Compiler:
                 keys += " with minLength/maxLength" if lo or hi is not None else ""
                 raise GrammarTooLargeError(err.what, err.limit, f"{path}: {keys}: {err}") from None
             return None if body is None else f'"{body}"'
+        if self.rules is not None and hi is not None and hi - lo > self.counted_over:
+            return '"' + _rep(UNIT, lo, lo) + self.counted_end(hi - lo)
         return '"' + _rep(UNIT, lo, hi) + '"'
+
+    def counted_end(self, most: int) -> str:
+        """Rule mode: a call of rules taking 0 to ``most`` characters and the closing quote, for counts one automaton
+        cannot hold (a DFA counts with states per character: maxLength 32767 is ~2.2M NFA states). A chunk of
+        `_CHUNK_CHARS` characters is one rule; ``string.end<N>`` is fewer characters than a chunk and the quote, or
+        a chunk then ``string.end<N - chunk>``: one parse per length, the stack one entry deeper per chunk. The
+        quote is inside the rules, so a rule ends only at a chunk's end or after the quote (a rule that could end
+        after any character would make every token an exit of the mask walk)."""
+        assert self.rules is not None
+        chunks, rest = divmod(most, _CHUNK_CHARS)
+        chunk, tail, name = f"string.chunk{_CHUNK_CHARS}", f"string.end{_CHUNK_CHARS - 1}", f"string.end{rest}"
+        self.rules.setdefault(chunk, _rep(UNIT, _CHUNK_CHARS, _CHUNK_CHARS))
+        self.rules.setdefault(tail, _rep(UNIT, 0, _CHUNK_CHARS - 1) + '"')
+        self.rules.setdefault(name, _rep(UNIT, 0, rest) + '"')
+        for i in range(1, chunks + 1):
+            shorter, name = name, f"string.end{i * _CHUNK_CHARS + rest}"
+            self.rules.setdefault(name, f"{_call(tail)}|{_call(chunk)}{_call(shorter)}")
+        return _call(name)
 
     def integer_bounds(self, flat: dict, path: str) -> tuple[int | None, int | None]:
         lo = hi = None
@@ -1459,17 +1483,23 @@ def schema_to_rules(
     *,
     whitespace: Whitespace = "compact",
     unknown_keywords: Literal["warn", "error"] = "warn",
+    fine: bool = False,
 ) -> tuple[dict[str, str], str]:
     """Compile a JSON Schema into the rules of a pushdown grammar (`constrained.pushdown.compile_rules`).
 
     The same keywords, whitespace and refusals as `schema_to_pattern`, without its size walls: a nested value whose
     body is big, and every recursive one, becomes a rule called where it occurs (``(?&=NAME)``), so a shared
     ``$ref`` is compiled once, recursion is exact at any depth, and containers nest without a depth limit
-    (``true``, ``{}`` and extra properties' values are any JSON value). Returns (rules, start rule name).
+    (``true``, ``{}`` and extra properties' values are any JSON value); a string whose length may vary by more
+    than 2048 characters counts them in rules of 256 (`_Compiler.counted_end`). ``fine``: every nested value is
+    a rule and counting starts past 256 characters, for a schema whose default rules are too big for one automaton
+    each (masks then cross more rule boundaries). Returns (rules, start rule name).
     """
     schema = _checked_arguments(schema, whitespace, 0, unknown_keywords)
     compiler = _Compiler(schema, whitespace, _UNBOUNDED_DEPTH, 0, unknown_keywords)
     compiler.rules = {}
+    if fine:
+        compiler.rule_min_chars, compiler.counted_over = 0, _CHUNK_CHARS
     root = compiler.compile(schema, "#", 0, ())
     if root is None:
         raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")
@@ -1499,6 +1529,11 @@ _MAX_RULE_ALTERNATIVES = 4_096
 """Rule mode's most flat alternatives per node (each compiles on its own; nested values are rules)."""
 _RULE_MIN_CHARS = 1_000
 """Rule mode: a nested value whose body is longer than this becomes a rule of its own (shorter ones stay inline)."""
+_COUNTED_CHARS = 2_048
+"""Rule mode: a string whose length may vary by more than this many characters counts them in rules
+(`_Compiler.counted_end`); ``UNIT{0,2048}`` alone is over half the NFA budget."""
+_CHUNK_CHARS = 256
+"""The characters one counting rule takes at a time: its automaton is small, and a stack of 256 covers 65536."""
 _WIDE_BYTES = 64
 """Rule mode: a string lexeme with a state where this many bytes go on is wide (see `_wide`)."""
 _LEXEME_CALL = re.compile(r"\(\?&=(s\d+)\)")

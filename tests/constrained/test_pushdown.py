@@ -432,3 +432,70 @@ def test_completion_bounds_equal_a_piecewise_tokenization_of_the_canonical_compl
     states = random.Random(3).sample(finished.tolist(), min(400, finished.shape[0]))
     grammar._ub[:] = -1  # as compiled: the kernel fills what it needs from scratch
     assert [grammar.state_bound(s) for s in states] == [reference(s) for s in states]
+
+
+LONG_NOTE = {"type": "object", "properties": {"note": {"type": "string", "minLength": 3, "maxLength": 5000}},
+             "required": ["note"], "additionalProperties": False}
+"""A length one automaton cannot count (~340k NFA states): its characters are counted in rules of 256."""
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(length=st.one_of(st.sampled_from([0, 2, 3, 255, 256, 257, 512, 4864, 4999, 5000, 5001]),
+                        st.integers(0, 5100)),
+       chars=st.lists(st.sampled_from(["a", "é", "日", "🎉", "\n", '"', "\\", "\x01"]), min_size=1, max_size=4))
+def test_long_strings_count_their_characters_in_rules_exactly(llama3_vocab, length, chars):
+    grammar = compile_json_schema(LONG_NOTE, llama3_vocab)
+    assert isinstance(grammar, PushdownGrammar) and "string.chunk256" in grammar.rules
+    note = "".join(chars[i % len(chars)] for i in range(length))
+    text = json.dumps({"note": note}, ensure_ascii=False, separators=(",", ":")).encode()
+    assert grammar.accepts(text) == (3 <= length <= 5000)
+
+
+def test_masks_through_counting_rules_equal_the_definition_and_close_within_the_budget(llama3_vocab):
+    grammar = compile_json_schema({"type": "string", "maxLength": 5000}, llama3_vocab)
+    assert isinstance(grammar, PushdownGrammar)
+    document = b'"' + b"abc 123," * 625 + b'"'  # exactly 5000 characters
+    tokens = llama3_vocab.tokens
+    pieces = [t for t in llama3_vocab.normal_ids if tokens[t] and tokens[t] in document[:40] + b'"']
+    quotes = [t for t in llama3_vocab.normal_ids if b'"' in tokens[t]]  # where the counting rules end
+    rng = random.Random(0)
+    matcher, position, checked = grammar.matcher(), 0, 0
+    words = np.zeros((len(tokens) + 31) // 32, dtype=np.uint32)
+    while position < len(document):  # the longest fitting token each step; the definition checked at chunk ends
+        if (position - 1) % 256 > 248 or position > len(document) - 4:
+            _check_mask(matcher, llama3_vocab, quotes + pieces)
+            checked += 1
+        matcher.fill_bitmask(words)
+        fitting = [t for t in pieces if words[t >> 5] >> (t & 31) & 1 and document.startswith(tokens[t], position)]
+        assert fitting, f"refused at byte {position}"
+        best = max(fitting, key=lambda t: len(tokens[t]))
+        assert matcher.advance(best)
+        position += len(tokens[best])
+    assert checked > 19 and matcher.is_accepting()
+    assert matcher.allowed_token_ids().tolist() == sorted(llama3_vocab.eos_token_ids)  # 5000 written: the end only
+    budgeted, text = grammar.matcher(max_tokens=40), b""
+    while not budgeted.is_terminated():
+        token_id = rng.choice(budgeted.allowed_token_ids().tolist())
+        assert budgeted.advance(token_id)
+        if token_id in llama3_vocab.eos_token_ids:
+            break
+        text += tokens[token_id]
+    assert budgeted.tokens_consumed <= 40 and isinstance(json.loads(text), str)
+
+
+def test_a_rule_too_big_for_one_automaton_is_compiled_again_as_smaller_rules(llama3_vocab):
+    """Twelve 1024-character strings inline are ~850k NFA states in the root rule; the finer rules (every value a
+    rule, counting past 256) compile, exactly."""
+    from constrained.errors import GrammarTooLargeError
+    from constrained.schema import schema_to_rules
+
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 1024} for i in range(12)},
+              "required": ["p0"]}
+    with pytest.raises(GrammarTooLargeError):
+        compile_rules(*schema_to_rules(schema), llama3_vocab)
+    grammar = compile_json_schema(schema, llama3_vocab)
+    assert isinstance(grammar, PushdownGrammar)
+    valid = {"p0": "x" * 1024, "p5": "é" * 300}
+    assert grammar.accepts(json.dumps(valid, ensure_ascii=False, separators=(",", ":")).encode())
+    assert not grammar.accepts(json.dumps({"p0": "x" * 1025}, separators=(",", ":")).encode())
+    assert not grammar.accepts(b'{"p5":"y"}')  # p0 is required
