@@ -406,6 +406,20 @@ def _string_body_excluding(names: list[str]) -> str:
 
 # -- computed string languages (intersections and complements, embedded as automata) ---------------
 
+
+@functools.lru_cache(maxsize=64)
+def _excluded_keys_automaton(names: tuple[str, ...]) -> str:
+    """`_string_body_excluding` as an embedded automaton, from a DFA difference: the same language, for the finer
+    rules, where a hundred names make the pattern's NFA too big (a unit class under every trie node) while the
+    DFA has about one state per trie node."""
+    if not names:
+        return UNIT + "*"
+    fsm, regex = _dfa_ops()
+    spelled = "|".join("".join(_unit_alternatives(ch) for ch in name) for name in names)
+    dfa = fsm.difference(fsm.compile_dfa(UNIT + "*"), fsm.compile_dfa(spelled), max_states=fsm.MAX_NFA_STATES)
+    assert dfa is not None, "finitely many names never exhaust the string bodies"
+    return regex.automaton_text(fsm.automaton(dfa))
+
 _MAX_KEY_GROUPS = 6
 """Most patternProperties with distinct schemas one object may have (their overlaps split keys 2^n ways)."""
 
@@ -588,6 +602,8 @@ class _Compiler:
         """Rule mode: a nested value whose body is longer than this becomes a rule (see `schema_to_rules`' fine)."""
         self.counted_over = _COUNTED_CHARS
         """Rule mode: a string whose length may vary by more than this counts its characters in rules."""
+        self.fine = False
+        """Rule mode, ``schema_to_rules(fine=True)``: optional members are chained rules (`subsequence_rules`)."""
 
     # -- entry: a schema node at a position ----------------------------------------------------------
 
@@ -1180,7 +1196,8 @@ class _Compiler:
                 budget = min(IMPLICIT_EXTRA_DEPTH, self.any_value_depth)
                 value = self.any_value(depth, budget, f"{path}/additionalProperties")
             if value is not None:
-                keys = _string_body_excluding(names) if key_patterns is None else key_patterns.others(names)
+                keys = (key_patterns.others(names) if key_patterns is not None else
+                        _excluded_keys_automaton(tuple(names)) if self.fine else _string_body_excluding(names))
                 quoted = None if keys is None else f'"{keys}"' if key_filter is None else key_filter.keys(f'"{keys}"')
                 if quoted is not None:
                     extras.append(f'{quoted}{self.colon}{value}')
@@ -1219,9 +1236,23 @@ class _Compiler:
             head = "".join(f"(?:{p}{sep})?" for p, _, _ in members[:first_required]) + members[first_required][0]
             tail = "".join(f"{sep}{p}" if req else f"(?:{sep}{p})?" for p, _, req in members[first_required + 1:])
             return head + tail + extras_tail, False
-        listed = _subsequences([p for p, _, _ in members], sep) if members else None
+        parts = [p for p, _, _ in members]
+        listed = (self.subsequence_rules(parts) if self.fine else _subsequences(parts, sep)) if members else None
         first = _alt([listed, extra])
         return (None if first is None else first + extras_tail), True
+
+    def subsequence_rules(self, parts: list[str]) -> str:
+        """`_subsequences` as rules, linear in size (``fine`` rule mode: one pattern copies each member O(log n)
+        times, too many NFA states for an object of a hundred optional members): ``N_i`` is member i then
+        ``T_{i+1}``, or ``N_{i+1}``; ``T_i`` is member i behind a separator, optionally, then ``T_{i+1}``."""
+        assert self.rules is not None
+        prefix, n = f"members{len(self.rules)}", len(parts)
+        rest = ""  # T_{i+1}: nothing after the last member
+        for i in range(n - 1, -1, -1):
+            self.rules[f"{prefix}.n{i}"] = parts[i] + rest + (f"|{_call(f'{prefix}.n{i + 1}')}" if i < n - 1 else "")
+            self.rules[f"{prefix}.t{i}"] = f"(?:{self.sep}{parts[i]})?{rest}"
+            rest = _call(f"{prefix}.t{i}")
+        return _call(f"{prefix}.n0")
 
     def compile_array(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
         if self.too_deep(depth, path):
@@ -1492,14 +1523,14 @@ def schema_to_rules(
     ``$ref`` is compiled once, recursion is exact at any depth, and containers nest without a depth limit
     (``true``, ``{}`` and extra properties' values are any JSON value); a string whose length may vary by more
     than 2048 characters counts them in rules of 256 (`_Compiler.counted_end`). ``fine``: every nested value is
-    a rule and counting starts past 256 characters, for a schema whose default rules are too big for one automaton
-    each (masks then cross more rule boundaries). Returns (rules, start rule name).
+    a rule, optional members are chained rules and counting starts past 256 characters, for a schema whose default
+    rules are too big for one automaton each (masks then cross more rule boundaries). Returns (rules, start rule name).
     """
     schema = _checked_arguments(schema, whitespace, 0, unknown_keywords)
     compiler = _Compiler(schema, whitespace, _UNBOUNDED_DEPTH, 0, unknown_keywords)
     compiler.rules = {}
     if fine:
-        compiler.rule_min_chars, compiler.counted_over = 0, _CHUNK_CHARS
+        compiler.rule_min_chars, compiler.counted_over, compiler.fine = 0, _CHUNK_CHARS, True
     root = compiler.compile(schema, "#", 0, ())
     if root is None:
         raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")

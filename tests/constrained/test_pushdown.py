@@ -499,3 +499,19 @@ def test_a_rule_too_big_for_one_automaton_is_compiled_again_as_smaller_rules(lla
     assert grammar.accepts(json.dumps(valid, ensure_ascii=False, separators=(",", ":")).encode())
     assert not grammar.accepts(json.dumps({"p0": "x" * 1025}, separators=(",", ":")).encode())
     assert not grammar.accepts(b'{"p5":"y"}')  # p0 is required
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(chosen=st.lists(st.integers(0, 39), unique=True, max_size=6), swap=st.booleans())
+def test_finer_rules_chain_optional_members_and_keep_their_order(llama3_vocab, chosen, swap):
+    """No member required: the finer rules chain the members (linear, where one pattern copies each O(log n)
+    times); any subsequence in schema order is accepted, nothing out of order."""
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 1024} for i in range(40)},
+              "additionalProperties": False}
+    grammar = compile_json_schema(schema, llama3_vocab)
+    assert isinstance(grammar, PushdownGrammar) and any(name.startswith("members") for name in grammar.rules)
+    order = sorted(chosen)
+    if swap and len(order) > 1:
+        order[0], order[1] = order[1], order[0]
+    text = json.dumps({f"p{i}": "v" * i for i in order}, separators=(",", ":")).encode()
+    assert grammar.accepts(text) == (order == sorted(chosen))
