@@ -286,6 +286,13 @@ class PushdownGrammar:
         `_HOP_CALL` (hop_a = the callee's start, hop_b = the continuation); 0 at an accepting state."""
         self._symbol_hop = np.where((hop_kind == _HOP_SYMBOL) & (dist > 0), hop_a, -1).astype(np.int32)
         """The symbol hop alone (-1 where the completion calls or the rule may end): what `state_bound` follows."""
+        returns_only = self._rule_accept & ~(by_class != DEAD).any(axis=1) & ~self._top_accept
+        returns_only[list(self._calls)] = False
+        self._pushes = {state: tuple((callee, () if returns_only[cont] else (cont,)) for callee, cont in moves)
+                        for state, moves in self._calls.items()}  # fmt: skip
+        """`_calls` as stack pushes: a continuation that can only return (a call in tail position: ``a (?&=b)``)
+        is not pushed, so a chain of tail calls (optional members, counted characters) keeps its stack flat; its
+        bound is 0 and it would pop at once. Never the start rule's: its end is the document's."""
 
     def _refuse_left_recursion(self) -> None:
         """A rule that can reach a call of itself without consuming a byte would push forever."""
@@ -348,11 +355,11 @@ class PushdownGrammar:
         """Every configuration reachable without consuming a symbol (calls entered, finished rules returned)."""
         seen = dict.fromkeys(configs)
         todo = list(seen)
-        calls, accept = self._calls, self._rule_accept
+        pushes, accept = self._pushes, self._rule_accept
         while todo:
             state, stack = todo.pop()
-            for callee, cont in calls.get(state, ()):
-                moved = (callee, stack + (cont,))
+            for callee, push in pushes.get(state, ()):
+                moved = (callee, stack + push)
                 if moved not in seen:
                     seen[moved] = None
                     todo.append(moved)
