@@ -1242,16 +1242,20 @@ class _Compiler:
         return (None if first is None else first + extras_tail), True
 
     def subsequence_rules(self, parts: list[str]) -> str:
-        """`_subsequences` as rules, linear in size (``fine`` rule mode: one pattern copies each member O(log n)
-        times, too many NFA states for an object of a hundred optional members): ``N_i`` is member i then
-        ``T_{i+1}``, or ``N_{i+1}``; ``T_i`` is member i behind a separator, optionally, then ``T_{i+1}``."""
+        """`_subsequences` as rules over blocks of `_MEMBER_BLOCK` members, linear in size (``fine`` rule mode: one
+        pattern copies each member O(log n) times, too many NFA states for an object of a hundred optional
+        members): ``N_k`` is a subsequence starting in block k then ``T_{k+1}``, or ``N_{k+1}``; ``T_k`` is one of
+        block k behind a separator, optionally, then ``T_{k+1}``. Within a block one automaton holds the choice of
+        the next member, so a mask between members has one configuration per block left, not one per member."""
         assert self.rules is not None
-        prefix, n = f"members{len(self.rules)}", len(parts)
-        rest = ""  # T_{i+1}: nothing after the last member
-        for i in range(n - 1, -1, -1):
-            self.rules[f"{prefix}.n{i}"] = parts[i] + rest + (f"|{_call(f'{prefix}.n{i + 1}')}" if i < n - 1 else "")
-            self.rules[f"{prefix}.t{i}"] = f"(?:{self.sep}{parts[i]})?{rest}"
-            rest = _call(f"{prefix}.t{i}")
+        prefix = f"members{len(self.rules)}"
+        blocks = [_subsequences(parts[i:i + _MEMBER_BLOCK], self.sep) for i in range(0, len(parts), _MEMBER_BLOCK)]
+        rest = ""  # T_{k+1}: nothing after the last block
+        for k in range(len(blocks) - 1, -1, -1):
+            skip = f"|{_call(f'{prefix}.n{k + 1}')}" if k < len(blocks) - 1 else ""
+            self.rules[f"{prefix}.n{k}"] = f"(?:{blocks[k]}){rest}{skip}"
+            self.rules[f"{prefix}.t{k}"] = f"(?:{self.sep}(?:{blocks[k]}))?{rest}"
+            rest = _call(f"{prefix}.t{k}")
         return _call(f"{prefix}.n0")
 
     def compile_array(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
@@ -1565,6 +1569,8 @@ _COUNTED_CHARS = 2_048
 (`_Compiler.counted_end`); ``UNIT{0,2048}`` alone is over half the NFA budget."""
 _CHUNK_CHARS = 256
 """The characters one counting rule takes at a time: its automaton is small, and a stack of 256 covers 65536."""
+_MEMBER_BLOCK = 16
+"""Finer rule mode: optional members per block of `_Compiler.subsequence_rules`."""
 _WIDE_BYTES = 64
 """Rule mode: a string lexeme with a state where this many bytes go on is wide (see `_wide`)."""
 _LEXEME_CALL = re.compile(r"\(\?&=(s\d+)\)")
