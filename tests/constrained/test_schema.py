@@ -915,3 +915,16 @@ def test_string_body_excluding_is_exactly_the_other_strings(names, others):
         escaped = spelled.replace(b"\n", b"\u000a")  # another spelling of the same string
         for spelling in (spelled, escaped):
             assert dfa.accepts(spelling) == automaton.accepts(spelling) == (text not in names), (names, text)
+
+
+def test_email_is_bounded_so_a_long_max_length_is_implied_not_counted():
+    """The email format holds at most 64 local characters besides dots and 2-4 host labels (at most 383 in all): a
+    maxLength of 1024 is implied and dropped (it was ~1.3M product states, refused)."""
+    plain = schema_to_pattern({"type": "string", "format": "email"})
+    assert schema_to_pattern({"type": "string", "format": "email", "maxLength": 1024}) == plain
+    dfa = compile_dfa(plain)
+    assert dfa.accepts(b'"' + b"a" * 64 + b'@x.io"') and not dfa.accepts(b'"' + b"a" * 65 + b'@x.io"')
+    assert dfa.accepts(b'"a.b.c@w.x.y.io"') and not dfa.accepts(b'"a@v.w.x.y.io"')
+    assert not dfa.accepts(b'"a..b@x.io"') and not dfa.accepts(b'"a.@x.io"') and not dfa.accepts(b'".a@x.io"')
+    shorter = compile_dfa(schema_to_pattern({"type": "string", "format": "email", "maxLength": 8}))
+    assert shorter.accepts(b'"abc@x.io"') and not shorter.accepts(b'"abcd@x.io"')  # a shorter bound still counts
