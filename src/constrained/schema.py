@@ -598,12 +598,9 @@ class _Compiler:
         `share_lexemes`)."""
         self._lexeme_extra: dict[str, int] = {}
         """Lexeme call name → how much longer the text gets with the lexeme inline."""
-        self.rule_min_chars = _RULE_MIN_CHARS
-        """Rule mode: a nested value whose body is longer than this becomes a rule (see `schema_to_rules`' fine)."""
-        self.counted_over = _COUNTED_CHARS
-        """Rule mode: a string whose length may vary by more than this counts its characters in rules."""
         self.fine = False
-        """Rule mode, ``schema_to_rules(fine=True)``: optional members are chained rules (`subsequence_rules`)."""
+        """Rule mode, ``schema_to_rules(fine=True)``: every nested value a rule, counting past `_CHUNK_CHARS`,
+        optional members chained (`subsequence_rules`), extra keys as an automaton."""
 
     # -- entry: a schema node at a position ----------------------------------------------------------
 
@@ -646,7 +643,7 @@ class _Compiler:
             if key in self._recursive:
                 raise InvalidSchemaError(path, "a recursive schema with no finite instance")
             result: Pattern = None
-        elif key in self._recursive or self.inline_length(body) > self.rule_min_chars:
+        elif key in self._recursive or self.inline_length(body) > (0 if self.fine else _RULE_MIN_CHARS):
             self.rules[name] = body
             result = _call(name)
         else:
@@ -1062,7 +1059,7 @@ class _Compiler:
                 keys += " with minLength/maxLength" if lo or hi is not None else ""
                 raise GrammarTooLargeError(err.what, err.limit, f"{path}: {keys}: {err}") from None
             return None if body is None else f'"{body}"'
-        if self.rules is not None and hi is not None and hi - lo > self.counted_over:
+        if self.rules is not None and hi is not None and hi - lo > (_CHUNK_CHARS if self.fine else _COUNTED_CHARS):
             return '"' + _rep(UNIT, lo, lo) + self.counted_end(hi - lo)
         return '"' + _rep(UNIT, lo, hi) + '"'
 
@@ -1534,8 +1531,7 @@ def schema_to_rules(
     schema = _checked_arguments(schema, whitespace, 0, unknown_keywords)
     compiler = _Compiler(schema, whitespace, _UNBOUNDED_DEPTH, 0, unknown_keywords)
     compiler.rules = {}
-    if fine:
-        compiler.rule_min_chars, compiler.counted_over, compiler.fine = 0, _CHUNK_CHARS, True
+    compiler.fine = fine
     root = compiler.compile(schema, "#", 0, ())
     if root is None:
         raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")
