@@ -55,14 +55,17 @@ from constrained.regex import (
     utf8_sequences,
 )
 
-__all__ = ["DEAD", "DFA", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "compile_dfa", "compile_dfa_reference", "next_hop",
-           "intersection", "difference", "automaton"]
+__all__ = ["DEAD", "DFA", "MAX_DFA_STATES", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "compile_dfa",
+           "compile_dfa_reference", "next_hop", "intersection", "difference", "automaton"]
 
 DEAD = -1
 """Transition target meaning "no continuation": the byte is not allowed here."""
 
 MAX_NFA_STATES = 250_000
 """Budget on NFA states (bounded repetitions expand into copies; checked before anything is built)."""
+
+MAX_DFA_STATES = 50_000
+"""Default budget on the states of a compiled DFA (`compile_dfa`'s ``max_states``)."""
 
 MAX_SUBSET_WORK = 8_000_000
 """Budget on subset-construction work (NFA-state visits and set-union sizes; about a second in the Python
@@ -172,7 +175,7 @@ class DFA:
         return state != DEAD and bool(self.accepting[state])
 
 
-def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = 50_000) -> DFA:
+def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = MAX_DFA_STATES) -> DFA:
     """Compile a dialect pattern (full-match) into its minimal trimmed byte DFA.
 
     Args:
@@ -214,7 +217,8 @@ def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = 
     )
 
 
-def compile_dfa_reference(pattern: str, *, allow_special: bool = False, max_states: int = 50_000) -> DFA:
+def compile_dfa_reference(pattern: str, *, allow_special: bool = False,
+                          max_states: int = MAX_DFA_STATES) -> DFA:
     """`compile_dfa` in pure Python: the reference the native path must match table for table and error for
     error (tests only: tens of times slower)."""
     ast = parse(pattern, allow_special=allow_special)

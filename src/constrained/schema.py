@@ -415,7 +415,8 @@ def _excluded_keys_automaton(names: tuple[str, ...]) -> str:
         return UNIT + "*"
     fsm, regex = _dfa_ops()
     spelled = "|".join("".join(_unit_alternatives(ch) for ch in name) for name in names)
-    dfa = fsm.difference(fsm.compile_dfa(UNIT + "*"), fsm.compile_dfa(spelled), max_states=fsm.MAX_NFA_STATES)
+    universe, names_dfa = fsm.compile_dfa(UNIT + "*"), fsm.compile_dfa(spelled)
+    dfa = fsm.difference(universe, names_dfa, max_states=fsm.MAX_DFA_STATES)  # it goes into a rule: a rule's budget
     assert dfa is not None, "finitely many names never exhaust the string bodies"
     return regex.automaton_text(fsm.automaton(dfa))
 
