@@ -18,8 +18,9 @@ in the schema, and all three together.
 The auto study (`AUTO_ROWS`, English and Finnish requests, ``--lang en,fi``): every request a real `Session` under
 ``tool_choice="auto"`` — no per-turn plan, no forced first tool — on top of the constrained rich schema: the
 baseline, (a) today and weekday in the system prompt, (b) airports.lookup offered, (b2) calendar.resolve_date
-offered (`knowledge_tools`), (c) the IATA enum, the best combination of those, and agent as a tool (one
-``travel_desk`` tool whose implementation is a child Session with airports.lookup and calendar.resolve_date,
+offered (`knowledge_tools`), (c) the IATA enum, (a) + (c), (e) the tools run on the request by the application
+and their answers in the system prompt, (f) those answers as the schema's enums, (e) + (f'), and agent as a tool
+(one ``travel_desk`` tool whose implementation is a child Session with airports.lookup and calendar.resolve_date,
 `agent.subagent.agent_tool`). Each request is traced and the trace verified (nested traces included); one request's
 trace per row is kept under ``benchmarks/traces/flights/``. Each row's per-request results are stored under
 ``benchmarks/results/flights/`` and the RESULTS.md section is rebuilt from every stored row (``--report-only``
@@ -124,6 +125,13 @@ class Row:
     """Auto rows: tell the model in the system prompt to call the offered knowledge tools first (`TOOL_HINTS`)."""
     agent: bool = False
     """Agent as a tool: one travel_desk tool (a child Session with airports.lookup and calendar.resolve_date)."""
+    resolved: bool = False
+    """Knowledge (e): the knowledge tools run on the request by the application, their answers in the system
+    prompt (`knowledge_tools.request_prompt`)."""
+    request_enum: str = ""
+    """Knowledge (f): those answers as the schema's enums (`knowledge_tools.request_enums`): from/to one of the
+    request's two airports, listed ``"sorted"`` or ``"as named"`` (in the request's order); the date the one it
+    names. ``""``: no such enum."""
 
     @property
     def multi_step(self) -> bool:
@@ -169,8 +177,14 @@ AUTO_ROWS: tuple[Row, ...] = (
     Row(key="auto-calendar", label="+ (b2) calendar.resolve_date offered", schema=_rich_c, constrained=True,
         session=True, calendar=True),
     Row(key="auto-enum", label="+ (c) IATA enum in schema", schema=_enum_c, constrained=True, session=True),
-    Row(key="auto-best", label="best combination: (a) + (c)", schema=_enum_c, constrained=True, session=True,
+    Row(key="auto-best", label="(a) + (c)", schema=_enum_c, constrained=True, session=True,
         today=True),
+    Row(key="auto-resolved", label="+ (e) tools run on the request, answers in system prompt", schema=_rich_c,
+        constrained=True, session=True, resolved=True),
+    Row(key="auto-request-enum", label="+ (f) enum of this request's airports (sorted) and date, from the tools",
+        schema=_rich_c, constrained=True, session=True, request_enum="sorted"),
+    Row(key="auto-best-request", label="best combination: (e) + (f'), the airports listed as the request names them",
+        schema=_rich_c, constrained=True, session=True, resolved=True, request_enum="as named"),
     Row(key="auto-agent", label="agent as a tool: travel_desk (lookup + calendar)", schema=_rich_c,
         constrained=True, session=True, agent=True),
 )
@@ -286,8 +300,12 @@ TOOL_HINTS: tuple[tuple[str, str], ...] = (
 plain prompt this model called none of them in a smoke run, see RESULTS.md)."""
 
 
-def _system(row: Row) -> str:
+def _system(row: Row, request: sd.Request) -> str:
+    import knowledge_tools as kt
+
     prompt = sd.today_system_prompt() if row.today else sd.BASE_SYSTEM_PROMPT
+    if row.resolved and (facts := kt.request_prompt(request.text)):
+        prompt = f"{prompt} {facts}"
     if row.session and row.hint:
         prompt = " ".join([prompt, *(hint for attr, hint in TOOL_HINTS if getattr(row, attr))])
     return prompt
@@ -305,7 +323,7 @@ def _call_dict(call: sd.FoundCall | None) -> dict[str, Any] | None:
 
 
 def _run_single(engine: Any, row: Row, request: sd.Request, max_tokens: int) -> RequestOutcome:
-    messages = [{"role": "system", "content": _system(row)}, {"role": "user", "content": request.text}]
+    messages = [{"role": "system", "content": _system(row, request)}, {"role": "user", "content": request.text}]
     rec = single_turn(engine, messages, [_flight_spec(row)], tool_choice=row.tool_choice, max_tokens=max_tokens)
     call = sd.found_call(rec.strict_calls, rec.text, prefer=FLIGHT_TOOL)
     return RequestOutcome(request_id=request.id, score=sd.score_call(call, request, tool=FLIGHT_TOOL),
@@ -357,7 +375,7 @@ def _run_session(engine: Any, row: Row, request: sd.Request, max_tokens: int) ->
     from agent.tool import ToolRegistry
 
     searches: list[dict[str, Any]] = []
-    session = Session(engine, ToolRegistry(lookup_tools(row, searches)), system_prompt=_system(row),
+    session = Session(engine, ToolRegistry(lookup_tools(row, searches)), system_prompt=_system(row, request),
                       tool_choice=row.first_tool_choice or row.tool_choice,
                       limits=AgentLimits(max_model_steps=3, max_tool_calls=8, max_output_tokens=max_tokens))
     started = time.perf_counter()
@@ -399,7 +417,27 @@ AGENT_DESCRIPTION = ("Ask the travel desk to resolve a travel request into airpo
                      "search_flights.")
 
 
-def auto_tools(engine: Any, row: Row, searches: list[dict[str, Any]], *, child_dir: Path | None) -> list[Any]:
+def flight_schema(row: Row, request: sd.Request) -> dict[str, Any]:
+    """The row's search_flights parameters for ``request``: `Row.schema`, narrowed to the request's airports and
+    date when the row injects them as enums (f). Fewer than two airports or no date leave that part as it is."""
+    import knowledge_tools as kt
+
+    schema = row.schema()
+    if row.request_enum:
+        codes, dates = kt.request_enums(request.text, as_named=row.request_enum == "as named")
+        props = schema["properties"]
+        if len(codes) >= 2:
+            for key in ("from", "to"):
+                props[key].pop("pattern", None)
+                props[key]["enum"] = codes
+        if dates:
+            props["date"].pop("format", None)
+            props["date"]["enum"] = dates
+    return schema
+
+
+def auto_tools(engine: Any, row: Row, searches: list[dict[str, Any]], request: sd.Request, *,
+               child_dir: Path | None) -> list[Any]:
     """The auto row's registry: search_flights (recording, canned result) plus the row's knowledge tools."""
     from agent.limits import AgentLimits
     from agent.subagent import SubAgent, agent_tool
@@ -422,7 +460,7 @@ def auto_tools(engine: Any, row: Row, searches: list[dict[str, Any]], *, child_d
                         limits=AgentLimits(**AUTO_LIMITS, max_output_tokens=MAX_TOKENS), trace_dir=child_dir)
         tools.append(agent_tool(AGENT_TOOL, AGENT_DESCRIPTION, desk))
     tools.append(Tool(name=FLIGHT_TOOL, kind=ToolKind.DATA, constrained=row.constrained,
-                      description=sd.FLIGHT_TOOL_DESCRIPTION, parameters=row.schema(), function=search))
+                      description=sd.FLIGHT_TOOL_DESCRIPTION, parameters=flight_schema(row, request), function=search))
     return tools
 
 
@@ -452,9 +490,9 @@ def _run_auto(engine: Any, row: Row, request: sd.Request, max_tokens: int, trace
     if trace_path is not None:
         trace_path.parent.mkdir(parents=True, exist_ok=True)
         trace = TraceRecorder(trace_path)
-    tools = auto_tools(engine, row, searches, child_dir=None if trace_path is None else trace_path.parent)
+    tools = auto_tools(engine, row, searches, request, child_dir=None if trace_path is None else trace_path.parent)
     choice = (row.first_tool_choice, row.tool_choice) if row.first_tool_choice else row.tool_choice
-    session = Session(engine, ToolRegistry(tools), system_prompt=_system(row), tool_choice=choice,
+    session = Session(engine, ToolRegistry(tools), system_prompt=_system(row, request), tool_choice=choice,
                       trace=trace, limits=AgentLimits(**AUTO_LIMITS, max_output_tokens=max_tokens))
     started = time.perf_counter()
     try:
@@ -678,6 +716,12 @@ def _knowledge_note(result: RowResult) -> str:
             f"{reached}/{n}, executed in {executed}/{n}{verified}.")
 
 
+def _example_facts() -> str:
+    import knowledge_tools as kt
+
+    return kt.request_prompt(next(r for r in sd.FI_REQUESTS if r.id == KEPT_REQUEST).text)
+
+
 def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: Sequence[RowResult], *,
            diagnostic: Sequence[tuple[str, RowResult]] = (), model_label: str, model_sha: str, codec_id: str, plot_name: str, max_tokens: int, threads: int,
            dates: Sequence[str]) -> str:
@@ -701,7 +745,13 @@ def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: 
         "tools (`benchmarks/knowledge_tools.py`): `airports.lookup` (city → IATA, English and Finnish names and "
         "case forms), `calendar.resolve_date` (a date-expression parser against today, English and Finnish). "
         f"(a) appends `{sd.today_system_prompt()[len(sd.BASE_SYSTEM_PROMPT) + 1:]}` to the system prompt "
-        f"`{sd.BASE_SYSTEM_PROMPT}`. The agent row offers one tool `{AGENT_TOOL}`: a child Session "
+        f"`{sd.BASE_SYSTEM_PROMPT}`. (e) runs the two tools on the request "
+        "before the model does (`knowledge_tools.request_prompt`: the date words `date_in` finds and the cities "
+        "`airports_in` finds) and appends their answers, e.g. "
+        f"`{_example_facts()}`. (f) puts those answers in the schema instead: from/to an enum of the request's "
+        "two airport codes, sorted, date an enum of the one date (`bench_flights.flight_schema`); (f') lists the "
+        "two codes in the order the request names the cities, the order the lookup returns them (neither says "
+        "which is from and which is to). The agent row offers one tool `{AGENT_TOOL}`: a child Session "
         "(`agent.subagent.agent_tool`) with its own system prompt, airports.lookup and calendar.resolve_date, "
         "the same limits, and a nested trace per call.",
         "- Study inputs chosen here (prompts, descriptions): knowledge-tool descriptions say what to pass and what "
@@ -709,7 +759,8 @@ def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: 
         "prompt, e.g. \"" + TOOL_HINTS[1][1] + "\" (`bench_flights.TOOL_HINTS`; in a 2-request smoke the plain "
         "prompt and the hinted one both got 0 knowledge-tool calls, as did two stronger step-by-step prompts tried "
         "on one English and one Finnish request); the travel desk's system prompt and description are "
-        "`bench_flights.AGENT_SYSTEM_PROMPT` / `AGENT_DESCRIPTION`. No answer is written anywhere but the answer key.",
+        "`bench_flights.AGENT_SYSTEM_PROMPT` / `AGENT_DESCRIPTION`. No answer is written anywhere but the answer key: "
+        "in (e), (f) and (f') the values come from the knowledge tools' code run on the request text.",
         "- Finnish requests: `Etsi lennot Madridista Berliiniin ensi perjantaina.` — city names in their Finnish "
         "elative/illative (`studies_data.FI_CITY_FORMS`), the seed's four phrasings (\"ensi kuun 3. päivänä\", "
         "\"ensi perjantaina\", \"15. joulukuuta\", \"huomenna\"); same answer key.",

@@ -44,9 +44,13 @@ __all__ = [
     "FI_WEEKDAYS_ESSIVE",
     "LOOKUP_TOOL",
     "airport_candidates",
+    "airports_in",
     "airports_tool",
     "calendar_tool",
+    "date_in",
     "lookup_city",
+    "request_enums",
+    "request_prompt",
     "resolve_expression",
 ]
 
@@ -159,7 +163,12 @@ AIRPORT_NAMES: Mapping[str, tuple[str, ...]] = {
 """Study city (the key of `studies_data.AIRPORTS`) → the names it goes by: English, Finnish, local. Data, like the
 codes: a lookup table knows a city's names."""
 
+FI_OBLIQUE_STEMS: Mapping[str, str] = {"Helsingi": "Helsinki"}
+"""Finnish stems a city's case forms are built on where consonant gradation changes them (``Helsingistä``):
+data, like the names, since no small rule undoes gradation."""
+
 _BY_NAME: dict[str, str] = {name.casefold(): city for city, names in AIRPORT_NAMES.items() for name in names}
+_BY_NAME.update({stem.casefold(): city for stem, city in FI_OBLIQUE_STEMS.items()})
 
 _FI_LOCAL_CASES = ("sta", "stä", "lta", "ltä", "ssa", "ssä", "lla", "llä", "lle")
 """Elative, ablative, inessive, adessive, allative endings (from/in/at/to)."""
@@ -171,7 +180,8 @@ def airport_candidates(word: str) -> list[str]:
     The rule, general but deliberately small: the word itself; minus a local-case ending (-sta/-stä, -lta/-ltä,
     -ssa/-ssä, -lla/-llä, -lle); an illative long vowel + n (``Osloon``, ``Berliiniin``) minus its ``Vn``; and each
     of those minus a final connecting ``i`` (foreign consonant-final names: ``Madridista`` → ``Madridi`` →
-    ``Madrid``). It does not undo consonant gradation (``Helsingistä`` is not found) or -seen/-hVn illatives."""
+    ``Madrid``). It does not undo consonant gradation (`FI_OBLIQUE_STEMS` lists those stems) or -seen/-hVn
+    illatives."""
     w = word.strip()
     stems = [w]
     low = w.casefold()
@@ -200,10 +210,44 @@ def lookup_city(name: str) -> tuple[str, str]:
     raise KeyError(name)
 
 
+# -- finding them in running text -------------------------------------------------------------------------------------
+
+_MAX_DATE_WORDS = 6
+"""The longest date expression understood ("the 3rd day of next month", "ensi kuun 3. päivänä")."""
+
+
+def date_in(text: str, today: dt.date = sd.TODAY) -> tuple[str, dt.date] | None:
+    """The first date expression written in ``text`` and its date, or None: the longest run of words that
+    `resolve_expression` understands, the earliest of equally long ones ("from Madrid to Berlin next Friday" →
+    ("next Friday", 2026-09-11))."""
+    words = text.split()
+    for size in range(min(_MAX_DATE_WORDS, len(words)), 0, -1):
+        for start in range(len(words) - size + 1):
+            phrase = re.sub(r"^on ", "", " ".join(words[start:start + size]).strip(",;:!?()\"'").rstrip("."))
+            try:
+                return phrase, resolve_expression(phrase, today)
+            except DateExpressionError:
+                continue
+    return None
+
+
+def airports_in(text: str) -> list[tuple[str, str, str]]:
+    """(word as written, study city, IATA code) for each airport city named in ``text``, in order of appearance
+    ("Lissabonista Osloon" → [("Lissabonista", "Lisbon", "LIS"), ("Osloon", "Oslo", "OSL")])."""
+    found = []
+    for word in re.findall(r"[^\W\d_]+", text):
+        try:
+            found.append((word, *lookup_city(word)))
+        except KeyError:
+            continue
+    return found
+
+
 # -- the tools ------------------------------------------------------------------------------------------------------
 
 def calendar_tool(*, constrained: bool = True, today: dt.date = sd.TODAY) -> Any:
-    """``calendar.resolve_date`` (data tool): ``{"expression"}`` → ``{"expression", "date", "weekday"}``."""
+    """``calendar.resolve_date`` (data tool): ``{"expression"}`` → ``{"expression", "date", "weekday"}``; text that
+    holds a date expression among other words resolves that expression (`date_in`)."""
     from agent.tool import Tool, ToolFailure, ToolKind
 
     def resolve(args: Any, ctx: Any) -> dict[str, str]:
@@ -211,7 +255,10 @@ def calendar_tool(*, constrained: bool = True, today: dt.date = sd.TODAY) -> Any
         try:
             date = resolve_expression(expression, today)
         except DateExpressionError as e:
-            raise ToolFailure(str(e)) from None
+            found = date_in(expression, today)  # a whole request passed in: resolve the date words inside it
+            if found is None:
+                raise ToolFailure(str(e)) from None
+            expression, date = found
         return {"expression": expression, "date": date.isoformat(), "weekday": f"{date:%A}"}
 
     return Tool(
@@ -225,16 +272,22 @@ def calendar_tool(*, constrained: bool = True, today: dt.date = sd.TODAY) -> Any
 
 
 def airports_tool(*, constrained: bool = True) -> Any:
-    """``airports.lookup`` (data tool): ``{"city"}`` → ``{"city", "iata"}``, names as in `lookup_city`."""
+    """``airports.lookup`` (data tool): ``{"city"}`` → ``{"city", "iata"}``, names as in `lookup_city`; text naming
+    several cities (``"Lissabonista Osloon"``) → ``{"airports": [{"city", "iata"}, …]}`` in their order."""
     from agent.tool import Tool, ToolFailure, ToolKind
 
     def lookup(args: Any, ctx: Any) -> dict[str, str]:
         name = str(args["city"]).strip()
         try:
-            _, code = lookup_city(name)
+            return {"city": name, "iata": lookup_city(name)[1]}
         except KeyError:
-            raise ToolFailure(f"no airport known for city {name!r}") from None
-        return {"city": name, "iata": code}
+            pass
+        found = airports_in(name)  # several cities, or a whole request, passed in: every city named in it
+        if not found:
+            raise ToolFailure(f"no airport known for city {name!r}")
+        if len(found) == 1:
+            return {"city": found[0][0], "iata": found[0][2]}
+        return {"airports": [{"city": word, "iata": code} for word, _, code in found]}
 
     return Tool(
         name=LOOKUP_TOOL, kind=ToolKind.DATA, constrained=constrained,
@@ -243,3 +296,27 @@ def airports_tool(*, constrained: bool = True) -> Any:
                                                               "description": "City name, e.g. Madrid."}},
                     "required": ["city"]},
         function=lookup)
+
+
+# -- the same knowledge written into the input ----------------------------------------------------------------------
+
+def request_prompt(text: str, today: dt.date = sd.TODAY) -> str:
+    """Knowledge injection (e): the two tools run by the application on the request before the model sees it,
+    their answers written into the system prompt. Only what the tools compute: the date words `date_in` finds
+    and the cities `airports_in` finds; an empty string when they find nothing."""
+    facts = []
+    if (found := date_in(text, today)) is not None:
+        words, date = found
+        facts.append(f'the date "{words}" = {date.isoformat()} ({date:%A})')
+    facts.extend(f"the airport of {word} = {code}" if word == city else f"the airport of {word} ({city}) = {code}"
+                 for word, city, code in airports_in(text))
+    return f"Resolved by the travel tools for this request: {'; '.join(facts)}." if facts else ""
+
+
+def request_enums(text: str, today: dt.date = sd.TODAY, *, as_named: bool = False) -> tuple[list[str], list[str]]:
+    """Knowledge injection (f): (the IATA codes of the cities ``text`` names; the date it names, if any) — the
+    tools' answers for this request, for the schema's enums: the smallest set there is to list. The codes are
+    sorted, or with ``as_named`` in the order the request names the cities (the lookup's own order)."""
+    found = date_in(text, today)
+    codes = list(dict.fromkeys(code for *_, code in airports_in(text)))
+    return codes if as_named else sorted(codes), [found[1].isoformat()] if found else []

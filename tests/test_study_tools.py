@@ -121,18 +121,67 @@ def test_lookup_knows_every_city_in_english_and_in_finnish_case_forms(city: str)
     assert kt.lookup_city(city.upper()) == (city, code)
     assert kt.lookup_city(nominative) == (city, code)
     assert kt.lookup_city(illative) == (city, code)
-    if elative != "Helsingistä":  # consonant gradation (k -> g): documented as not undone
-        assert kt.lookup_city(elative) == (city, code)
+    assert kt.lookup_city(elative) == (city, code)
 
 
 def test_lookup_rejects_unknown_cities_with_a_tool_failure() -> None:
     from agent.tool import ToolFailure
 
     with pytest.raises(KeyError):
-        kt.lookup_city("Helsingistä")
+        kt.lookup_city("Pariisista")
     with pytest.raises(ToolFailure, match="no airport known for city 'Paris'"):
         kt.airports_tool().function({"city": "Paris"}, None)
     assert kt.airports_tool().function({"city": "Madridista"}, None) == {"city": "Madridista", "iata": "MAD"}
+
+
+@pytest.mark.parametrize("request_", sd.REQUESTS + sd.FI_REQUESTS, ids=lambda r: f"{r.language}-{r.id}")
+def test_the_tools_find_every_requests_date_and_airports_in_its_text(request_: sd.Request) -> None:
+    assert kt.date_in(request_.text) == (request_.date_words.removeprefix("on "),
+                                         dt.date.fromisoformat(request_.date))
+    assert [(city, code) for _, city, code in kt.airports_in(request_.text)] == [
+        (request_.origin_city, request_.origin), (request_.destination_city, request_.destination)]
+    facts = kt.request_prompt(request_.text)
+    assert f"= {request_.date} ({dt.date.fromisoformat(request_.date):%A});" in facts
+    assert f"= {request_.origin};" in facts and facts.endswith(f"= {request_.destination}.")
+
+
+@given(DAYS, st.sampled_from(sd.DATE_PHRASES), st.sampled_from(["en", "fi"]),
+       st.lists(st.sampled_from(["Search", "flights", "Etsi", "lennot", "please", "to", "from", "3", "next", "ensi",
+                                 "kuun", "the"]), max_size=4))
+def test_date_in_finds_a_phrase_among_other_words_on_any_day(today, phrase, language, before) -> None:
+    words = phrase if language == "en" else sd.FI_DATE_PHRASES[phrase]
+    text = " ".join([*before, words]) + "."
+    found = kt.date_in(text, today)
+    assert found is not None and found[1] == sd.resolve_date(phrase, today)
+    assert kt.calendar_tool(today=today).function({"expression": text}, None)["date"] == found[1].isoformat()
+
+
+def test_the_lookup_tool_answers_every_city_of_a_text_in_order_and_nothing_else() -> None:
+    tool = kt.airports_tool()
+    assert tool.function({"city": "Lissabonista Osloon"}, None) == {
+        "airports": [{"city": "Lissabonista", "iata": "LIS"}, {"city": "Osloon", "iata": "OSL"}]}
+    assert tool.function({"city": "from Helsingistä"}, None) == {"city": "Helsingistä", "iata": "HEL"}
+    assert kt.airports_in("Search flights next Friday") == []
+    assert kt.date_in("Search flights from Madrid") is None
+    assert kt.request_prompt("Hello") == ""
+
+
+@pytest.mark.parametrize("request_", sd.REQUESTS + sd.FI_REQUESTS, ids=lambda r: f"{r.language}-{r.id}")
+def test_the_request_enum_schema_admits_the_answer_and_no_other_airport_or_date(request_: sd.Request) -> None:
+    import jsonschema
+
+    import bench_flights as bf
+
+    assert kt.request_enums(request_.text) == (sorted({request_.origin, request_.destination}), [request_.date])
+    row = next(r for r in bf.AUTO_ROWS if r.key == "auto-request-enum")
+    schema = bf.flight_schema(row, request_)
+    answer = {"from": request_.origin, "to": request_.destination, "date": request_.date}
+    jsonschema.validate(answer, schema)
+    for wrong in ({"from": "LHR"}, {"to": "LHR"}, {"date": "2026-09-09"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**answer, **wrong}, schema)
+    plain = next(r for r in bf.AUTO_ROWS if r.key == "auto")
+    assert bf.flight_schema(plain, request_) == plain.schema()
 
 
 def test_finnish_requests_mirror_the_english_ones() -> None:
