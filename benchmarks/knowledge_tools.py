@@ -2,8 +2,10 @@
 
 Owns the two data tools the study offers beside ``search_flights`` — knowledge moved out of the model into its
 input: a small date-expression parser (English and Finnish) that resolves against the study's fixed today, and an
-airport table (English and Finnish city names, with a small rule for Finnish case endings). Refuses: answer keys
-(that is `studies_data`), model turns, scoring.
+airport table (English and Finnish city names, with a small rule for Finnish case endings); the finders that run
+them over running text (`date_in`, `airports_in`), and their answers for one request as a system-prompt sentence
+or as enums (`request_prompt`, `request_enums`: the rows where the application, not the model, calls the tools).
+Refuses: answer keys (that is `studies_data`), model turns, scoring.
 
     "next Friday" / "ensi perjantaina" ──resolve_expression(expr, today)──► date ──► {"expression","date","weekday"}
     "Madrid" / "Berliiniin" ──lookup_city──► {"city", "iata"}                          (ToolFailure when unknown)
@@ -210,7 +212,7 @@ def lookup_city(name: str) -> tuple[str, str]:
     raise KeyError(name)
 
 
-# -- finding them in running text -------------------------------------------------------------------------------------
+# -- finding them in running text -----------------------------------------------------------------------------------
 
 _MAX_DATE_WORDS = 6
 """The longest date expression understood ("the 3rd day of next month", "ensi kuun 3. päivänä")."""
@@ -276,7 +278,7 @@ def airports_tool(*, constrained: bool = True) -> Any:
     several cities (``"Lissabonista Osloon"``) → ``{"airports": [{"city", "iata"}, …]}`` in their order."""
     from agent.tool import Tool, ToolFailure, ToolKind
 
-    def lookup(args: Any, ctx: Any) -> dict[str, str]:
+    def lookup(args: Any, ctx: Any) -> dict[str, Any]:
         name = str(args["city"]).strip()
         try:
             return {"city": name, "iata": lookup_city(name)[1]}

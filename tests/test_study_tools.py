@@ -146,8 +146,8 @@ def test_the_tools_find_every_requests_date_and_airports_in_its_text(request_: s
 
 
 @given(DAYS, st.sampled_from(sd.DATE_PHRASES), st.sampled_from(["en", "fi"]),
-       st.lists(st.sampled_from(["Search", "flights", "Etsi", "lennot", "please", "to", "from", "3", "next", "ensi",
-                                 "kuun", "the"]), max_size=4))
+       st.lists(st.sampled_from(["Search", "flights", "Etsi", "lennot", "please", "to", "from", "Madrid", "3",
+                                 "the"]), max_size=4))
 def test_date_in_finds_a_phrase_among_other_words_on_any_day(today, phrase, language, before) -> None:
     words = phrase if language == "en" else sd.FI_DATE_PHRASES[phrase]
     text = " ".join([*before, words]) + "."
