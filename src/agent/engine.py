@@ -30,7 +30,8 @@ from agent.protocol.base import Codec, Segment, ToolChoice, ToolSpec
 from constrained.decoding import CancelSignal, FinishReason, decode
 from constrained.errors import ConstrainedError, GrammarTooLargeError
 from constrained.grammar import Grammar, compile_regex
-from constrained.pushdown import PushdownGrammar, compile_rules
+from constrained.grammar import compile_rules
+from constrained.pushdown import PushdownGrammar
 from constrained.sampling import SamplingParams
 
 if TYPE_CHECKING:

@@ -31,11 +31,11 @@ from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLang
                                 GrammarError, GrammarTooLargeError, IncompatibleVocabularyError, InvalidSchemaError, MaskError,
                                 RegexSyntaxError, UnknownKeywordWarning, UnsupportedSchemaError)
 from constrained.gbnf import compile_gbnf
-from constrained.grammar import Grammar, compile_json_schema, compile_regex
+from constrained.grammar import Grammar, compile_json_schema, compile_regex, compile_rules
 from constrained.llama import LlamaModel
 from constrained.matcher import Matcher
 from constrained.processor import LogitsProcessor
-from constrained.pushdown import PushdownGrammar, PushdownMatcher, compile_rules
+from constrained.pushdown import PushdownGrammar, PushdownMatcher
 from constrained.sampling import Sampler, SamplingParams
 from constrained.structured import ChatTemplateError, GenerationError, generate, render_chat_prompt
 from constrained.vocabulary import Vocabulary

@@ -627,7 +627,7 @@ def compile_gbnf(text: str, vocab: Vocabulary, *, start: str = "root") -> Pushdo
             that is not a special token of ``vocab``.
         GrammarError: left recursion (llama.cpp refuses it too), a rule that can never finish.
     """
-    from constrained.pushdown import compile_rules
+    from constrained.grammar import compile_rules
 
     rules, uses_tokens = _translate(parse_gbnf(text), start, vocab)
     return compile_rules(rules, start, vocab, allow_special=uses_tokens)

@@ -1,8 +1,8 @@
 """Grammar: an immutable DFA + token index over one vocabulary, compiled once and cached in memory and on disk.
 
-Owns compilation entry points (`compile_regex`, `compile_json_schema`) and both caches; refuses nothing the
-compilers accept (their errors propagate: `RegexSyntaxError`, `UnsupportedSchemaError`, `GrammarTooLargeError`,
-`IncompatibleVocabularyError`).
+Owns compilation entry points (`compile_regex`, `compile_rules`, `compile_json_schema`) and both caches; refuses
+nothing the compilers accept (their errors propagate: `RegexSyntaxError`, `UnsupportedSchemaError`,
+`GrammarTooLargeError`, `IncompatibleVocabularyError`).
 
     compile_json_schema: schema ──► memory ──hit──► (pattern, warnings) ──► compile_regex(pattern)
                                       │ miss
@@ -25,7 +25,18 @@ compilers accept (their errors propagate: `RegexSyntaxError`, `UnsupportedSchema
                                  ▼
                         fsm.compile_dfa ──► TokenIndex(dfa, vocab) ──► Grammar ──► saved (entry + aliases)
 
-A warm process pays no schema translation, no DFA compile and no index walk for a grammar it has seen: masks
+    compile_rules: rules ──► memory ──hit──► PushdownGrammar
+                               │ miss
+                               ▼
+                      entry  <sha256(rules fingerprint, rules compiler identity)>.rules: the layout's tables
+                               │ miss / corrupt / mismatched       (grammar_file.open_arrays; every index the
+                               ▼                                     kernels trust is range-checked on adoption)
+                      PushdownGrammar(rules) ──► saved at once
+    A schema that compiles to rules has its own alias (alias/<schema alias>.rules.json = the rule set's
+    fingerprint + warnings), so a warm load skips its translation too.
+
+A warm process pays no schema translation and no DFA compile for a grammar it has seen, and no index walk for a
+one-DFA grammar's states seen before (a pushdown grammar's masks depend on the stack: per process): masks
 computed in a process are written back by `Grammar.precompute`, `Grammar.save` and at interpreter exit. The
 compiler identity (sha256 of the sources that turn a schema into a pattern and a pattern into a DFA) is in
 both alias keys, so a changed compiler never reuses an old translation. `UnknownKeywordWarning`s of a schema
@@ -50,7 +61,7 @@ import re
 import threading
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -61,9 +72,10 @@ from constrained.fsm import DFA
 from constrained.grammar_file import FORMAT
 from constrained.index import TokenIndex
 from constrained.matcher import Matcher
+from constrained.pushdown import PushdownGrammar
 from constrained.vocabulary import Vocabulary
 
-__all__ = ["Grammar", "compile_regex", "compile_json_schema", "cache_directory", "clear_memory_cache"]
+__all__ = ["Grammar", "compile_regex", "compile_rules", "compile_json_schema", "cache_directory", "clear_memory_cache"]
 
 _MEMORY_LIMIT = 128
 
@@ -150,6 +162,31 @@ def compile_regex(pattern: str, vocab: Vocabulary, *, allow_special: bool = Fals
     return grammar
 
 
+def compile_rules(
+    rules: Mapping[str, str], start: str, vocab: Vocabulary, *, allow_special: bool = False
+) -> PushdownGrammar:
+    """Compile rules (name → body pattern, ``(?&=NAME)`` calls) starting at ``start`` over ``vocab``, using both
+    caches: memory, then ``<key>.rules`` entries on disk (a rule set's tables, written when first compiled).
+
+    Raises:
+        GrammarError: an undefined or invalid rule name, a special token without ``allow_special``, left recursion.
+        RegexSyntaxError, GrammarTooLargeError: from a rule body's DFA compiler.
+        EmptyLanguageError: the start rule derives no finite string.
+        IncompatibleVocabularyError: the vocabulary lacks a special token the rules name.
+    """
+    key = (tuple(rules.items()), start, bool(allow_special), vocab.fingerprint)
+    grammar = _rule_sets.get(key)
+    if grammar is None:
+        entry = _rules_entry_path(rules, start, vocab, allow_special)
+        grammar = None if entry is None else _load_rules(entry, vocab, (rules, start, allow_special))
+        if grammar is None:
+            grammar = pushdown.PushdownGrammar(rules, start, vocab, allow_special=allow_special)
+            if entry is not None:
+                _save_rules(entry, grammar)
+        grammar = _remember_rules(key, grammar)
+    return grammar
+
+
 def compile_json_schema(
     schema: dict[str, Any] | str,
     vocab: Vocabulary,
@@ -175,7 +212,12 @@ def compile_json_schema(
     canonical = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False, separators=(",", ":"))
     schema_key = (canonical, whitespace, unknown_keywords)
     rules = _schema_rules.get(schema_key)
+    alias_path = None
     if rules is None:
+        alias_path = _rules_alias_path(canonical, whitespace, unknown_keywords, vocab)
+        loaded = None if alias_path is None else _load_schema_rules(alias_path, schema_key, vocab)
+        if loaded is not None:
+            return loaded
         warned = False
         if not _open_at_root(schema):
             try:
@@ -186,12 +228,16 @@ def compile_json_schema(
     else:
         _emit_unknown_keywords(rules[2])
     try:
-        return pushdown.compile_rules(rules[0], rules[1], vocab)
+        grammar = compile_rules(rules[0], rules[1], vocab)
     except GrammarTooLargeError:
         if rules[3]:
             raise
-    rules = _rules_for(schema, schema_key, warned=True, fine=True)  # a rule too big for one automaton: smaller ones
-    return pushdown.compile_rules(rules[0], rules[1], vocab)
+        rules = _rules_for(schema, schema_key, warned=True, fine=True)  # a rule too big for one automaton: smaller
+        grammar = compile_rules(rules[0], rules[1], vocab)
+    if alias_path is not None and schema_key in _schema_rules:  # a complete translation (no stray warning)
+        alias = {"format": FORMAT, "rules": grammar.fingerprint, "warnings": list(rules[2]), "fine": rules[3]}
+        _write_cache_file(alias_path, [json.dumps(alias).encode()])
+    return grammar
 
 
 def _open_at_root(schema: Any) -> bool:
@@ -277,7 +323,7 @@ def cache_directory() -> Path | None:
 def clear_memory_cache() -> None:
     """Forget every in-memory grammar, pushdown ones included (tests, benchmarks; the disk cache is untouched)."""
     _memory.clear()
-    pushdown.clear_memory_cache()
+    _rule_sets.clear()
     _schema_patterns.clear()
     _schema_rules.clear()
 
@@ -290,6 +336,9 @@ _SchemaRules = tuple[dict[str, str], str, tuple[str, ...], bool]
 """A schema's rules, start rule, unknown-keyword messages, and whether they are `schema_to_rules`' fine ones."""
 _schema_rules: dict[tuple[str, str, str], _SchemaRules] = {}
 """Schemas that need a pushdown grammar: their rules and unknown-keyword messages."""
+_rule_sets: dict[tuple, PushdownGrammar] = {}
+"""Compiled rule sets by (rules, start, allow_special, vocabulary)."""
+_RULE_SETS_LIMIT = 64
 _locks = tuple(threading.Lock() for _ in range(64))
 """Compile locks, striped by key: one grammar is compiled once at a time, and no key (a whole pattern) is kept
 alive by its lock. Never nested, so two keys sharing a stripe only wait for each other."""
@@ -307,6 +356,13 @@ def _remember(key: tuple[str, bool, str], grammar: Grammar) -> None:
         _memory.pop(next(iter(_memory)))
     _memory[key] = grammar
     _live.add(grammar)
+
+
+def _remember_rules(key: tuple, grammar: PushdownGrammar) -> PushdownGrammar:
+    """Keep ``grammar`` under ``key``, or the one another thread kept first (both are the same grammar)."""
+    if len(_rule_sets) >= _RULE_SETS_LIMIT and key not in _rule_sets:
+        _rule_sets.pop(next(iter(_rule_sets)), None)
+    return _rule_sets.setdefault(key, grammar)
 
 
 def _remember_schema(key: tuple[str, str, str], pattern: str, messages: tuple[str, ...]) -> None:
@@ -404,6 +460,14 @@ def _compiler_identity() -> str:
 
 
 @functools.cache
+def _rules_identity() -> str:
+    """The sources that turn rules into a `PushdownGrammar`'s tables: the DFA compiler, pushdown and its kernels."""
+    from constrained import _fsm, _kernel, _pattern, index, regex
+
+    return _digest_files([str(m.__file__) for m in (regex, fsm, _pattern, _fsm, pushdown, index, _kernel)])
+
+
+@functools.cache
 def _index_identity() -> str:
     return _digest_files(_index_sources())
 
@@ -457,6 +521,28 @@ def _location_for(configured: str | None, xdg: str | None, home: str | None) -> 
     else:
         directory = Path(xdg or os.path.join(home or "~", ".cache")) / "ember" / "index"
     return directory, str(directory)
+
+
+def _rules_entry(root: str, fingerprint: str) -> str:
+    """The entry file of a compiled rule set (its `PushdownGrammar.fingerprint`) under the cache directory: keyed
+    with the rules compiler's identity too, so a changed compiler never reads an old entry."""
+    key = _sha256("\0".join((grammar_file.RULES_FORMAT, _rules_identity(), fingerprint)))
+    return os.path.join(root, f"{key}.rules")
+
+
+def _rules_entry_path(rules: Mapping[str, str], start: str, vocab: Vocabulary, allow_special: bool) -> str | None:
+    location = _cache_location()
+    if location is None:
+        return None
+    return _rules_entry(location[1], pushdown.rules_fingerprint(rules, start, vocab, allow_special=allow_special))
+
+
+def _rules_alias_path(canonical: str, whitespace: str, unknown_keywords: str, vocab: Vocabulary) -> str | None:
+    """Where a schema that compiles to rules names its rule set (beside, not in, the one-DFA schema alias)."""
+    location = _cache_location()
+    if location is None:
+        return None
+    return os.path.join(location[1], "alias", f"{_schema_alias(canonical, whitespace, unknown_keywords, vocab)}.rules.json")
 
 
 def _entry_path(root: str, fingerprint: str) -> str:
@@ -554,6 +640,48 @@ def _load_entry(
         fingerprint=fingerprint,
     )  # fmt: skip
     _saved_counts[path] = entry.n_masks
+    return grammar
+
+
+def _load_rules(path: str, vocab: Vocabulary, expected: tuple[Mapping[str, str], str, bool] | None
+                ) -> PushdownGrammar | None:
+    """The rule set stored at ``path`` (for ``expected`` (rules, start, allow_special), or whichever rules the entry
+    holds), or None: absent, corrupt or another grammar's entries count as absent and are recompiled."""
+    stored = grammar_file.open_arrays(path)
+    if stored is None:
+        return None
+    header, _ = stored
+    try:
+        rules, start, allow_special = expected or (dict(header["rules"]), header["start"], header["allow_special"])
+        return pushdown.PushdownGrammar(rules, start, vocab, allow_special=bool(allow_special), stored=stored)
+    except (ValueError, TypeError, KeyError, IndexError):  # GrammarError is a ValueError
+        return None
+
+
+def _save_rules(path: str, grammar: PushdownGrammar) -> None:
+    _write_cache_file(path, grammar_file.encode_arrays(*grammar.stored()))
+
+
+def _load_schema_rules(alias_path: str, schema_key: tuple[str, str, str], vocab: Vocabulary) -> PushdownGrammar | None:
+    """The rule set a schema's rules alias names, remembered as if just translated, its unknown-keyword warnings
+    emitted from the caller's line; or None (absent or not trustworthy: the schema is compiled afresh)."""
+    try:
+        alias = json.loads(grammar_file.read_small(alias_path))
+        fingerprint, messages, fine = alias["rules"], alias["warnings"], alias["fine"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if alias.get("format") != FORMAT or not isinstance(fingerprint, str) or not _HEX64.fullmatch(fingerprint):
+        return None
+    if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages) or not isinstance(fine, bool):
+        return None
+    grammar = _load_rules(_rules_entry(os.path.dirname(os.path.dirname(alias_path)), fingerprint), vocab, None)
+    if grammar is None or grammar.fingerprint != fingerprint or grammar.allow_special:
+        return None
+    if len(_schema_rules) >= _MEMORY_LIMIT and schema_key not in _schema_rules:
+        _schema_rules.pop(next(iter(_schema_rules)))
+    _schema_rules[schema_key] = (grammar.rules, grammar.start, tuple(messages), fine)
+    grammar = _remember_rules((tuple(grammar.rules.items()), grammar.start, False, vocab.fingerprint), grammar)
+    _emit_unknown_keywords(messages, stacklevel=4)
     return grammar
 
 

@@ -1,4 +1,5 @@
-"""The on-disk format of a compiled grammar: one ``<fingerprint>.grammar`` file per grammar, read back lazily.
+"""The on-disk format of a compiled grammar: one ``<fingerprint>.grammar`` file per grammar, read back lazily;
+and of a compiled rule set: one ``<key>.rules`` file of named arrays (`encode_arrays`, `open_arrays`).
 
 Separate from `constrained.grammar` (which decides *when* to load and save, and under which keys) because the
 format is where the integrity rules live: a loaded entry feeds C kernels that trust their tables, so everything
@@ -385,6 +386,60 @@ class StoredMasks(Mapping[int, tuple[np.ndarray, np.ndarray]]):
         if n_allowed and not np.all(((next_states >= 0) & (next_states < n_states)) | (next_states == TERMINAL)):
             return None
         return ids, next_states
+
+
+# -- rule-set entries -----------------------------------------------------------------------------------------------
+
+RULES_FORMAT = "ember.rules.v1"
+"""Names the rule-set entry format: ``<key>.rules`` files holding a compiled `PushdownGrammar`'s arrays."""
+_RULES_MAGIC = b"EMBERRUL"
+_RULES_PREAMBLE = struct.Struct("<8sIIQI")
+"""magic, header length, 0, file size, crc32 of everything after the preamble."""
+_ARRAY_DTYPES = {"i4": _I32, "i8": _I64, "u1": _U8}
+
+
+def encode_arrays(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> list[Any]:
+    """A rule-set entry as byte buffers: a JSON header (``header`` plus each array's dtype, shape and offset),
+    then the arrays, 8-aligned, little-endian. `open_arrays` reads it back."""
+    layout, parts, offset = {}, [], 0
+    for name, array in arrays.items():
+        kind = {np.dtype(np.int32): "i4", np.dtype(np.int64): "i8", np.dtype(np.uint8): "u1"}[array.dtype]
+        data = np.ascontiguousarray(array, dtype=_ARRAY_DTYPES[kind])
+        layout[name] = [kind, list(data.shape), offset]
+        parts += [data, bytes(_aligned(offset + data.nbytes) - offset - data.nbytes)]
+        offset = _aligned(offset + data.nbytes)
+    header_bytes = json.dumps({**header, "format": RULES_FORMAT, "arrays": layout}).encode("utf-8")
+    head = header_bytes + bytes(_aligned(len(header_bytes)) - len(header_bytes))
+    crc = zlib.crc32(head)
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    size = _RULES_PREAMBLE.size + len(head) + offset
+    return [_RULES_PREAMBLE.pack(_RULES_MAGIC, len(header_bytes), 0, size, crc), head, *parts]
+
+
+def open_arrays(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """(header, read-only arrays) of the rule-set entry at ``path``; None for anything absent, truncated, corrupt
+    or of another format. Only the framing is checked here (crc32, layout in bounds); what the arrays must hold
+    is the reader's (`PushdownGrammar` checks every range its kernels trust)."""
+    try:
+        data = read_small(path)
+        magic, header_length, _, size, crc = _RULES_PREAMBLE.unpack_from(data)
+        if magic != _RULES_MAGIC or size != len(data) or zlib.crc32(memoryview(data)[_RULES_PREAMBLE.size:]) != crc:
+            return None
+        header = json.loads(data[_RULES_PREAMBLE.size:_RULES_PREAMBLE.size + header_length])
+        if not isinstance(header, dict) or header.get("format") != RULES_FORMAT:
+            return None
+        start = _RULES_PREAMBLE.size + _aligned(header_length)
+        arrays = {}
+        for name, (kind, shape, offset) in header.pop("arrays").items():
+            dtype = _ARRAY_DTYPES[kind]
+            count = int(np.prod(shape, dtype=np.int64))
+            if offset < 0 or offset % _ALIGN or start + offset + count * dtype.itemsize > size:
+                return None
+            arrays[name] = _array(data, dtype, count, start + offset).reshape(shape)
+        return header, arrays
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, struct.error):
+        return None
 
 
 # -- files ----------------------------------------------------------------------------------------------------------

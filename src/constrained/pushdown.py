@@ -45,7 +45,7 @@ from constrained.matcher import _NOTHING, SharedMoves
 from constrained.shortcut import string_body_shortcut
 from constrained.vocabulary import Vocabulary
 
-__all__ = ["CALL_PREFIX", "PushdownGrammar", "PushdownMatcher", "RulePattern", "compile_rules", "call"]
+__all__ = ["CALL_PREFIX", "PushdownGrammar", "PushdownMatcher", "RulePattern", "call", "rules_fingerprint"]
 
 CALL_PREFIX = "="
 """A special-terminal name starting with this is a rule call: ``(?&=value)`` calls rule ``value``."""
@@ -89,43 +89,22 @@ class RulePattern(str):
         return text
 
 
-def compile_rules(
-    rules: Mapping[str, str], start: str, vocab: Vocabulary, *, allow_special: bool = False
-) -> PushdownGrammar:
-    """Compile rules (name → body pattern, ``(?&=NAME)`` calls) starting at ``start`` over ``vocab``.
-
-    Raises:
-        GrammarError: an undefined or invalid rule name, a special token without ``allow_special``, left recursion.
-        RegexSyntaxError, GrammarTooLargeError: from a rule body's DFA compiler.
-        EmptyLanguageError: the start rule derives no finite string.
-        IncompatibleVocabularyError: the vocabulary lacks a special token the rules name.
-    """
-    key = (tuple(rules.items()), start, bool(allow_special), vocab.fingerprint)
-    with _memory_lock:
-        grammar = _memory.get(key)
-    if grammar is None:
-        grammar = PushdownGrammar(rules, start, vocab, allow_special=allow_special)
-        with _memory_lock:
-            if len(_memory) >= 64:
-                _memory.pop(next(iter(_memory)))
-            grammar = _memory.setdefault(key, grammar)
-    return grammar
-
-
-_memory: dict[tuple, PushdownGrammar] = {}
-_memory_lock = threading.Lock()
-
-
-def clear_memory_cache() -> None:
-    """Forget every compiled rule set (`grammar.clear_memory_cache` calls this)."""
-    with _memory_lock:
-        _memory.clear()
+def rules_fingerprint(rules: Mapping[str, str], start: str, vocab: Vocabulary, *, allow_special: bool) -> str:
+    """sha256 hex of the rules, start, special policy and vocabulary: a compiled rule set's identity."""
+    digest = hashlib.sha256(f"ember.rules.v1\0{start}\0{int(allow_special)}\0{vocab.fingerprint}".encode())
+    for name, body in rules.items():
+        digest.update(f"\0{name}\0{body}".encode("utf-8", errors="surrogatepass"))
+    return digest.hexdigest()
 
 
 class PushdownGrammar:
     """A compiled rule set over one vocabulary: immutable and shared; per-sequence state lives in the matcher."""
 
-    def __init__(self, rules: Mapping[str, str], start: str, vocab: Vocabulary, *, allow_special: bool) -> None:
+    def __init__(self, rules: Mapping[str, str], start: str, vocab: Vocabulary, *, allow_special: bool,
+                 stored: tuple[Mapping[str, Any], Mapping[str, np.ndarray]] | None = None) -> None:
+        """Compile ``rules``; or, with ``stored`` (`stored` of the same grammar, read back from the disk cache),
+        adopt its tables after checking every range the kernels trust (ValueError: not this grammar's, or
+        corrupt)."""
         self.rules = dict(rules)
         """Rule name → body pattern, as given."""
         self.start = start
@@ -134,12 +113,12 @@ class PushdownGrammar:
         """The vocabulary masks are computed over."""
         self.allow_special = allow_special
         """Whether rule bodies may name special tokens with ``(?&NAME)``."""
-        digest = hashlib.sha256(f"ember.rules.v1\0{start}\0{int(allow_special)}\0{vocab.fingerprint}".encode())
-        for name, body in self.rules.items():
-            digest.update(f"\0{name}\0{body}".encode("utf-8", errors="surrogatepass"))
-        self.fingerprint = digest.hexdigest()
+        self.fingerprint = rules_fingerprint(self.rules, start, vocab, allow_special=allow_special)
         """sha256 hex of the rules, start, special policy and vocabulary."""
-        self._shortest(*self._layout(self.rules, start))
+        if stored is None:
+            self._shortest(*self._layout(self.rules, start))
+        else:
+            self._adopt(*stored)
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
         self._eos = tuple(sorted(vocab.eos_token_ids))
@@ -263,14 +242,9 @@ class PushdownGrammar:
             raise EmptyLanguageError(f"rules starting at {self.start!r} (no finite document)")
         finished = final.astype(bool)
         kept = finished[call_src] & finished[call_callee] & finished[call_cont]
-        calls: dict[int, list[tuple[int, int]]] = {}
-        for state, callee, cont in zip(call_src[kept].tolist(), call_callee[kept].tolist(), call_cont[kept].tolist()):
-            calls.setdefault(state, []).append((callee, cont))
-        self._calls = {state: tuple(moves) for state, moves in calls.items()}
-        """Call state → its (callee's start, continuation) moves: the side table of the rules' table."""
-        boundary = self._rule_accept.copy()
-        boundary[list(self._calls)] = True
-        self._boundary = boundary.astype(np.uint8)
+        self._call_moves = (call_src[kept], call_callee[kept], call_cont[kept])
+        """Every call move kept (call states, callees' starts, continuations): what `_link_calls` reads."""
+        self._link_calls()
         self._reach = np.empty(n, dtype=np.int32)  # before the cut: reach errs low, safely
         _kernel.bytes_to_boundary(by_class, by_class.shape[1], self._boundary, _REACH_CAP, self._reach)
         if not finished.all():
@@ -284,15 +258,90 @@ class PushdownGrammar:
         self._hop_kind, self._hop_a, self._hop_b = hop_kind, hop_a, hop_b
         """The canonical shortest completion, one move per state: `_HOP_SYMBOL` (hop_a = the symbol) or
         `_HOP_CALL` (hop_a = the callee's start, hop_b = the continuation); 0 at an accepting state."""
-        self._symbol_hop = np.where((hop_kind == _HOP_SYMBOL) & (dist > 0), hop_a, -1).astype(np.int32)
+        self._link_hops()
+
+    def _link_calls(self) -> None:
+        calls: dict[int, list[tuple[int, int]]] = {}
+        for state, callee, cont in zip(*(moves.tolist() for moves in self._call_moves)):
+            calls.setdefault(state, []).append((callee, cont))
+        self._calls = {state: tuple(moves) for state, moves in calls.items()}
+        """Call state → its (callee's start, continuation) moves: the side table of the rules' table."""
+        boundary = self._rule_accept.copy()
+        boundary[list(self._calls)] = True
+        self._boundary = boundary.astype(np.uint8)
+
+    def _link_hops(self) -> None:
+        self._symbol_hop = np.where((self._hop_kind == _HOP_SYMBOL) & (self._dist > 0), self._hop_a,
+                                    -1).astype(np.int32)  # fmt: skip
         """The symbol hop alone (-1 where the completion calls or the rule may end): what `state_bound` follows."""
-        returns_only = self._rule_accept & ~(by_class != DEAD).any(axis=1) & ~self._top_accept
+        returns_only = self._rule_accept & ~(self._by_class != DEAD).any(axis=1) & ~self._top_accept
         returns_only[list(self._calls)] = False
         self._pushes = {state: tuple((callee, () if returns_only[cont] else (cont,)) for callee, cont in moves)
                         for state, moves in self._calls.items()}  # fmt: skip
         """`_calls` as stack pushes: a continuation that can only return (a call in tail position: ``a (?&=b)``)
         is not pushed, so a chain of tail calls (optional members, counted characters) keeps its stack flat; its
         bound is 0 and it would pop at once. Never the start rule's: its end is the document's."""
+
+    def stored(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """(header, arrays): everything compiling the rules produced, for the disk cache (`_adopt` reads it)."""
+        header = {"fingerprint": self.fingerprint, "start": self.start, "allow_special": self.allow_special,
+                  "rules": list(self.rules.items()), "n_states": self.n_states, "special_names": list(self.special_names),
+                  "start_rule": self._start_rule, "starts": self._starts}  # fmt: skip
+        arrays = {"symbol_class": self._symbol_class, "by_class": self._by_class,
+                  "rule_accept": self._rule_accept.astype(np.uint8), "top_accept": self._top_accept.astype(np.uint8),
+                  "call_src": self._call_moves[0], "call_callee": self._call_moves[1], "call_cont": self._call_moves[2],
+                  "dist": self._dist, "hop_kind": self._hop_kind, "hop_a": self._hop_a, "hop_b": self._hop_b,
+                  "reach": self._reach}  # fmt: skip
+        dtypes = {"dist": np.int64, "hop_kind": np.uint8, "rule_accept": np.uint8, "top_accept": np.uint8}
+        return header, {name: np.ascontiguousarray(array, dtype=dtypes.get(name, np.int32))
+                        for name, array in arrays.items()}  # fmt: skip
+
+    def _adopt(self, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        """Take a stored compilation after checking it is this grammar's and that every index is in range."""
+        def fail(what: str) -> None:
+            raise ValueError(f"stored rule set: {what}")
+
+        if (header.get("fingerprint"), header.get("start"), header.get("allow_special")) != (
+                self.fingerprint, self.start, self.allow_special):
+            fail("another grammar")
+        n, names, starts = header["n_states"], header["special_names"], header["starts"]
+        if type(n) is not int or n <= 0 or not all(isinstance(v, str) for v in names) or not isinstance(starts, dict):
+            fail("malformed header")
+        width = 256 + len(names)
+        symbol_class, by_class = arrays["symbol_class"], arrays["by_class"]
+        if symbol_class.shape != (width,) or by_class.ndim != 2 or by_class.shape[0] != n:
+            fail("table shapes")
+        if symbol_class.min() < 0 or symbol_class.max() >= by_class.shape[1] or not (
+                by_class.size == 0 or DEAD <= by_class.min() <= by_class.max() < n):
+            fail("table targets out of range")
+        per_state = ("rule_accept", "top_accept", "dist", "hop_kind", "hop_a", "hop_b", "reach")
+        if any(arrays[name].shape != (n,) for name in per_state):
+            fail("per-state shapes")
+        moves = tuple(arrays[name] for name in ("call_src", "call_callee", "call_cont"))
+        if moves[0].ndim != 1 or any(m.shape != moves[0].shape for m in moves) or any(
+                m.size and not 0 <= m.min() <= m.max() < n for m in moves):
+            fail("call moves out of range")
+        kind, hop_a, hop_b = arrays["hop_kind"], arrays["hop_a"], arrays["hop_b"]
+        by_symbol, by_call = kind == _HOP_SYMBOL, kind == _HOP_CALL
+        if (kind > _HOP_CALL).any() or ((hop_a < 0) | (hop_a >= width))[by_symbol].any() or (
+                ((hop_a < 0) | (hop_a >= n) | (hop_b < 0) | (hop_b >= n))[by_call].any()):
+            fail("completion moves out of range")
+        if arrays["dist"].min() < 0 or arrays["reach"].min() < 0 or arrays["rule_accept"].max() > 1 or (
+                arrays["top_accept"].max() > 1):
+            fail("per-state values out of range")
+        if header["start_rule"] not in starts or not all(type(v) is int and 0 <= v < n for v in starts.values()):
+            fail("rule starts out of range")
+        self.n_states, self.special_names, self._width = n, tuple(names), width
+        self._start_rule, self._starts = header["start_rule"], dict(starts)
+        self._symbol_class, self._by_class = symbol_class, by_class
+        self._table = np.take(by_class, symbol_class, axis=1)
+        self._rule_accept = arrays["rule_accept"].astype(bool)
+        self._top_accept = arrays["top_accept"].astype(bool)
+        self._call_moves = moves
+        self._dist, self._hop_kind, self._hop_a, self._hop_b = arrays["dist"], kind, hop_a, hop_b
+        self._reach = arrays["reach"]
+        self._link_calls()
+        self._link_hops()
 
     def _refuse_left_recursion(self) -> None:
         """A rule that can reach a call of itself without consuming a byte would push forever."""
@@ -333,7 +382,8 @@ class PushdownGrammar:
         """Nothing to precompute ahead: a pushdown grammar's masks depend on the stack and are computed lazily."""
 
     def save(self) -> None:
-        """Pushdown grammars are not written to the disk cache (yet): compiling one costs only its rules' DFAs."""
+        """Nothing to write: `grammar.compile_rules` stores a rule set's tables when it compiles them (its masks,
+        which depend on the stack, are computed in each process)."""
         return None
 
     def accepts(self, data: bytes) -> bool:

@@ -1519,7 +1519,7 @@ def schema_to_rules(
     unknown_keywords: Literal["warn", "error"] = "warn",
     fine: bool = False,
 ) -> tuple[dict[str, str], str]:
-    """Compile a JSON Schema into the rules of a pushdown grammar (`constrained.pushdown.compile_rules`).
+    """Compile a JSON Schema into the rules of a pushdown grammar (`constrained.grammar.compile_rules`).
 
     The same keywords, whitespace and refusals as `schema_to_pattern`, without its size walls: a nested value whose
     body is big, and every recursive one, becomes a rule called where it occurs (``(?&=NAME)``), so a shared

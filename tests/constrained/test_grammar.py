@@ -397,3 +397,136 @@ def test_an_unwritable_cache_warns_once_per_directory_and_compiles_anyway(small_
     cache_warnings = [w for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(cache_warnings) == 1
     assert f"cannot write the grammar cache at {blocker / 'cache'}" in str(cache_warnings[0].message)
+
+
+# -- rule sets (pushdown grammars) ------------------------------------------------------------------------------------
+
+OPEN_SCHEMA = {
+    "type": "object", "required": ["id"], "javaType": "Node",
+    "properties": {"id": {"type": "integer"}, "meta": {}, "kids": {"type": "array", "items": {"$ref": "#"}}},
+}  # fmt: skip
+"""Open-ended (``meta`` takes any value) and recursive: rules, not one DFA; one unknown keyword."""
+OPEN_DOCUMENTS = [b'{"id":1}', b'{"id":2,"meta":{"a":[null,true]},"kids":[{"id":3,"kids":[{"id":4}]}]}',
+                  b'{"id":5,"kids":[]}', b'{"meta":1}', b'{"id":1,"kids":[{"meta":0}]}', b'{"id":"1"}']  # fmt: skip
+_RULE_ARRAYS = ("_table", "_by_class", "_symbol_class", "_dist", "_hop_kind", "_hop_a", "_hop_b", "_reach",
+                "_boundary", "_symbol_hop", "_rule_accept", "_top_accept")  # fmt: skip
+
+
+def rules_snapshot(grammar, vocab) -> tuple:
+    """A rule set's identity, every table the kernels read, and the masks along each document of `OPEN_DOCUMENTS`
+    (as far as the grammar takes it)."""
+    tables = tuple((name, getattr(grammar, name).dtype.str, getattr(grammar, name).tolist()) for name in _RULE_ARRAYS)
+    walks = []
+    for document in OPEN_DOCUMENTS:
+        matcher, steps = grammar.matcher(), []
+        for byte in document:
+            steps.append(matcher.allowed_token_ids().tolist())
+            if not matcher.advance(vocab.tokens.index(bytes([byte]))):
+                break
+        walks.append((steps, matcher.is_accepting(), grammar.accepts(document)))
+    return (grammar.fingerprint, grammar.rules, grammar.start, grammar._starts, grammar._pushes, tables, walks)
+
+
+def refuse_compiling_rules(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("a warm rule set must not translate or compile")
+
+    monkeypatch.setattr(schema_module, "schema_to_rules", refuse)
+    monkeypatch.setattr(schema_module, "schema_to_pattern", refuse)
+    monkeypatch.setattr(fsm, "compile_dfa", refuse)
+
+
+def test_a_schema_of_rules_loads_from_disk_without_translating_or_compiling(small_vocab, cache_dir, monkeypatch):
+    with pytest.warns(UnknownKeywordWarning, match="javaType"):
+        compiled = compile_json_schema(OPEN_SCHEMA, small_vocab)
+    assert isinstance(compiled, grammar_module.PushdownGrammar)
+    expected = rules_snapshot(compiled, small_vocab)
+    assert [w[1] for w in expected[-1]] == [True, True, True, False, False, False]  # the documents test something
+    assert len(list(cache_dir.glob("*.rules"))) == 1 and len(list((cache_dir / "alias").glob("*.rules.json"))) == 1
+    clear_memory_cache()
+    refuse_compiling_rules(monkeypatch)
+    with pytest.warns(UnknownKeywordWarning, match="javaType"):  # warned from disk as it was cold
+        loaded = compile_json_schema(OPEN_SCHEMA, small_vocab)
+    assert loaded is not compiled
+    assert rules_snapshot(loaded, small_vocab) == expected
+    with pytest.warns(UnknownKeywordWarning):
+        assert compile_json_schema(OPEN_SCHEMA, small_vocab) is loaded  # then remembered in memory
+    assert grammar_module.compile_rules(loaded.rules, loaded.start, small_vocab) is loaded
+
+
+def test_compile_rules_stores_and_reloads_a_rule_set_with_specials(small_vocab, cache_dir, monkeypatch):
+    rules = {"doc": r"\{(?&=item)(?:,(?&=item))*\}(?&</s>)?", "item": r"[a-z]+|(?&=doc)|(?&<x>)"}
+    compiled = grammar_module.compile_rules(rules, "doc", small_vocab, allow_special=True)
+    clear_memory_cache()
+    refuse_compiling_rules(monkeypatch)
+    loaded = grammar_module.compile_rules(rules, "doc", small_vocab, allow_special=True)
+    assert loaded is not compiled and loaded.special_names == compiled.special_names == ("</s>", "<x>")
+    for name in _RULE_ARRAYS:
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(compiled, name))
+    assert loaded._pushes == compiled._pushes
+    assert [loaded.accepts(d) for d in (b"{ab,{c}}", b"{}", b"{a")] == [True, False, False]
+
+
+def _rewrite_entry(entry: Path, change) -> None:
+    """Rewrite a rule-set entry with one array changed, framing (crc32) intact: only the range checks can tell."""
+    from constrained import grammar_file
+
+    header, arrays = grammar_file.open_arrays(entry)
+    arrays = {name: np.array(array) for name, array in arrays.items()}
+    change(header, arrays)
+    entry.write_bytes(b"".join(bytes(part) for part in grammar_file.encode_arrays(header, arrays)))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda entry: entry.write_bytes(entry.read_bytes()[:-9]),
+        lambda entry: entry.write_bytes(entry.read_bytes()[:200] + b"\xff" + entry.read_bytes()[201:]),
+        lambda entry: _rewrite_entry(entry, lambda h, a: a["by_class"].__setitem__((0, 0), h["n_states"])),
+        lambda entry: _rewrite_entry(entry, lambda h, a: a["symbol_class"].__setitem__(5, a["by_class"].shape[1])),
+        lambda entry: _rewrite_entry(entry, lambda h, a: a["call_cont"].__setitem__(0, -1)),
+        lambda entry: _rewrite_entry(entry, lambda h, a: a.__setitem__("reach", a["reach"][:-1])),
+        lambda entry: _rewrite_entry(entry, lambda h, a: a["hop_a"].__setitem__(np.argmax(a["hop_kind"] == 2),
+                                                                                  h["n_states"] + 7)),
+        lambda entry: _rewrite_entry(entry, lambda h, a: h["starts"].__setitem__(h["start_rule"], -3)),
+    ],
+)
+def test_a_damaged_rule_set_entry_is_compiled_again(small_vocab, cache_dir, damage):
+    with pytest.warns(UnknownKeywordWarning):
+        expected = rules_snapshot(compile_json_schema(OPEN_SCHEMA, small_vocab), small_vocab)
+    (entry,) = cache_dir.glob("*.rules")
+    damage(entry)
+    clear_memory_cache()
+    with pytest.warns(UnknownKeywordWarning):
+        assert rules_snapshot(compile_json_schema(OPEN_SCHEMA, small_vocab), small_vocab) == expected
+
+
+def test_a_changed_rules_compiler_does_not_read_old_rule_sets(small_vocab, cache_dir, monkeypatch):
+    with pytest.warns(UnknownKeywordWarning):
+        compile_json_schema(OPEN_SCHEMA, small_vocab)
+    clear_memory_cache()
+    monkeypatch.setattr(grammar_module, "_rules_identity", lambda: "a changed pushdown compiler")
+    compiled = []
+    real = grammar_module.pushdown.PushdownGrammar
+
+    def counting(*args, **kwargs):
+        compiled.append(kwargs.get("stored") is None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grammar_module.pushdown, "PushdownGrammar", counting)
+    with pytest.warns(UnknownKeywordWarning):
+        compile_json_schema(OPEN_SCHEMA, small_vocab)
+    assert compiled == [True]  # compiled afresh, and stored under the new identity beside the old entry
+    assert len(list(cache_dir.glob("*.rules"))) == 2
+
+
+def test_an_entry_of_another_rule_set_is_not_used(small_vocab, cache_dir):
+    first, second = {"doc": r"\[(?&=doc)?\]"}, {"doc": r"\((?&=doc)?\)"}
+    grammar_module.compile_rules(first, "doc", small_vocab)
+    (first_entry,) = cache_dir.glob("*.rules")
+    grammar_module.compile_rules(second, "doc", small_vocab)
+    (second_entry,) = set(cache_dir.glob("*.rules")) - {first_entry}
+    second_entry.write_bytes(first_entry.read_bytes())  # a file under another rule set's name
+    clear_memory_cache()
+    loaded = grammar_module.compile_rules(second, "doc", small_vocab)
+    assert loaded.accepts(b"(())") and not loaded.accepts(b"[[]]")

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from constrained import compile_json_schema
 from constrained.errors import BudgetTooSmallError
-from constrained.pushdown import PushdownGrammar, PushdownMatcher, call, compile_rules
+from constrained.grammar import compile_rules
+from constrained.pushdown import PushdownGrammar, PushdownMatcher, call
 
 TREE = {
     "type": "object",

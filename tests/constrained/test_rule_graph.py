@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from constrained import _kernel, fsm
 from constrained.index import UNREACHABLE
-from constrained.pushdown import compile_rules
+from constrained.grammar import compile_rules
 from constrained.schema import schema_to_rules
 
 from .test_pushdown import JSON_RULES, TREE

@@ -220,7 +220,7 @@ def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str, rules: di
     With ``rules`` (a dict to fill), each tool's arguments become rules of a pushdown grammar instead
     (``constrained.schema.schema_to_rules``, named by `constrained.pushdown.RulePattern`) called from an ``envelope`` rule, and the
     pattern returned is a call of it: many tools then cost one small rule each, not one DFA holding all of them
-    once per place the turn can spell a call (`constrained.pushdown.compile_rules`).
+    once per place the turn can spell a call (`constrained.grammar.compile_rules`).
     """
     from agent.schema import close_for_grammar
     from constrained.schema import schema_to_pattern
