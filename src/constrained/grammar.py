@@ -182,7 +182,8 @@ def compile_rules(
         if grammar is None:
             grammar = pushdown.PushdownGrammar(rules, start, vocab, allow_special=allow_special)
             if entry is not None:
-                _save_rules(entry, grammar)
+                grammar.saver = _RulesSaver(entry)
+                _live.add(grammar)
         grammar = _remember_rules(key, grammar)
     return grammar
 
@@ -236,7 +237,10 @@ def compile_json_schema(
         grammar = compile_rules(rules[0], rules[1], vocab)
     if alias_path is not None and schema_key in _schema_rules:  # a complete translation (no stray warning)
         alias = {"format": FORMAT, "rules": grammar.fingerprint, "warnings": list(rules[2]), "fine": rules[3]}
-        _write_cache_file(alias_path, [json.dumps(alias).encode()])
+        saver = grammar.saver if isinstance(grammar.saver, _RulesSaver) else _RulesSaver(None)
+        saver.aliases[alias_path] = json.dumps(alias).encode()
+        grammar.saver = saver
+        _live.add(grammar)
     return grammar
 
 
@@ -343,7 +347,8 @@ _locks = tuple(threading.Lock() for _ in range(64))
 """Compile locks, striped by key: one grammar is compiled once at a time, and no key (a whole pattern) is kept
 alive by its lock. Never nested, so two keys sharing a stripe only wait for each other."""
 _saved_counts: dict[str, int] = {}
-_live: weakref.WeakSet[Grammar] = weakref.WeakSet()
+_live: weakref.WeakSet[Grammar | PushdownGrammar] = weakref.WeakSet()
+"""Grammars with something to write at exit (masks computed since a load; a rule set not yet stored)."""
 _warned: set[str] = set()
 
 
@@ -658,8 +663,23 @@ def _load_rules(path: str, vocab: Vocabulary, expected: tuple[Mapping[str, str],
         return None
 
 
-def _save_rules(path: str, grammar: PushdownGrammar) -> None:
-    _write_cache_file(path, grammar_file.encode_arrays(*grammar.stored()))
+class _RulesSaver:
+    """A rule set's pending writes: its entry (``entry``; None when it is on disk already) and the schema aliases
+    that name it. Run by `PushdownGrammar.save` and at exit, not at compile: a cold compile pays no encoding and
+    no write."""
+
+    def __init__(self, entry: str | None) -> None:
+        self.entry = entry
+        self.aliases: dict[str, bytes] = {}
+
+    def __call__(self, grammar: PushdownGrammar) -> None:
+        if self.entry is not None:
+            if not _write_cache_file(self.entry, grammar_file.encode_arrays(*grammar.stored(), runs=("table",))):
+                return
+            self.entry = None
+        for path, text in list(self.aliases.items()):  # after the entry they name
+            if _write_cache_file(path, [text]):
+                del self.aliases[path]
 
 
 def _load_schema_rules(alias_path: str, schema_key: tuple[str, str, str], vocab: Vocabulary) -> PushdownGrammar | None:

@@ -398,14 +398,19 @@ _RULES_PREAMBLE = struct.Struct("<8sIIQI")
 _ARRAY_DTYPES = {"i4": _I32, "i8": _I64, "u1": _U8}
 
 
-def encode_arrays(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> list[Any]:
+def encode_arrays(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *, runs: Sequence[str] = ()
+                  ) -> list[Any]:
     """A rule-set entry as byte buffers: a JSON header (``header`` plus each array's dtype, shape and offset),
-    then the arrays, 8-aligned, little-endian. `open_arrays` reads it back."""
+    then the arrays, 8-aligned, little-endian; the int32 arrays named in ``runs`` as run-length pairs (a table's
+    rows are long runs of the same target: ~30x fewer bytes). `open_arrays` reads it back."""
     layout, parts, offset = {}, [], 0
     for name, array in arrays.items():
         kind = {np.dtype(np.int32): "i4", np.dtype(np.int64): "i8", np.dtype(np.uint8): "u1"}[array.dtype]
         data = np.ascontiguousarray(array, dtype=_ARRAY_DTYPES[kind])
-        layout[name] = [kind, list(data.shape), offset]
+        if name in runs:
+            values, lengths = _runs(data.reshape(-1))
+            data, kind = np.concatenate((values, lengths)).astype(_I32), "runs"
+        layout[name] = [kind, list(array.shape), offset, int(data.shape[0])]
         parts += [data, bytes(_aligned(offset + data.nbytes) - offset - data.nbytes)]
         offset = _aligned(offset + data.nbytes)
     header_bytes = json.dumps({**header, "format": RULES_FORMAT, "arrays": layout}).encode("utf-8")
@@ -419,8 +424,8 @@ def encode_arrays(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -
 
 def open_arrays(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
     """(header, read-only arrays) of the rule-set entry at ``path``; None for anything absent, truncated, corrupt
-    or of another format. Only the framing is checked here (crc32, layout in bounds); what the arrays must hold
-    is the reader's (`PushdownGrammar` checks every range its kernels trust)."""
+    or of another format. Only the framing is checked here (crc32, layout in bounds, runs covering their arrays);
+    what the arrays must hold is the reader's (`PushdownGrammar` checks every range its kernels trust)."""
     try:
         data = read_small(path)
         magic, header_length, _, size, crc = _RULES_PREAMBLE.unpack_from(data)
@@ -431,12 +436,20 @@ def open_arrays(path: str | Path) -> tuple[dict[str, Any], dict[str, np.ndarray]
             return None
         start = _RULES_PREAMBLE.size + _aligned(header_length)
         arrays = {}
-        for name, (kind, shape, offset) in header.pop("arrays").items():
-            dtype = _ARRAY_DTYPES[kind]
-            count = int(np.prod(shape, dtype=np.int64))
-            if offset < 0 or offset % _ALIGN or start + offset + count * dtype.itemsize > size:
+        for name, (kind, shape, offset, count) in header.pop("arrays").items():
+            dtype = _I32 if kind == "runs" else _ARRAY_DTYPES[kind]
+            if offset < 0 or offset % _ALIGN or count < 0 or start + offset + count * dtype.itemsize > size:
                 return None
-            arrays[name] = _array(data, dtype, count, start + offset).reshape(shape)
+            stored = _array(data, dtype, count, start + offset)
+            if kind == "runs":
+                array = np.empty(shape, dtype=np.int32)
+                half = count // 2
+                if count % 2 or not _kernel.expand_runs(stored[:half], stored[half:], -(2**31), 2**31 - 1, array):
+                    return None
+                array.flags.writeable = False
+            else:
+                array = stored.reshape(shape)
+            arrays[name] = array
         return header, arrays
     except (OSError, ValueError, TypeError, KeyError, AttributeError, struct.error):
         return None

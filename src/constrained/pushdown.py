@@ -30,7 +30,7 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -129,6 +129,8 @@ class PushdownGrammar:
         """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
         of the start rule); calls and returns are this module's business."""
         self._lock = threading.Lock()
+        self.saver: Callable[[PushdownGrammar], None] | None = None
+        """What `save` calls: set by `grammar.compile_rules` where a disk cache is on (this module knows no paths)."""
         self._buffers: tuple[np.ndarray, ...] | None = None
         self._inside: dict[int, tuple[StateMask, list[tuple[int, np.ndarray]]]] = {}
         self._subtree: dict[tuple[int, bytes], tuple[bytes, StateMask, list[tuple[int, np.ndarray]]]] = {}
@@ -287,7 +289,7 @@ class PushdownGrammar:
         header = {"fingerprint": self.fingerprint, "start": self.start, "allow_special": self.allow_special,
                   "rules": list(self.rules.items()), "n_states": self.n_states, "special_names": list(self.special_names),
                   "start_rule": self._start_rule, "starts": self._starts}  # fmt: skip
-        arrays = {"symbol_class": self._symbol_class, "by_class": self._by_class,
+        arrays = {"symbol_class": self._symbol_class, "table": self._table,
                   "rule_accept": self._rule_accept.astype(np.uint8), "top_accept": self._top_accept.astype(np.uint8),
                   "call_src": self._call_moves[0], "call_callee": self._call_moves[1], "call_cont": self._call_moves[2],
                   "dist": self._dist, "hop_kind": self._hop_kind, "hop_a": self._hop_a, "hop_b": self._hop_b,
@@ -308,11 +310,14 @@ class PushdownGrammar:
         if type(n) is not int or n <= 0 or not all(isinstance(v, str) for v in names) or not isinstance(starts, dict):
             fail("malformed header")
         width = 256 + len(names)
-        symbol_class, by_class = arrays["symbol_class"], arrays["by_class"]
-        if symbol_class.shape != (width,) or by_class.ndim != 2 or by_class.shape[0] != n:
+        symbol_class, table = arrays["symbol_class"], arrays["table"]
+        if symbol_class.shape != (width,) or table.shape != (n, width):
             fail("table shapes")
-        if symbol_class.min() < 0 or symbol_class.max() >= by_class.shape[1] or not (
-                by_class.size == 0 or DEAD <= by_class.min() <= by_class.max() < n):
+        classes, first_symbols = np.unique(symbol_class, return_index=True)
+        if classes[0] != 0 or classes[-1] != classes.shape[0] - 1 or not (
+                np.diff(first_symbols) > 0).all():
+            fail("symbol classes not numbered in order of first symbol")
+        if not DEAD <= table.min() <= table.max() < n:
             fail("table targets out of range")
         per_state = ("rule_accept", "top_accept", "dist", "hop_kind", "hop_a", "hop_b", "reach")
         if any(arrays[name].shape != (n,) for name in per_state):
@@ -333,8 +338,8 @@ class PushdownGrammar:
             fail("rule starts out of range")
         self.n_states, self.special_names, self._width = n, tuple(names), width
         self._start_rule, self._starts = header["start_rule"], dict(starts)
-        self._symbol_class, self._by_class = symbol_class, by_class
-        self._table = np.take(by_class, symbol_class, axis=1)
+        self._symbol_class, self._table = symbol_class, table
+        self._by_class = np.ascontiguousarray(table[:, first_symbols])  # the crc vouches for equal class columns
         self._rule_accept = arrays["rule_accept"].astype(bool)
         self._top_accept = arrays["top_accept"].astype(bool)
         self._call_moves = moves
@@ -382,9 +387,10 @@ class PushdownGrammar:
         """Nothing to precompute ahead: a pushdown grammar's masks depend on the stack and are computed lazily."""
 
     def save(self) -> None:
-        """Nothing to write: `grammar.compile_rules` stores a rule set's tables when it compiles them (its masks,
-        which depend on the stack, are computed in each process)."""
-        return None
+        """Write the rule set's tables (and the schema aliases naming it) to the disk cache if not written yet;
+        called explicitly or at interpreter exit. Its masks depend on the stack and are computed in each process."""
+        if self.saver is not None:
+            self.saver(self)
 
     def accepts(self, data: bytes) -> bool:
         """Whether ``data`` (bytes only, no special tokens) is a complete document of the grammar."""

@@ -442,6 +442,8 @@ def test_a_schema_of_rules_loads_from_disk_without_translating_or_compiling(smal
     assert isinstance(compiled, grammar_module.PushdownGrammar)
     expected = rules_snapshot(compiled, small_vocab)
     assert [w[1] for w in expected[-1]] == [True, True, True, False, False, False]  # the documents test something
+    assert not cache_dir.exists()  # a cold compile writes nothing: its grammar is saved on request or at exit
+    grammar_module._save_live_grammars()
     assert len(list(cache_dir.glob("*.rules"))) == 1 and len(list((cache_dir / "alias").glob("*.rules.json"))) == 1
     clear_memory_cache()
     refuse_compiling_rules(monkeypatch)
@@ -457,6 +459,7 @@ def test_a_schema_of_rules_loads_from_disk_without_translating_or_compiling(smal
 def test_compile_rules_stores_and_reloads_a_rule_set_with_specials(small_vocab, cache_dir, monkeypatch):
     rules = {"doc": r"\{(?&=item)(?:,(?&=item))*\}(?&</s>)?", "item": r"[a-z]+|(?&=doc)|(?&<x>)"}
     compiled = grammar_module.compile_rules(rules, "doc", small_vocab, allow_special=True)
+    compiled.save()
     clear_memory_cache()
     refuse_compiling_rules(monkeypatch)
     loaded = grammar_module.compile_rules(rules, "doc", small_vocab, allow_special=True)
@@ -474,7 +477,7 @@ def _rewrite_entry(entry: Path, change) -> None:
     header, arrays = grammar_file.open_arrays(entry)
     arrays = {name: np.array(array) for name, array in arrays.items()}
     change(header, arrays)
-    entry.write_bytes(b"".join(bytes(part) for part in grammar_file.encode_arrays(header, arrays)))
+    entry.write_bytes(b"".join(bytes(part) for part in grammar_file.encode_arrays(header, arrays, runs=("table",))))
 
 
 @pytest.mark.parametrize(
@@ -482,8 +485,8 @@ def _rewrite_entry(entry: Path, change) -> None:
     [
         lambda entry: entry.write_bytes(entry.read_bytes()[:-9]),
         lambda entry: entry.write_bytes(entry.read_bytes()[:200] + b"\xff" + entry.read_bytes()[201:]),
-        lambda entry: _rewrite_entry(entry, lambda h, a: a["by_class"].__setitem__((0, 0), h["n_states"])),
-        lambda entry: _rewrite_entry(entry, lambda h, a: a["symbol_class"].__setitem__(5, a["by_class"].shape[1])),
+        lambda entry: _rewrite_entry(entry, lambda h, a: a["table"].__setitem__((0, 0), h["n_states"])),
+        lambda entry: _rewrite_entry(entry, lambda h, a: a["symbol_class"].__setitem__(5, a["symbol_class"].max() + 1)),
         lambda entry: _rewrite_entry(entry, lambda h, a: a["call_cont"].__setitem__(0, -1)),
         lambda entry: _rewrite_entry(entry, lambda h, a: a.__setitem__("reach", a["reach"][:-1])),
         lambda entry: _rewrite_entry(entry, lambda h, a: a["hop_a"].__setitem__(np.argmax(a["hop_kind"] == 2),
@@ -493,7 +496,9 @@ def _rewrite_entry(entry: Path, change) -> None:
 )
 def test_a_damaged_rule_set_entry_is_compiled_again(small_vocab, cache_dir, damage):
     with pytest.warns(UnknownKeywordWarning):
-        expected = rules_snapshot(compile_json_schema(OPEN_SCHEMA, small_vocab), small_vocab)
+        compiled = compile_json_schema(OPEN_SCHEMA, small_vocab)
+    compiled.save()
+    expected = rules_snapshot(compiled, small_vocab)
     (entry,) = cache_dir.glob("*.rules")
     damage(entry)
     clear_memory_cache()
@@ -503,7 +508,7 @@ def test_a_damaged_rule_set_entry_is_compiled_again(small_vocab, cache_dir, dama
 
 def test_a_changed_rules_compiler_does_not_read_old_rule_sets(small_vocab, cache_dir, monkeypatch):
     with pytest.warns(UnknownKeywordWarning):
-        compile_json_schema(OPEN_SCHEMA, small_vocab)
+        compile_json_schema(OPEN_SCHEMA, small_vocab).save()
     clear_memory_cache()
     monkeypatch.setattr(grammar_module, "_rules_identity", lambda: "a changed pushdown compiler")
     compiled = []
@@ -515,16 +520,16 @@ def test_a_changed_rules_compiler_does_not_read_old_rule_sets(small_vocab, cache
 
     monkeypatch.setattr(grammar_module.pushdown, "PushdownGrammar", counting)
     with pytest.warns(UnknownKeywordWarning):
-        compile_json_schema(OPEN_SCHEMA, small_vocab)
+        compile_json_schema(OPEN_SCHEMA, small_vocab).save()
     assert compiled == [True]  # compiled afresh, and stored under the new identity beside the old entry
     assert len(list(cache_dir.glob("*.rules"))) == 2
 
 
 def test_an_entry_of_another_rule_set_is_not_used(small_vocab, cache_dir):
     first, second = {"doc": r"\[(?&=doc)?\]"}, {"doc": r"\((?&=doc)?\)"}
-    grammar_module.compile_rules(first, "doc", small_vocab)
+    grammar_module.compile_rules(first, "doc", small_vocab).save()
     (first_entry,) = cache_dir.glob("*.rules")
-    grammar_module.compile_rules(second, "doc", small_vocab)
+    grammar_module.compile_rules(second, "doc", small_vocab).save()
     (second_entry,) = set(cache_dir.glob("*.rules")) - {first_entry}
     second_entry.write_bytes(first_entry.read_bytes())  # a file under another rule set's name
     clear_memory_cache()
