@@ -31,7 +31,7 @@ nothing the compilers accept (their errors propagate: `RegexSyntaxError`, `Unsup
                       entry  <sha256(rules fingerprint, rules compiler identity)>.rules: the layout's tables
                                │ miss / corrupt / mismatched       (grammar_file.open_arrays; every index the
                                ▼                                     kernels trust is range-checked on adoption)
-                      PushdownGrammar(rules) ──► saved at once
+                      PushdownGrammar(rules) ──► saved by `save` or at exit (not inside the cold compile)
     A schema that compiles to rules has its own alias (alias/<schema alias>.rules.json = the rule set's
     fingerprint + warnings), so a warm load skips its translation too.
 
@@ -75,7 +75,9 @@ from constrained.matcher import Matcher
 from constrained.pushdown import PushdownGrammar
 from constrained.vocabulary import Vocabulary
 
-__all__ = ["Grammar", "compile_regex", "compile_rules", "compile_json_schema", "cache_directory", "clear_memory_cache"]
+__all__ = [
+    "Grammar", "compile_regex", "compile_rules", "compile_json_schema", "cache_directory", "clear_memory_cache",
+]  # fmt: skip
 
 _MEMORY_LIMIT = 128
 
@@ -166,7 +168,7 @@ def compile_rules(
     rules: Mapping[str, str], start: str, vocab: Vocabulary, *, allow_special: bool = False
 ) -> PushdownGrammar:
     """Compile rules (name → body pattern, ``(?&=NAME)`` calls) starting at ``start`` over ``vocab``, using both
-    caches: memory, then ``<key>.rules`` entries on disk (a rule set's tables, written when first compiled).
+    caches: memory, then ``<key>.rules`` entries on disk (a rule set's tables, written by ``save()`` or at exit).
 
     Raises:
         GrammarError: an undefined or invalid rule name, a special token without ``allow_special``, left recursion.
@@ -547,7 +549,8 @@ def _rules_alias_path(canonical: str, whitespace: str, unknown_keywords: str, vo
     location = _cache_location()
     if location is None:
         return None
-    return os.path.join(location[1], "alias", f"{_schema_alias(canonical, whitespace, unknown_keywords, vocab)}.rules.json")
+    alias = _schema_alias(canonical, whitespace, unknown_keywords, vocab)
+    return os.path.join(location[1], "alias", f"{alias}.rules.json")
 
 
 def _entry_path(root: str, fingerprint: str) -> str:
@@ -682,7 +685,9 @@ class _RulesSaver:
                 del self.aliases[path]
 
 
-def _load_schema_rules(alias_path: str, schema_key: tuple[str, str, str], vocab: Vocabulary) -> PushdownGrammar | None:
+def _load_schema_rules(
+    alias_path: str, schema_key: tuple[str, str, str], vocab: Vocabulary
+) -> PushdownGrammar | None:
     """The rule set a schema's rules alias names, remembered as if just translated, its unknown-keyword warnings
     emitted from the caller's line; or None (absent or not trustworthy: the schema is compiled afresh)."""
     try:

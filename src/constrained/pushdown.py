@@ -287,8 +287,9 @@ class PushdownGrammar:
     def stored(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """(header, arrays): everything compiling the rules produced, for the disk cache (`_adopt` reads it)."""
         header = {"fingerprint": self.fingerprint, "start": self.start, "allow_special": self.allow_special,
-                  "rules": list(self.rules.items()), "n_states": self.n_states, "special_names": list(self.special_names),
-                  "start_rule": self._start_rule, "starts": self._starts}  # fmt: skip
+                  "rules": list(self.rules.items()), "n_states": self.n_states,
+                  "special_names": list(self.special_names), "start_rule": self._start_rule,
+                  "starts": self._starts}  # fmt: skip
         arrays = {"symbol_class": self._symbol_class, "table": self._table,
                   "rule_accept": self._rule_accept.astype(np.uint8), "top_accept": self._top_accept.astype(np.uint8),
                   "call_src": self._call_moves[0], "call_callee": self._call_moves[1], "call_cont": self._call_moves[2],

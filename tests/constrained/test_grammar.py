@@ -535,3 +535,21 @@ def test_an_entry_of_another_rule_set_is_not_used(small_vocab, cache_dir):
     clear_memory_cache()
     loaded = grammar_module.compile_rules(second, "doc", small_vocab)
     assert loaded.accepts(b"(())") and not loaded.accepts(b"[[]]")
+
+
+def test_a_rule_set_is_written_once_and_not_at_all_without_a_cache(small_vocab, cache_dir, tmp_path, monkeypatch):
+    with pytest.warns(UnknownKeywordWarning):
+        compiled = compile_json_schema(OPEN_SCHEMA, small_vocab)
+    compiled.save()
+    written = {path: path.stat().st_mtime_ns for path in cache_dir.rglob("*") if path.is_file()}
+    assert len(written) == 2  # the entry and the schema's rules alias
+    compiled.save()
+    grammar_module._save_live_grammars()
+    assert {path: path.stat().st_mtime_ns for path in cache_dir.rglob("*") if path.is_file()} == written
+    monkeypatch.setenv("EMBER_CACHE_DIR", "off")
+    clear_memory_cache()
+    with pytest.warns(UnknownKeywordWarning):
+        uncached = compile_json_schema(OPEN_SCHEMA, small_vocab)
+    assert uncached is not compiled and uncached.saver is None
+    uncached.save()
+    assert {path for path in cache_dir.rglob("*") if path.is_file()} == set(written)
