@@ -102,9 +102,9 @@ class PushdownGrammar:
 
     def __init__(self, rules: Mapping[str, str], start: str, vocab: Vocabulary, *, allow_special: bool,
                  stored: tuple[Mapping[str, Any], Mapping[str, np.ndarray]] | None = None) -> None:
-        """Compile ``rules``; or, with ``stored`` (`stored` of the same grammar, read back from the disk cache),
-        adopt its tables after checking every range the kernels trust (ValueError: not this grammar's, or
-        corrupt)."""
+        """Compile ``rules``; or, given ``stored`` (what `stored()` returned for the same rules, read back from
+        the disk cache), adopt its tables after checking every range the kernels trust (ValueError: another
+        grammar's, or corrupt)."""
         self.rules = dict(rules)
         """Rule name → body pattern, as given."""
         self.start = start
