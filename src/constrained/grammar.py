@@ -215,16 +215,22 @@ def compile_json_schema(
     canonical = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False, separators=(",", ":"))
     schema_key = (canonical, whitespace, unknown_keywords)
     rules = _schema_rules.get(schema_key)
-    alias_path = None
+    rules_alias = None
     if rules is None:
-        alias_path = _rules_alias_path(canonical, whitespace, unknown_keywords, vocab)
-        loaded = None if alias_path is None else _load_schema_rules(alias_path, schema_key, vocab)
-        if loaded is not None:
-            return loaded
+        remembered = _schema_patterns.get(schema_key)
+        if remembered is not None:  # a one-DFA schema seen in this process
+            _emit_unknown_keywords(remembered[1])
+            return compile_regex(remembered[0], vocab)
+        alias = _schema_alias_path(canonical, whitespace, unknown_keywords, vocab)
+        if alias is not None:  # a schema of rules compiled before: no translation, no DFA attempt
+            rules_alias = f"{alias}.rules.json"
+            loaded = _load_schema_rules(rules_alias, schema_key, vocab)
+            if loaded is not None:
+                return loaded
         warned = False
         if not _open_at_root(schema):
             try:
-                return _compile_schema_dfa(schema, canonical, vocab, whitespace, unknown_keywords)
+                return _compile_schema_dfa(schema, schema_key, vocab, None if alias is None else f"{alias}.json")
             except _OneDfaCannot as wall:
                 warned = wall.warned
         rules = _rules_for(schema, schema_key, warned=warned)
@@ -237,11 +243,10 @@ def compile_json_schema(
             raise
         rules = _rules_for(schema, schema_key, warned=True, fine=True)  # a rule too big for one automaton: smaller
         grammar = compile_rules(rules[0], rules[1], vocab)
-    if alias_path is not None and schema_key in _schema_rules:  # a complete translation (no stray warning)
+    if rules_alias is not None and schema_key in _schema_rules:  # a complete translation (no stray warning)
         alias = {"format": FORMAT, "rules": grammar.fingerprint, "warnings": list(rules[2]), "fine": rules[3]}
-        saver = grammar.saver if isinstance(grammar.saver, _RulesSaver) else _RulesSaver(None)
-        saver.aliases[alias_path] = json.dumps(alias).encode()
-        grammar.saver = saver
+        grammar.saver = grammar.saver or _RulesSaver(None)
+        grammar.saver.aliases[rules_alias] = json.dumps(alias).encode()
         _live.add(grammar)
     return grammar
 
@@ -272,31 +277,19 @@ def _rules_for(schema: Any, key: tuple[str, str, str], *, warned: bool, fine: bo
     if not warned:
         _emit_unknown_keywords(messages, stacklevel=4)
     if complete:
-        if len(_schema_rules) >= _MEMORY_LIMIT and key not in _schema_rules:
-            _schema_rules.pop(next(iter(_schema_rules)))
-        _schema_rules[key] = (rules, start, messages, fine)
+        _remember_schema_rules(key, (rules, start, messages, fine))
     return rules, start, messages, fine
 
 
-def _compile_schema_dfa(
-    schema: Any, canonical: str, vocab: Vocabulary, whitespace: str, unknown_keywords: str
-) -> Grammar:
-    """`compile_json_schema` through one pattern and its caches; `_OneDfaCannot` when one DFA cannot hold it."""
+def _compile_schema_dfa(schema: Any, schema_key: tuple[str, str, str], vocab: Vocabulary, alias_path: str | None
+                        ) -> Grammar:
+    """`compile_json_schema` through one pattern and its disk alias (``alias_path``, None without a cache);
+    `_OneDfaCannot` when one DFA cannot hold it."""
     from constrained.schema import PatternApproximates
 
-    schema_key = (canonical, whitespace, unknown_keywords)
-    remembered = _schema_patterns.get(schema_key)
-    if remembered is not None:
-        pattern, messages = remembered
-        _emit_unknown_keywords(messages, stacklevel=4)
-        return compile_regex(pattern, vocab)
-    location = _cache_location()
-    alias_path = None
-    if location is not None:
-        alias_path = os.path.join(
-            location[1], "alias", f"{_schema_alias(canonical, whitespace, unknown_keywords, vocab)}.json"
-        )
-        loaded = _load_schema(alias_path, location[1], vocab)
+    _, whitespace, unknown_keywords = schema_key
+    if alias_path is not None:
+        loaded = _load_schema(alias_path, os.path.dirname(os.path.dirname(alias_path)), vocab)
         if loaded is not None:
             grammar, messages = loaded
             _remember_schema(schema_key, grammar.pattern, messages)
@@ -370,6 +363,12 @@ def _remember_rules(key: tuple, grammar: PushdownGrammar) -> PushdownGrammar:
     if len(_rule_sets) >= _RULE_SETS_LIMIT and key not in _rule_sets:
         _rule_sets.pop(next(iter(_rule_sets)), None)
     return _rule_sets.setdefault(key, grammar)
+
+
+def _remember_schema_rules(key: tuple[str, str, str], rules: _SchemaRules) -> None:
+    if len(_schema_rules) >= _MEMORY_LIMIT and key not in _schema_rules:
+        _schema_rules.pop(next(iter(_schema_rules)))
+    _schema_rules[key] = rules
 
 
 def _remember_schema(key: tuple[str, str, str], pattern: str, messages: tuple[str, ...]) -> None:
@@ -544,13 +543,13 @@ def _rules_entry_path(rules: Mapping[str, str], start: str, vocab: Vocabulary, a
     return _rules_entry(location[1], pushdown.rules_fingerprint(rules, start, vocab, allow_special=allow_special))
 
 
-def _rules_alias_path(canonical: str, whitespace: str, unknown_keywords: str, vocab: Vocabulary) -> str | None:
-    """Where a schema that compiles to rules names its rule set (beside, not in, the one-DFA schema alias)."""
+def _schema_alias_path(canonical: str, whitespace: str, unknown_keywords: str, vocab: Vocabulary) -> str | None:
+    """A schema's alias path without its suffix (``.json``: its one-DFA grammar; ``.rules.json``: its rule set),
+    or None without a disk cache."""
     location = _cache_location()
     if location is None:
         return None
-    alias = _schema_alias(canonical, whitespace, unknown_keywords, vocab)
-    return os.path.join(location[1], "alias", f"{alias}.rules.json")
+    return os.path.join(location[1], "alias", _schema_alias(canonical, whitespace, unknown_keywords, vocab))
 
 
 def _entry_path(root: str, fingerprint: str) -> str:
@@ -702,9 +701,7 @@ def _load_schema_rules(
     grammar = _load_rules(_rules_entry(os.path.dirname(os.path.dirname(alias_path)), fingerprint), vocab, None)
     if grammar is None or grammar.fingerprint != fingerprint or grammar.allow_special:
         return None
-    if len(_schema_rules) >= _MEMORY_LIMIT and schema_key not in _schema_rules:
-        _schema_rules.pop(next(iter(_schema_rules)))
-    _schema_rules[schema_key] = (grammar.rules, grammar.start, tuple(messages), fine)
+    _remember_schema_rules(schema_key, (grammar.rules, grammar.start, tuple(messages), fine))
     grammar = _remember_rules((tuple(grammar.rules.items()), grammar.start, False, vocab.fingerprint), grammar)
     _emit_unknown_keywords(messages, stacklevel=4)
     return grammar

@@ -31,7 +31,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -91,10 +91,9 @@ class RulePattern(str):
 
 def rules_fingerprint(rules: Mapping[str, str], start: str, vocab: Vocabulary, *, allow_special: bool) -> str:
     """sha256 hex of the rules, start, special policy and vocabulary: a compiled rule set's identity."""
-    digest = hashlib.sha256(f"ember.rules.v1\0{start}\0{int(allow_special)}\0{vocab.fingerprint}".encode())
-    for name, body in rules.items():
-        digest.update(f"\0{name}\0{body}".encode("utf-8", errors="surrogatepass"))
-    return digest.hexdigest()
+    head = f"ember.rules.v1\0{start}\0{int(allow_special)}\0{vocab.fingerprint}"
+    text = head + "".join(f"\0{name}\0{body}" for name, body in rules.items())
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
 class PushdownGrammar:
@@ -301,7 +300,7 @@ class PushdownGrammar:
 
     def _adopt(self, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """Take a stored compilation after checking it is this grammar's and that every index is in range."""
-        def fail(what: str) -> None:
+        def fail(what: str) -> NoReturn:
             raise ValueError(f"stored rule set: {what}")
 
         if (header.get("fingerprint"), header.get("start"), header.get("allow_special")) != (
