@@ -17,6 +17,7 @@
  *                the bounds of the calls they stop at.
  *   apply_allowed / apply_disallowed / apply_bytemask   write -inf into float32 logits, in place.
  *   expand_runs  checks and decodes a run-length table read from the grammar cache, in one pass.
+ *   expand_classes   a DFA's table by symbol from its class form (take along axis 1, at memory speed).
  *   shortest_completions / bytes_to_boundary   the rule-table graph searches a pushdown grammar is
  *                laid out with (Dijkstra over symbols and calls; backward BFS to call/return states).
  *
@@ -1334,6 +1335,44 @@ release_bufs(Py_buffer *bufs, int n)
     while (n > 0) PyBuffer_Release(&bufs[--n]);
 }
 
+PyDoc_STRVAR(expand_classes_doc,
+"expand_classes(class_table, symbol_class, out)\n\n"
+"Fill out (int32 [n, width]) with the table by symbol of a class table (int32 [n, classes]):\n"
+"out[s, j] = class_table[s, symbol_class[j]]. Every symbol_class entry must be a column of class_table\n"
+"(ValueError otherwise, out untouched). What numpy's take along axis 1 does, at memory speed: a DFA's table\n"
+"is expanded from its class form whenever masks are first walked.");
+
+static PyObject *
+expand_classes(PyObject *self, PyObject *args)
+{
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &o[2])) return NULL;
+    Py_buffer b[3];
+    const Py_ssize_t sizes[3] = {4, 4, 4};
+    const int wr[3] = {0, 0, 1};
+    const char *names[3] = {"class_table", "symbol_class", "out"};
+    if (get_bufs(o, b, 3, sizes, wr, names) < 0) return NULL;
+    const int32_t *C = (const int32_t *)b[0].buf, *sc = (const int32_t *)b[1].buf;
+    int32_t *out = (int32_t *)b[2].buf;
+    Py_ssize_t width = n_items(&b[1]), classes = b[0].ndim == 2 ? b[0].shape[1] : 0;
+    Py_ssize_t n = classes ? n_items(&b[0]) / classes : 0;
+    int bad = b[0].ndim != 2 || n_items(&b[2]) != n * width;
+    for (Py_ssize_t j = 0; !bad && j < width; j++) bad = sc[j] < 0 || sc[j] >= classes;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "expand_classes: inconsistent shapes or a symbol class out of range");
+        release_bufs(b, 3);
+        return NULL;
+    }
+    for (Py_ssize_t s = 0; s < n; s++) {
+        const int32_t *row = C + s * classes;
+        int32_t *to = out + s * width;
+        for (Py_ssize_t j = 0; j < width; j++) to[j] = row[sc[j]];
+    }
+    release_bufs(b, 3);
+    Py_RETURN_NONE;
+}
+
+
 /* The distinct predecessors of every state (CSR: into[start[t] .. start[t+1]) are the sources s with an edge
  * s -> t on some symbol, each once, ascending). Returns 0, or -1 with MemoryError set. */
 static int
@@ -1818,6 +1857,7 @@ static PyMethodDef kernel_methods[] = {
     {"apply_disallowed", apply_disallowed, METH_VARARGS, apply_disallowed_doc},
     {"apply_bytemask", apply_bytemask, METH_VARARGS, apply_bytemask_doc},
     {"expand_runs", expand_runs, METH_VARARGS, expand_runs_doc},
+    {"expand_classes", expand_classes, METH_VARARGS, expand_classes_doc},
     {"shortest_completions", shortest_completions, METH_VARARGS, shortest_completions_doc},
     {"bytes_to_boundary", bytes_to_boundary, METH_VARARGS, bytes_to_boundary_doc},
     {NULL, NULL, 0, NULL},

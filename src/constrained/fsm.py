@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from constrained import _fsm, _pattern
+from constrained import _fsm, _kernel, _pattern
 from constrained.errors import EmptyLanguageError, GrammarTooLargeError
 from constrained.regex import (
     Alternation,
@@ -109,7 +109,9 @@ class DFA:
         Expanded from the class form on first use: a grammar loaded from the cache whose masks are all stored
         never needs it (a few classes are ~5x smaller than 256+ symbols to keep, hash, store and load).
         """
-        table = np.ascontiguousarray(np.take(self.class_table, self.symbol_classes, axis=1))
+        table = np.empty((self.n_states, self.n_symbols), dtype=np.int32)
+        _kernel.expand_classes(np.ascontiguousarray(self.class_table, dtype=np.int32),
+                               np.ascontiguousarray(self.symbol_classes, dtype=np.int32), table)
         table.flags.writeable = False
         return table
 

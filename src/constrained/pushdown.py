@@ -116,17 +116,20 @@ class PushdownGrammar:
         """sha256 hex of the rules, start, special policy and vocabulary."""
         if stored is None:
             self._shortest(*self._layout(self.rules, start))
+            table_dfa = fsm.DFA.from_classes(self._symbol_class, self._by_class, accepting=self._top_accept,
+                                             distance=np.zeros(self.n_states, dtype=np.int32),
+                                             special_names=self.special_names)  # fmt: skip
         else:
-            self._adopt(*stored)
+            table_dfa = fsm.DFA.from_table(self._adopt(*stored), accepting=self._top_accept, distance=np.zeros(
+                self.n_states, dtype=np.int32), special_names=self.special_names,
+                classes=(self._symbol_class, self._by_class))  # fmt: skip
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
         self._eos = tuple(sorted(vocab.eos_token_ids))
-        table_dfa = fsm.DFA.from_table(self._table, accepting=self._top_accept, distance=np.zeros(self.n_states,
-                                       dtype=np.int32), special_names=self.special_names,
-                                       classes=(self._symbol_class, self._by_class))  # fmt: skip
-        self._index = TokenIndex(table_dfa, vocab, preflight=False)  # checks the table the kernels will trust
+        self._index = TokenIndex(table_dfa, vocab, preflight=False, table_checked=True)
         """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
-        of the start rule); calls and returns are this module's business."""
+        of the start rule); calls and returns are this module's business. The table is in range by construction
+        or checked by `_adopt`, and is expanded from its class form on the first mask."""
         self._lock = threading.Lock()
         self.saver: Callable[[PushdownGrammar], None] | None = None
         """What `save` calls: set by `grammar.compile_rules` where a disk cache is on (this module knows no paths)."""
@@ -210,7 +213,6 @@ class PushdownGrammar:
         none = np.zeros(0, dtype=np.int32)
         call_moves = tuple(np.concatenate([*part, none]).astype(np.int32)
                            for part in (call_src, call_callee, call_cont))  # fmt: skip
-        self._table = np.take(by_class, self._symbol_class, axis=1)  # one write of the table (C order)
         self._rule_accept = rule_accept
         self._top_accept = np.zeros(total, dtype=bool)
         top = offsets[self._start_rule]
@@ -224,7 +226,6 @@ class PushdownGrammar:
         `shortest_completions`). States that cannot finish are cut off (their edges and calls removed); the start
         must finish."""
         n = self.n_states
-        table = self._table
         call_src, call_callee, call_cont = call_moves
         dist = np.empty(n, dtype=np.int64)
         final = np.empty(n, dtype=np.uint8)
@@ -244,44 +245,48 @@ class PushdownGrammar:
         finished = final.astype(bool)
         kept = finished[call_src] & finished[call_callee] & finished[call_cont]
         self._call_moves = (call_src[kept], call_callee[kept], call_cont[kept])
-        """Every call move kept (call states, callees' starts, continuations): what `_link_calls` reads."""
-        self._link_calls()
+        """Every call move kept (call states, callees' starts, continuations): what `_link_moves` reads."""
+        self._boundary = self._boundary_of(self._call_moves[0])
         self._reach = np.empty(n, dtype=np.int32)  # before the cut: reach errs low, safely
         _kernel.bytes_to_boundary(by_class, by_class.shape[1], self._boundary, _REACH_CAP, self._reach)
         if not finished.all():
-            unfinished = np.flatnonzero(~finished)
-            for array_ in (table, by_class):
-                array_[np.isin(array_, unfinished)] = DEAD
-                array_[unfinished] = DEAD
+            by_class[~finished] = DEAD
+            by_class[~finished[by_class] & (by_class != DEAD)] = DEAD  # DEAD (-1) indexes the last state: masked
         self._by_class = by_class
-        """The table by combined class (cut like the table): the class form of the inside DFA."""
+        """The table by combined class, cut: the class form of the inside DFA (`_table` is expanded from it)."""
         self._dist = dist
         self._hop_kind, self._hop_a, self._hop_b = hop_kind, hop_a, hop_b
         """The canonical shortest completion, one move per state: `_HOP_SYMBOL` (hop_a = the symbol) or
         `_HOP_CALL` (hop_a = the callee's start, hop_b = the continuation); 0 at an accepting state."""
-        self._link_hops()
+        self._link_moves()
 
-    def _link_calls(self) -> None:
+    def _boundary_of(self, call_states: np.ndarray) -> np.ndarray:
+        """uint8 [n_states]: 1 where a state can call (one of ``call_states``) or return (a rule may end there)."""
+        boundary = self._rule_accept.astype(np.uint8)
+        boundary[call_states] = 1
+        return boundary
+
+    def _link_moves(self) -> None:
+        """The side tables the matcher reads, from the kept call moves and the cut table."""
+        src, callee, cont = self._call_moves
+        calling = np.zeros(self.n_states, dtype=bool)
+        calling[src] = True
+        tail = (self._rule_accept[cont] & ~self._top_accept[cont] & ~calling[cont]
+                & (self._by_class[cont] == DEAD).all(axis=1))  # fmt: skip
         calls: dict[int, list[tuple[int, int]]] = {}
-        for state, callee, cont in zip(*(moves.tolist() for moves in self._call_moves)):
-            calls.setdefault(state, []).append((callee, cont))
+        pushes: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+        for state, to, back, tail_call in zip(src.tolist(), callee.tolist(), cont.tolist(), tail.tolist()):
+            calls.setdefault(state, []).append((to, back))
+            pushes.setdefault(state, []).append((to, () if tail_call else (back,)))
         self._calls = {state: tuple(moves) for state, moves in calls.items()}
         """Call state → its (callee's start, continuation) moves: the side table of the rules' table."""
-        boundary = self._rule_accept.copy()
-        boundary[list(self._calls)] = True
-        self._boundary = boundary.astype(np.uint8)
-
-    def _link_hops(self) -> None:
-        self._symbol_hop = np.where((self._hop_kind == _HOP_SYMBOL) & (self._dist > 0), self._hop_a,
-                                    -1).astype(np.int32)  # fmt: skip
-        """The symbol hop alone (-1 where the completion calls or the rule may end): what `state_bound` follows."""
-        returns_only = self._rule_accept & ~(self._by_class != DEAD).any(axis=1) & ~self._top_accept
-        returns_only[list(self._calls)] = False
-        self._pushes = {state: tuple((callee, () if returns_only[cont] else (cont,)) for callee, cont in moves)
-                        for state, moves in self._calls.items()}  # fmt: skip
+        self._pushes = {state: tuple(moves) for state, moves in pushes.items()}
         """`_calls` as stack pushes: a continuation that can only return (a call in tail position: ``a (?&=b)``)
         is not pushed, so a chain of tail calls (optional members, counted characters) keeps its stack flat; its
         bound is 0 and it would pop at once. Never the start rule's: its end is the document's."""
+        self._symbol_hop = np.where((self._hop_kind == _HOP_SYMBOL) & (self._dist > 0), self._hop_a,
+                                    -1).astype(np.int32)  # fmt: skip
+        """The symbol hop alone (-1 where the completion calls or the rule may end): what `state_bound` follows."""
 
     def stored(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """(header, arrays): everything compiling the rules produced, for the disk cache (`_adopt` reads it)."""
@@ -298,8 +303,9 @@ class PushdownGrammar:
         return header, {name: np.ascontiguousarray(array, dtype=dtypes.get(name, np.int32))
                         for name, array in arrays.items()}  # fmt: skip
 
-    def _adopt(self, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
-        """Take a stored compilation after checking it is this grammar's and that every index is in range."""
+    def _adopt(self, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Take a stored compilation after checking it is this grammar's and that every index is in range; the
+        table by symbol."""
         def fail(what: str) -> NoReturn:
             raise ValueError(f"stored rule set: {what}")
 
@@ -338,15 +344,21 @@ class PushdownGrammar:
             fail("rule starts out of range")
         self.n_states, self.special_names, self._width = n, tuple(names), width
         self._start_rule, self._starts = header["start_rule"], dict(starts)
-        self._symbol_class, self._table = symbol_class, table
+        self._symbol_class = symbol_class
         self._by_class = np.ascontiguousarray(table[:, first_symbols])  # the crc vouches for equal class columns
         self._rule_accept = arrays["rule_accept"].astype(bool)
         self._top_accept = arrays["top_accept"].astype(bool)
         self._call_moves = moves
         self._dist, self._hop_kind, self._hop_a, self._hop_b = arrays["dist"], kind, hop_a, hop_b
         self._reach = arrays["reach"]
-        self._link_calls()
-        self._link_hops()
+        self._boundary = self._boundary_of(moves[0])
+        self._link_moves()
+        return table
+
+    @functools.cached_property
+    def _table(self) -> np.ndarray:
+        """int32 [n_states, width]: the rules' table by symbol (the inside DFA's, expanded on first use)."""
+        return self._index.dfa.transitions
 
     def _refuse_left_recursion(self) -> None:
         """A rule that can reach a call of itself without consuming a byte would push forever."""

@@ -359,3 +359,28 @@ def test_expand_runs_decodes_exactly_what_np_repeat_would_and_refuses_anything_o
     assert _kernel.expand_runs(values, lengths, DEAD, 8, out) is valid
     if valid:
         np.testing.assert_array_equal(out, np.repeat(values, lengths))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 6),
+    st.integers(1, 5),
+    st.lists(st.integers(-1, 5), max_size=40),
+    st.integers(-1, 1),
+    st.randoms(use_true_random=False),
+)
+def test_expand_classes_equals_take_along_symbols_and_refuses_a_class_or_shape_out_of_range(
+        states, classes, symbol_class, slack, rng):
+    """A DFA's table by symbol, expanded from its class form: exactly numpy's take along axis 1, or a ValueError
+    with ``out`` untouched when a symbol's class is not a column or ``out`` has the wrong size."""
+    table = np.asarray([[rng.randrange(-1, 9) for _ in range(classes)] for _ in range(states)],
+                       dtype=np.int32).reshape(states, classes)
+    sc = np.asarray(symbol_class, dtype=np.int32)
+    out = np.full(max(0, states * len(sc) + slack * bool(states)), 77, dtype=np.int32)
+    if np.all((sc >= 0) & (sc < classes)) and out.size == states * len(sc):
+        _kernel.expand_classes(table, sc, out)
+        np.testing.assert_array_equal(out.reshape(states, len(sc)), np.take(table, sc, axis=1))
+    else:
+        with pytest.raises(ValueError, match="expand_classes"):
+            _kernel.expand_classes(table, sc, out)
+        assert np.all(out == 77)
