@@ -18,6 +18,8 @@
  *   apply_allowed / apply_disallowed / apply_bytemask   write -inf into float32 logits, in place.
  *   expand_runs  checks and decodes a run-length table read from the grammar cache, in one pass.
  *   expand_classes   a DFA's table by symbol from its class form (take along axis 1, at memory speed).
+ *   row_classes  equal rows share a class, numbered by first appearance (symbol classes, hashed).
+ *   predecessors  a table's reverse edges (CSR), built once for the two graph searches below.
  *   shortest_completions / bytes_to_boundary   the rule-table graph searches a pushdown grammar is
  *                laid out with (Dijkstra over symbols and calls; backward BFS to call/return states).
  *
@@ -1373,6 +1375,77 @@ expand_classes(PyObject *self, PyObject *args)
 }
 
 
+PyDoc_STRVAR(row_classes_doc,
+"row_classes(rows, width) -> (class_of, first)\n\n"
+"Equal rows of an int32 [n, width] array share a class, numbered in order of first appearance: two bytes\n"
+"objects of int32, the class of each row [n] and each class's first row [classes]. How symbols are grouped\n"
+"into classes (a row is a symbol's column, or its class in each rule): one hashed pass, where sorting the rows\n"
+"as opaque keys cost most of a small grammar's class step.");
+
+static PyObject *
+row_classes(PyObject *self, PyObject *args)
+{
+    PyObject *o[1];
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "On", &o[0], &width)) return NULL;
+    Py_buffer b[1];
+    const Py_ssize_t sizes[1] = {4};
+    const int wr[1] = {0};
+    const char *names[1] = {"rows"};
+    if (get_bufs(o, b, 1, sizes, wr, names) < 0) return NULL;
+    const int32_t *R = (const int32_t *)b[0].buf;
+    Py_ssize_t n = width > 0 ? n_items(&b[0]) / width : 0;
+    if (width < 1 || n_items(&b[0]) != n * width || n >= INT32_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "row_classes: rows is not [n, width]");
+        release_bufs(b, 1);
+        return NULL;
+    }
+    size_t slots = 2;
+    while (slots < 2 * (size_t)n) slots <<= 1;
+    int32_t *slot = (int32_t *)malloc(sizeof(int32_t) * slots);  /* a class (its first row) or -1 */
+    int32_t *class_of = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    int32_t *first = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    PyObject *result = NULL;
+    if (!slot || !class_of || !first) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(slot, 0xff, sizeof(int32_t) * slots);
+    int32_t classes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int32_t *row = R + i * width;
+        uint64_t h = 1469598103934665603ULL;  /* FNV-1a over the row's words */
+        for (Py_ssize_t j = 0; j < width; j++) h = (h ^ (uint32_t)row[j]) * 1099511628211ULL;
+        size_t at = (size_t)(h ^ (h >> 29)) & (slots - 1);
+        while (slot[at] >= 0 && memcmp(R + (Py_ssize_t)first[slot[at]] * width, row, sizeof(int32_t) * width)) {
+            at = (at + 1) & (slots - 1);
+        }
+        if (slot[at] < 0) {
+            slot[at] = classes;
+            first[classes++] = (int32_t)i;
+        }
+        class_of[i] = slot[at];
+    }
+    result = Py_BuildValue("y#y#", (const char *)class_of, (Py_ssize_t)sizeof(int32_t) * n, (const char *)first,
+                           (Py_ssize_t)sizeof(int32_t) * classes);
+done:
+    free(slot);
+    free(class_of);
+    free(first);
+    release_bufs(b, 1);
+    return result;
+}
+
+/* Whether any of `count` table entries is outside [DEAD, n): one branch-free pass, which the compiler vectorizes
+ * (a loop that stops at the first bad entry would not be). */
+static int
+table_out_of_range(const int32_t *T, Py_ssize_t count, Py_ssize_t n)
+{
+    int bad = 0;
+    for (Py_ssize_t k = 0; k < count; k++) bad |= (T[k] >= n) | (T[k] < DEAD);
+    return bad;
+}
+
 /* The distinct predecessors of every state (CSR: into[start[t] .. start[t+1]) are the sources s with an edge
  * s -> t on some symbol, each once, ascending). Returns 0, or -1 with MemoryError set. */
 static int
@@ -1415,6 +1488,52 @@ fail:
     free(into);
     PyErr_NoMemory();
     return -1;
+}
+
+/* Whether (start, into) is not the CSR of a graph over n states: start[0 .. n] from 0, never decreasing, ending
+ * at `edges`; every entry of into a state. */
+static int
+csr_out_of_range(const int32_t *start, Py_ssize_t n_start, const int32_t *into, Py_ssize_t edges, Py_ssize_t n)
+{
+    if (n_start != n + 1 || start[0] != 0 || start[n] != edges) return 1;
+    int bad = 0;
+    for (Py_ssize_t t = 0; t < n; t++) bad |= start[t + 1] < start[t];
+    for (Py_ssize_t k = 0; k < edges; k++) bad |= (into[k] < 0) | (into[k] >= n);
+    return bad;
+}
+
+PyDoc_STRVAR(predecessors_doc,
+"predecessors(transitions, width) -> (start, into)\n\n"
+"The distinct predecessors of every state of a table (int32 [n, width], entries in [-1, n); ValueError\n"
+"otherwise) as CSR, two bytes objects of int32: into[start[t] .. start[t+1]) are the sources s with an edge\n"
+"s -> t on some symbol, each once, ascending. What shortest_completions and bytes_to_boundary search: built\n"
+"once for both (most of their cost was scanning the table for it).");
+
+static PyObject *
+predecessors(PyObject *self, PyObject *args)
+{
+    PyObject *o[1];
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "On", &o[0], &width)) return NULL;
+    Py_buffer b[1];
+    const Py_ssize_t sizes[1] = {4};
+    const int wr[1] = {0};
+    const char *names[1] = {"transitions"};
+    if (get_bufs(o, b, 1, sizes, wr, names) < 0) return NULL;
+    const int32_t *T = (const int32_t *)b[0].buf;
+    Py_ssize_t n = width > 0 ? n_items(&b[0]) / width : 0;
+    PyObject *result = NULL;
+    int32_t *start = NULL, *into = NULL;
+    if (width < 1 || n_items(&b[0]) != n * width || n >= INT32_MAX || table_out_of_range(T, n * width, n)) {
+        PyErr_SetString(PyExc_ValueError, "predecessors: inconsistent array sizes or states");
+    } else if (reverse_edges(T, n, width, &start, &into) == 0) {
+        result = Py_BuildValue("y#y#", (const char *)start, (Py_ssize_t)sizeof(int32_t) * (n + 1),
+                               (const char *)into, (Py_ssize_t)sizeof(int32_t) * start[n]);
+    }
+    free(start);
+    free(into);
+    release_bufs(b, 1);
+    return result;
 }
 
 /* Group calls by one of their endpoints (CSR over states; entries are call indices, ascending). */
@@ -1505,57 +1624,54 @@ hop_before(int kind, int32_t a, int32_t b, int ok, int32_t oa, int32_t ob)
 }
 
 PyDoc_STRVAR(shortest_completions_doc,
-"shortest_completions(transitions, width, rule_accept, call_src, call_callee, call_cont, unreachable,\n"
+"shortest_completions(pred_start, pred, rule_accept, call_src, call_callee, call_cont, unreachable,\n"
 "                     dist, final, hop_kind, hop_a, hop_b)\n\n"
-"Shortest completion of every state of a rule table within its rule: Knuth's generalisation of Dijkstra,\n"
-"where a symbol edge weighs 1 and a call s -> (callee, cont) weighs dist[callee] + dist[cont]. Accepting\n"
-"states (rule_accept uint8[n]) are at 0. Outputs, each [n]: dist int64 (`unreachable` where no completion),\n"
-"final uint8 (1 where finished), hop_kind uint8 (0 none, 1 symbol: hop_a = the target state, 2 call: hop_a =\n"
-"callee, hop_b = continuation), hop_a / hop_b int32. Among equal distances the canonical hop wins (a call\n"
-"before a symbol, then the smaller target / (callee, continuation)); states are finished in (dist, state)\n"
-"order, so the result is deterministic.");
+"Shortest completion of every state of a rule table (given as its `predecessors`; n = len(rule_accept)) within\n"
+"its rule: Knuth's generalisation of Dijkstra, where a symbol edge weighs 1 and a call s -> (callee, cont)\n"
+"weighs dist[callee] + dist[cont]. Accepting states (rule_accept uint8[n]) are at 0. Outputs, each [n]: dist\n"
+"int64 (`unreachable` where no completion), final uint8 (1 where finished), hop_kind uint8 (0 none, 1 symbol:\n"
+"hop_a = the target state, 2 call: hop_a = callee, hop_b = continuation), hop_a / hop_b int32. Among equal\n"
+"distances the canonical hop wins (a call before a symbol, then the smaller target / (callee, continuation));\n"
+"states are finished in (dist, state) order, so the result is deterministic.");
 
 static PyObject *
 shortest_completions(PyObject *self, PyObject *args)
 {
     PyObject *o[11];
-    Py_ssize_t width;
     long long unreachable;
-    if (!PyArg_ParseTuple(args, "OnOOOOLOOOOO", &o[0], &width, &o[1], &o[2], &o[3], &o[4], &unreachable, &o[5],
-                          &o[6], &o[7], &o[8], &o[9])) {
+    if (!PyArg_ParseTuple(args, "OOOOOOLOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &unreachable, &o[6],
+                          &o[7], &o[8], &o[9], &o[10])) {
         return NULL;
     }
-    Py_buffer b[10];
-    const Py_ssize_t sizes[10] = {4, 1, 4, 4, 4, 8, 1, 1, 4, 4};
-    const int wr[10] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
-    const char *names[10] = {"transitions", "rule_accept", "call_src", "call_callee", "call_cont", "dist", "final",
-                             "hop_kind", "hop_a", "hop_b"};
-    if (get_bufs(o, b, 10, sizes, wr, names) < 0) return NULL;
+    Py_buffer b[11];
+    const Py_ssize_t sizes[11] = {4, 4, 1, 4, 4, 4, 8, 1, 1, 4, 4};
+    const int wr[11] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+    const char *names[11] = {"pred_start", "pred", "rule_accept", "call_src", "call_callee", "call_cont", "dist",
+                             "final", "hop_kind", "hop_a", "hop_b"};
+    if (get_bufs(o, b, 11, sizes, wr, names) < 0) return NULL;
     PyObject *result = NULL;
-    int32_t *rev_start = NULL, *rev = NULL, *callee_start = NULL, *by_callee = NULL, *cont_start = NULL,
-            *by_cont = NULL;
+    int32_t *callee_start = NULL, *by_callee = NULL, *cont_start = NULL, *by_cont = NULL;
     heap h = {NULL, 0, 0};
-    Py_ssize_t n = width > 0 ? n_items(&b[0]) / width : 0, m = n_items(&b[2]);
-    int bad = width < 1 || n_items(&b[0]) != n * width || n_items(&b[1]) != n || n_items(&b[3]) != m ||
-              n_items(&b[4]) != m;
-    for (int k = 5; k < 10; k++) bad = bad || n_items(&b[k]) != n;
-    const int32_t *T = (const int32_t *)b[0].buf, *csrc = (const int32_t *)b[2].buf,
-                  *ccallee = (const int32_t *)b[3].buf, *ccont = (const int32_t *)b[4].buf;
+    Py_ssize_t n = n_items(&b[2]), m = n_items(&b[3]);
+    const int32_t *rev_start = (const int32_t *)b[0].buf, *rev = (const int32_t *)b[1].buf,
+                  *csrc = (const int32_t *)b[3].buf, *ccallee = (const int32_t *)b[4].buf,
+                  *ccont = (const int32_t *)b[5].buf;
+    int bad = n >= INT32_MAX || n_items(&b[4]) != m || n_items(&b[5]) != m ||
+              csr_out_of_range(rev_start, n_items(&b[0]), rev, n_items(&b[1]), n);
+    for (int k = 6; k < 11; k++) bad = bad || n_items(&b[k]) != n;
     for (Py_ssize_t k = 0; !bad && k < m; k++) {
         bad = csrc[k] < 0 || csrc[k] >= n || ccallee[k] < 0 || ccallee[k] >= n || ccont[k] < 0 || ccont[k] >= n;
     }
-    for (Py_ssize_t k = 0; !bad && k < n * width; k++) bad = T[k] >= n || T[k] < DEAD;
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "shortest_completions: inconsistent array sizes or states");
         goto done;
     }
-    if (reverse_edges(T, n, width, &rev_start, &rev) < 0) goto done;
     if (!(by_callee = calls_by(ccallee, m, n, &callee_start))) goto done;
     if (!(by_cont = calls_by(ccont, m, n, &cont_start))) goto done;
-    const uint8_t *accept = (const uint8_t *)b[1].buf;
-    int64_t *dist = (int64_t *)b[5].buf;
-    uint8_t *final = (uint8_t *)b[6].buf, *kind = (uint8_t *)b[7].buf;
-    int32_t *ha = (int32_t *)b[8].buf, *hb = (int32_t *)b[9].buf;
+    const uint8_t *accept = (const uint8_t *)b[2].buf;
+    int64_t *dist = (int64_t *)b[6].buf;
+    uint8_t *final = (uint8_t *)b[7].buf, *kind = (uint8_t *)b[8].buf;
+    int32_t *ha = (int32_t *)b[9].buf, *hb = (int32_t *)b[10].buf;
     for (Py_ssize_t s = 0; s < n; s++) {
         dist[s] = accept[s] ? 0 : (int64_t)unreachable;
         final[s] = 0;
@@ -1602,51 +1718,46 @@ oom:
     PyErr_NoMemory();
 done:
     free(h.items);
-    free(rev_start);
-    free(rev);
     free(callee_start);
     free(by_callee);
     free(cont_start);
     free(by_cont);
-    release_bufs(b, 10);
+    release_bufs(b, 11);
     return result;
 }
 
 PyDoc_STRVAR(bytes_to_boundary_doc,
-"bytes_to_boundary(transitions, width, boundary, cap, reach)\n\n"
+"bytes_to_boundary(pred_start, pred, boundary, cap, reach)\n\n"
 "Fewest symbols from every state to a boundary state (boundary uint8[n] non-zero), by a backward\n"
-"breadth-first search over the table's edges; reach int32[n] is filled, `cap` where it is cap or more.");
+"breadth-first search over a table's `predecessors`; reach int32[n] is filled, `cap` where it is cap or more.");
 
 static PyObject *
 bytes_to_boundary(PyObject *self, PyObject *args)
 {
-    PyObject *o[3];
-    Py_ssize_t width, cap;
-    if (!PyArg_ParseTuple(args, "OnOnO", &o[0], &width, &o[1], &cap, &o[2])) return NULL;
-    Py_buffer b[3];
-    const Py_ssize_t sizes[3] = {4, 1, 4};
-    const int wr[3] = {0, 0, 1};
-    const char *names[3] = {"transitions", "boundary", "reach"};
-    if (get_bufs(o, b, 3, sizes, wr, names) < 0) return NULL;
+    PyObject *o[4];
+    Py_ssize_t cap;
+    if (!PyArg_ParseTuple(args, "OOOnO", &o[0], &o[1], &o[2], &cap, &o[3])) return NULL;
+    Py_buffer b[4];
+    const Py_ssize_t sizes[4] = {4, 4, 1, 4};
+    const int wr[4] = {0, 0, 0, 1};
+    const char *names[4] = {"pred_start", "pred", "boundary", "reach"};
+    if (get_bufs(o, b, 4, sizes, wr, names) < 0) return NULL;
     PyObject *result = NULL;
-    int32_t *rev_start = NULL, *rev = NULL, *queue = NULL;
-    Py_ssize_t n = width > 0 ? n_items(&b[0]) / width : 0;
-    const int32_t *T = (const int32_t *)b[0].buf;
-    int bad = width < 1 || n_items(&b[0]) != n * width || n_items(&b[1]) != n || n_items(&b[2]) != n || cap < 0 ||
-              cap > INT32_MAX;
-    for (Py_ssize_t k = 0; !bad && k < n * width; k++) bad = T[k] >= n || T[k] < DEAD;
-    if (bad) {
+    int32_t *queue = NULL;
+    Py_ssize_t n = n_items(&b[2]);
+    const int32_t *rev_start = (const int32_t *)b[0].buf, *rev = (const int32_t *)b[1].buf;
+    if (n >= INT32_MAX || n_items(&b[3]) != n || cap < 0 || cap > INT32_MAX ||
+        csr_out_of_range(rev_start, n_items(&b[0]), rev, n_items(&b[1]), n)) {
         PyErr_SetString(PyExc_ValueError, "bytes_to_boundary: inconsistent array sizes or states");
         goto done;
     }
-    if (reverse_edges(T, n, width, &rev_start, &rev) < 0) goto done;
     queue = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
     if (!queue) {
         PyErr_NoMemory();
         goto done;
     }
-    const uint8_t *boundary = (const uint8_t *)b[1].buf;
-    int32_t *reach = (int32_t *)b[2].buf;
+    const uint8_t *boundary = (const uint8_t *)b[2].buf;
+    int32_t *reach = (int32_t *)b[3].buf;
     Py_ssize_t head = 0, tail = 0;
     for (Py_ssize_t s = 0; s < n; s++) {
         reach[s] = boundary[s] ? 0 : (int32_t)cap;
@@ -1667,10 +1778,8 @@ bytes_to_boundary(PyObject *self, PyObject *args)
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    free(rev_start);
-    free(rev);
     free(queue);
-    release_bufs(b, 3);
+    release_bufs(b, 4);
     return result;
 }
 
@@ -1858,6 +1967,8 @@ static PyMethodDef kernel_methods[] = {
     {"apply_bytemask", apply_bytemask, METH_VARARGS, apply_bytemask_doc},
     {"expand_runs", expand_runs, METH_VARARGS, expand_runs_doc},
     {"expand_classes", expand_classes, METH_VARARGS, expand_classes_doc},
+    {"row_classes", row_classes, METH_VARARGS, row_classes_doc},
+    {"predecessors", predecessors, METH_VARARGS, predecessors_doc},
     {"shortest_completions", shortest_completions, METH_VARARGS, shortest_completions_doc},
     {"bytes_to_boundary", bytes_to_boundary, METH_VARARGS, bytes_to_boundary_doc},
     {NULL, NULL, 0, NULL},

@@ -245,20 +245,15 @@ def symbol_classes(transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     tables give equal forms. The native compiler returns the same form (``symbol_classes`` in _fsm.c) from the
     classes it already has; this is the definition, for tables built elsewhere.
     """
-    columns = np.ascontiguousarray(transitions.T, dtype=np.int32)
-    keys = columns.view(np.dtype((np.void, columns.shape[1] * 4))).reshape(-1)  # one opaque key per column
-    class_of, first = _classes_by_first(keys)
+    class_of, first = classes_of_rows(np.ascontiguousarray(transitions.T, dtype=np.int32))
     return class_of, np.ascontiguousarray(transitions[:, first], dtype=np.int32)
 
 
-def _classes_by_first(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Equal keys share a class, numbered in order of first appearance: (int32 class of each key, the index of
-    each class's first key)."""
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.shape[0])
-    return rank[inverse.reshape(-1)].astype(np.int32), first[order]
+def classes_of_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Equal rows of an int32 [n, width] array share a class, numbered in order of first appearance: (int32
+    class of each row, the index of each class's first row). Kernel `row_classes`."""
+    class_of, first = _kernel.row_classes(rows, rows.shape[1])
+    return np.frombuffer(class_of, dtype=np.int32), np.frombuffer(first, dtype=np.int32)
 
 
 def next_hop(dfa: DFA) -> np.ndarray:
@@ -925,8 +920,8 @@ def _product(a: DFA, b: DFA, *, complement_b: bool, max_states: int) -> DFA | No
     """Reachable pairs of the product, level by level over the joint byte classes; then trim, minimize, order."""
     if a.special_names or b.special_names:
         raise ValueError("language operations take byte automata (no special-token symbols)")
-    joint = a.symbol_classes[:256].astype(np.int64) * (b.class_table.shape[1] + 1) + b.symbol_classes[:256]
-    class_of_byte, first = _classes_by_first(joint)  # joint classes numbered by their first byte
+    joint = np.ascontiguousarray(np.stack([a.symbol_classes[:256], b.symbol_classes[:256]], axis=1), dtype=np.int32)
+    class_of_byte, first = classes_of_rows(joint)  # joint classes numbered by their first byte
     table_a = a.class_table[:, a.symbol_classes[first]]
     table_b = b.class_table[:, b.symbol_classes[first]]
     accept_b = b.accepting

@@ -187,8 +187,7 @@ class PushdownGrammar:
             total += dfa.n_states
         self.n_states = total
         """States of all rules together."""
-        self._symbol_class, rule_classes = _combined_classes(dfas.values(), specials, self._width)
-        first_symbols = np.unique(self._symbol_class, return_index=True)[1].astype(np.int32)
+        self._symbol_class, first_symbols, rule_classes = _combined_classes(dfas.values(), specials, self._width)
         by_class = np.empty((total, first_symbols.shape[0]), dtype=np.int32)
         rule_accept = np.zeros(total, dtype=bool)
         call_src: list[np.ndarray] = []
@@ -232,8 +231,10 @@ class PushdownGrammar:
         hop_kind = np.empty(n, dtype=np.uint8)
         hop_a = np.empty(n, dtype=np.int32)
         hop_b = np.empty(n, dtype=np.int32)
-        _kernel.shortest_completions(by_class, by_class.shape[1], self._rule_accept.astype(np.uint8), call_src,
-                                     call_callee, call_cont, UNREACHABLE, dist, final, hop_kind, hop_a, hop_b)  # fmt: skip
+        predecessors = [np.frombuffer(part, dtype=np.int32) for part in _kernel.predecessors(by_class,
+                                                                                             by_class.shape[1])]
+        _kernel.shortest_completions(*predecessors, self._rule_accept.astype(np.uint8), call_src, call_callee,
+                                     call_cont, UNREACHABLE, dist, final, hop_kind, hop_a, hop_b)  # fmt: skip
         by_symbol = np.flatnonzero(hop_kind == _HOP_SYMBOL)
         if by_symbol.shape[0]:  # the smallest symbol into the chosen target (canonical), all states at once: the
             # first class into it (classes are numbered by their first symbol), then that class's first symbol
@@ -248,7 +249,7 @@ class PushdownGrammar:
         """Every call move kept (call states, callees' starts, continuations): what `_link_moves` reads."""
         self._boundary = self._boundary_of(self._call_moves[0])
         self._reach = np.empty(n, dtype=np.int32)  # before the cut: reach errs low, safely
-        _kernel.bytes_to_boundary(by_class, by_class.shape[1], self._boundary, _REACH_CAP, self._reach)
+        _kernel.bytes_to_boundary(*predecessors, self._boundary, _REACH_CAP, self._reach)
         if not finished.all():
             by_class[~finished] = DEAD
             by_class[~finished[by_class] & (by_class != DEAD)] = DEAD  # DEAD (-1) indexes the last state: masked
@@ -655,22 +656,33 @@ class PushdownGrammar:
 
 
 def _combined_classes(dfas: Iterable[fsm.DFA], specials: Mapping[str, int], width: int
-                      ) -> tuple[np.ndarray, np.ndarray]:
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The symbol classes of the rules' table laid side by side, from each rule's own classes: two symbols have
     equal columns there exactly when they do in every rule (a symbol a rule lacks is its all-dead column).
-    Numbered in order of first symbol; no column of the big table is compared. Also each rule's own class of
-    every symbol ([width, rules]; -1 where the rule has no such column: dead)."""
+    Numbered in order of first symbol; no column of the big table is compared. Returns the class of each symbol,
+    each class's first symbol, and each rule's own class of every symbol ([width, rules]; the rule's dead class,
+    or -1 where it has none, for a symbol it lacks)."""
     keys = []
     for dfa in dfas:
-        dead = np.flatnonzero((dfa.class_table == DEAD).all(axis=0))
-        ids = np.full(width, dead[0] if dead.shape[0] else -1, dtype=np.int32)
+        ids = np.full(width, _dead_class(dfa), dtype=np.int32)
         ids[:256] = dfa.symbol_classes[:256]
         for k, name in enumerate(dfa.special_names):
             if not name.startswith(CALL_PREFIX):  # calls live in the side table: their columns are not in it
                 ids[256 + specials[name]] = dfa.symbol_classes[256 + k]
         keys.append(ids)
     matrix = np.ascontiguousarray(np.stack(keys, axis=1))  # [width, rules]
-    return fsm._classes_by_first(matrix.view(np.dtype((np.void, matrix.shape[1] * 4))).reshape(-1))[0], matrix
+    class_of, first = fsm.classes_of_rows(matrix)
+    return class_of, first, matrix
+
+
+def _dead_class(dfa: fsm.DFA) -> int:
+    """The class whose column is dead in every state, or -1 if none. Byte 0xFF never occurs in UTF-8, so its
+    class is tried first: one column read, not the whole table (classes are canonical: at most one is dead)."""
+    guess = int(dfa.symbol_classes[0xFF])
+    if (dfa.class_table[:, guess] == DEAD).all():
+        return guess
+    dead = np.flatnonzero((dfa.class_table == DEAD).all(axis=0))
+    return int(dead[0]) if dead.shape[0] else -1
 
 
 @functools.lru_cache(maxsize=8)

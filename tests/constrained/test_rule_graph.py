@@ -1,18 +1,22 @@
-"""The rule-table graph kernels (`_kernel.shortest_completions`, `_kernel.bytes_to_boundary`) agree with plain
-Python definitions of the same searches, on random rule tables and on the tables of real schema grammars; the
-symbol classes a pushdown table gets from its rules' classes are the table's own."""
+"""The rule-table kernels (`_kernel.row_classes`, `_kernel.predecessors`, `_kernel.shortest_completions`,
+`_kernel.bytes_to_boundary`) agree with plain Python definitions of the same classes, graph and searches, on
+random arrays and rule tables and on the tables of real schema grammars; the symbol classes a pushdown table gets
+from its rules' classes are the table's own."""
 
 from __future__ import annotations
 
 import heapq
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from constrained import _kernel, fsm
-from constrained.index import UNREACHABLE
+from constrained.fsm import DEAD
 from constrained.grammar import compile_rules
+from constrained.index import UNREACHABLE
+from constrained.pushdown import _dead_class
 from constrained.schema import schema_to_rules
 
 from .test_pushdown import JSON_RULES, TREE
@@ -74,13 +78,17 @@ def _reach_reference(table: np.ndarray, boundary: np.ndarray, cap: int) -> list[
     return reach
 
 
+def _predecessors(table: np.ndarray) -> list[np.ndarray]:
+    return [np.frombuffer(part, dtype=np.int32)
+            for part in _kernel.predecessors(np.ascontiguousarray(table, dtype=np.int32), table.shape[1])]
+
+
 def _kernel_shortest(table, accept, calls):
     n, width = table.shape
     columns = [np.asarray(c, dtype=np.int32) for c in zip(*calls)] if calls else [np.zeros(0, dtype=np.int32)] * 3
     out = (np.empty(n, np.int64), np.empty(n, np.uint8), np.empty(n, np.uint8), np.empty(n, np.int32),
            np.empty(n, np.int32))  # fmt: skip
-    _kernel.shortest_completions(np.ascontiguousarray(table, dtype=np.int32), width, accept.astype(np.uint8),
-                                 *columns, UNREACHABLE, *out)  # fmt: skip
+    _kernel.shortest_completions(*_predecessors(table), accept.astype(np.uint8), *columns, UNREACHABLE, *out)
     return tuple(x.tolist() for x in out)
 
 
@@ -104,11 +112,79 @@ def test_shortest_completions_match_the_reference(case):
 
 
 @settings(max_examples=300, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda width: st.lists(st.lists(st.integers(-2, 2), min_size=width,
+                                                                 max_size=width), max_size=40).map(
+    lambda rows: np.asarray(rows, dtype=np.int32).reshape(len(rows), width))))
+def test_row_classes_number_equal_rows_alike_in_order_of_first_appearance(matrix):
+    classes: dict[tuple[int, ...], int] = {}
+    expected = [classes.setdefault(tuple(row), len(classes)) for row in matrix.tolist()]
+    class_of, first = fsm.classes_of_rows(matrix)
+    assert class_of.tolist() == expected
+    assert first.tolist() == [expected.index(c) for c in range(len(classes))]
+
+
+def test_row_classes_refuses_rows_that_are_not_a_matrix():
+    for rows, width in ((np.zeros(5, np.int32), 2), (np.zeros(4, np.int32), 0)):
+        with pytest.raises(ValueError, match="row_classes"):
+            _kernel.row_classes(rows, width)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda n: st.lists(
+    st.dictionaries(st.sampled_from([0, 1, 0x41, 0xC0, 0xFE, 0xFF]), st.integers(0, n - 1), max_size=6),
+    min_size=n, max_size=n)), st.booleans())
+def test_a_rules_dead_class_is_the_class_of_its_all_dead_columns(live, every_byte):
+    """The 0xFF shortcut and its fallback: 0xFF live or dead, some other dead column or none."""
+    n = len(live)
+    table = np.full((n, 256), DEAD, dtype=np.int32)
+    for state, moves in enumerate(live):
+        if every_byte:
+            table[state, :] = 0
+        for byte, target in moves.items():
+            table[state, byte] = target
+    dfa = fsm.DFA.from_table(table, accepting=np.ones(n, dtype=bool), distance=np.zeros(n, dtype=np.int64),
+                             special_names=())  # fmt: skip
+    dead = [dfa.symbol_classes[b] for b in range(256) if (table[:, b] == DEAD).all()]
+    assert _dead_class(dfa) == (dead[0] if dead else -1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rule_tables())
+def test_predecessors_are_each_states_distinct_sources_ascending(case):
+    table = case[0]
+    start, into = _predecessors(table)
+    n = table.shape[0]
+    assert start[0] == 0 and start[-1] == into.shape[0] and start.shape[0] == n + 1
+    for t in range(n):
+        assert into[start[t]:start[t + 1]].tolist() == sorted({s for s in range(n) if (table[s] == t).any()})
+
+
+def test_the_graph_kernels_refuse_a_table_or_graph_they_could_not_trust():
+    table = np.asarray([[1, -1], [0, 1]], dtype=np.int32)
+    for bad in (np.asarray([[2, -1], [0, 1]], dtype=np.int32), np.asarray([[-2, -1], [0, 1]], dtype=np.int32)):
+        with pytest.raises(ValueError, match="predecessors"):
+            _kernel.predecessors(bad, 2)
+    start, into = _predecessors(table)
+    accept, reach = np.ones(2, dtype=np.uint8), np.empty(2, dtype=np.int32)
+    none = np.zeros(0, dtype=np.int32)
+    outs = (np.empty(2, np.int64), np.empty(2, np.uint8), np.empty(2, np.uint8), np.empty(2, np.int32),
+            np.empty(2, np.int32))  # fmt: skip
+    forged = [(start, np.asarray([0, 2, 1], dtype=np.int32)),  # a source past the last state
+              (np.asarray([0, 2, 1], dtype=np.int32), into),  # start decreasing
+              (start[:-1], into)]  # one start short
+    for pred in forged:
+        with pytest.raises(ValueError, match="bytes_to_boundary"):
+            _kernel.bytes_to_boundary(*pred, accept, 3, reach)
+        with pytest.raises(ValueError, match="shortest_completions"):
+            _kernel.shortest_completions(*pred, accept, none, none, none, UNREACHABLE, *outs)
+
+
+@settings(max_examples=300, deadline=None)
 @given(rule_tables(), st.integers(0, 6))
 def test_bytes_to_boundary_match_the_reference(case, cap):
     table, accept, _ = case
     reach = np.empty(table.shape[0], dtype=np.int32)
-    _kernel.bytes_to_boundary(table, table.shape[1], accept.astype(np.uint8), cap, reach)
+    _kernel.bytes_to_boundary(*_predecessors(table), accept.astype(np.uint8), cap, reach)
     assert reach.tolist() == _reach_reference(table, accept, cap)
 
 
