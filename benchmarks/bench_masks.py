@@ -815,7 +815,7 @@ def target_checks(report: MaskBenchReport) -> list[str]:
             f"({format_seconds(mine.mask_p99_s)} vs {format_seconds(theirs.mask_p99_s)} {where})"
         )
         lines.append(
-            f"- ours compile p50 within 10x of llguidance: {_yes(mine.compile_p50_s <= 10 * theirs.compile_p50_s)} "
+            f"- ours compile p50 within 3x of llguidance: {_yes(mine.compile_p50_s <= 3 * theirs.compile_p50_s)} "
             f"({format_seconds(mine.compile_p50_s)} vs {format_seconds(theirs.compile_p50_s)}, "
             f"{mine.compile_p50_s / theirs.compile_p50_s:.1f}x, {where})"
         )
@@ -835,8 +835,9 @@ def target_checks(report: MaskBenchReport) -> list[str]:
             )
     lines.append(f"- ours accepts no invalid instance: {_yes(ours.invalid_accepted == 0)} ({ours.invalid_accepted})")
     lines.append(
-        f"- ours accepts every valid instance it compiled: {_yes(ours.valid_accepted == ours.valid_total)} "
-        f"({ours.valid_accepted}/{ours.valid_total})"
+        f"- ours accepts ≥ 99 % of the valid instances it compiled: "
+        f"{_yes(ours.valid_accepted >= 0.99 * ours.valid_total)} ({ours.valid_accepted}/{ours.valid_total}, "
+        f"{100 * ours.valid_accepted / max(ours.valid_total, 1):.1f} %)"
     )
     if ours.warm_disk_ratio_p50 is not None:
         lines.append(

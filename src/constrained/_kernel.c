@@ -1375,6 +1375,25 @@ expand_classes(PyObject *self, PyObject *args)
 }
 
 
+/* Parse (array, width) into a read-only int32 buffer of n rows of `width`; ValueError "<kernel>: <name> is not
+ * [n, width]" (or the buffer's own error) otherwise. Returns 0, or -1 with the buffer released. */
+static int
+get_rows(PyObject *args, const char *kernel, const char *name, Py_buffer *b, Py_ssize_t *n, Py_ssize_t *width)
+{
+    PyObject *o[1];
+    const Py_ssize_t sizes[1] = {4};
+    const int wr[1] = {0};
+    const char *names[1] = {name};
+    if (!PyArg_ParseTuple(args, "On", &o[0], width) || get_bufs(o, b, 1, sizes, wr, names) < 0) return -1;
+    *n = *width > 0 ? n_items(b) / *width : 0;
+    if (*width < 1 || n_items(b) != *n * *width || *n >= INT32_MAX / 2) {
+        PyErr_Format(PyExc_ValueError, "%s: %s is not [n, width]", kernel, name);
+        PyBuffer_Release(b);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(row_classes_doc,
 "row_classes(rows, width) -> (class_of, first)\n\n"
 "Equal rows of an int32 [n, width] array share a class, numbered in order of first appearance: two bytes\n"
@@ -1385,21 +1404,10 @@ PyDoc_STRVAR(row_classes_doc,
 static PyObject *
 row_classes(PyObject *self, PyObject *args)
 {
-    PyObject *o[1];
-    Py_ssize_t width;
-    if (!PyArg_ParseTuple(args, "On", &o[0], &width)) return NULL;
     Py_buffer b[1];
-    const Py_ssize_t sizes[1] = {4};
-    const int wr[1] = {0};
-    const char *names[1] = {"rows"};
-    if (get_bufs(o, b, 1, sizes, wr, names) < 0) return NULL;
+    Py_ssize_t n, width;
+    if (get_rows(args, "row_classes", "rows", &b[0], &n, &width) < 0) return NULL;
     const int32_t *R = (const int32_t *)b[0].buf;
-    Py_ssize_t n = width > 0 ? n_items(&b[0]) / width : 0;
-    if (width < 1 || n_items(&b[0]) != n * width || n >= INT32_MAX / 2) {
-        PyErr_SetString(PyExc_ValueError, "row_classes: rows is not [n, width]");
-        release_bufs(b, 1);
-        return NULL;
-    }
     size_t slots = 2;
     while (slots < 2 * (size_t)n) slots <<= 1;
     int32_t *slot = (int32_t *)malloc(sizeof(int32_t) * slots);  /* a class (its first row) or -1 */
@@ -1512,20 +1520,14 @@ PyDoc_STRVAR(predecessors_doc,
 static PyObject *
 predecessors(PyObject *self, PyObject *args)
 {
-    PyObject *o[1];
-    Py_ssize_t width;
-    if (!PyArg_ParseTuple(args, "On", &o[0], &width)) return NULL;
     Py_buffer b[1];
-    const Py_ssize_t sizes[1] = {4};
-    const int wr[1] = {0};
-    const char *names[1] = {"transitions"};
-    if (get_bufs(o, b, 1, sizes, wr, names) < 0) return NULL;
+    Py_ssize_t n, width;
+    if (get_rows(args, "predecessors", "transitions", &b[0], &n, &width) < 0) return NULL;
     const int32_t *T = (const int32_t *)b[0].buf;
-    Py_ssize_t n = width > 0 ? n_items(&b[0]) / width : 0;
     PyObject *result = NULL;
     int32_t *start = NULL, *into = NULL;
-    if (width < 1 || n_items(&b[0]) != n * width || n >= INT32_MAX || table_out_of_range(T, n * width, n)) {
-        PyErr_SetString(PyExc_ValueError, "predecessors: inconsistent array sizes or states");
+    if (table_out_of_range(T, n * width, n)) {
+        PyErr_SetString(PyExc_ValueError, "predecessors: a state out of range");
     } else if (reverse_edges(T, n, width, &start, &into) == 0) {
         result = Py_BuildValue("y#y#", (const char *)start, (Py_ssize_t)sizeof(int32_t) * (n + 1),
                                (const char *)into, (Py_ssize_t)sizeof(int32_t) * start[n]);
