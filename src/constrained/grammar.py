@@ -320,11 +320,15 @@ def cache_directory() -> Path | None:
 
 
 def clear_memory_cache() -> None:
-    """Forget every in-memory grammar, pushdown ones included (tests, benchmarks; the disk cache is untouched)."""
+    """Forget every in-memory grammar, pushdown ones included, and the schema compiler's memos (tests, benchmarks;
+    the disk cache is untouched)."""
+    from constrained import schema as schema_module
+
     _memory.clear()
     _rule_sets.clear()
     _schema_patterns.clear()
     _schema_rules.clear()
+    schema_module.clear_caches()
 
 
 # -- memory cache ---------------------------------------------------------------------------------------------------

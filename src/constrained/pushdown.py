@@ -196,19 +196,17 @@ class PushdownGrammar:
         self._starts = {name: offsets[name] + dfa.initial for name, dfa in dfas.items()}
         for r, (name, dfa) in enumerate(dfas.items()):  # each rule's few class columns, offset into place
             base, n = offsets[name], dfa.n_states
-            shifted = np.where(dfa.class_table >= 0, dfa.class_table + base, DEAD)
-            columns = rule_classes[first_symbols, r]
-            block = shifted[:, np.maximum(columns, 0)]
-            block[:, columns < 0] = DEAD
-            by_class[base:base + n] = block
+            class_table = np.ascontiguousarray(dfa.class_table, dtype=np.int32)
+            _kernel.place_rule(class_table, np.ascontiguousarray(rule_classes[first_symbols, r]), base,
+                               by_class[base:base + n])  # fmt: skip
             rule_accept[base:base + n] = dfa.accepting
             for k, symbol in enumerate(dfa.special_names):
                 if symbol.startswith(CALL_PREFIX):
-                    column = shifted[:, dfa.symbol_classes[256 + k]]
+                    column = class_table[:, dfa.symbol_classes[256 + k]]
                     live = np.flatnonzero(column >= 0)
                     call_src.append(live + base)
                     call_callee.append(np.full(live.shape[0], self._starts[symbol[1:]]))
-                    call_cont.append(column[live])
+                    call_cont.append(column[live] + base)
         none = np.zeros(0, dtype=np.int32)
         call_moves = tuple(np.concatenate([*part, none]).astype(np.int32)
                            for part in (call_src, call_callee, call_cont))  # fmt: skip

@@ -1,7 +1,7 @@
-"""The rule-table kernels (`_kernel.row_classes`, `_kernel.predecessors`, `_kernel.shortest_completions`,
-`_kernel.bytes_to_boundary`) agree with plain Python definitions of the same classes, graph and searches, on
-random arrays and rule tables and on the tables of real schema grammars; the symbol classes a pushdown table gets
-from its rules' classes are the table's own."""
+"""The rule-table kernels (`_kernel.place_rule`, `_kernel.row_classes`, `_kernel.predecessors`,
+`_kernel.shortest_completions`, `_kernel.bytes_to_boundary`) agree with plain Python definitions of the same
+blocks, classes, graph and searches, on random arrays and rule tables and on the tables of real schema grammars;
+the symbol classes a pushdown table gets from its rules' classes are the table's own."""
 
 from __future__ import annotations
 
@@ -127,6 +127,30 @@ def test_row_classes_refuses_rows_that_are_not_a_matrix():
     for rows, width in ((np.zeros(5, np.int32), 2), (np.zeros(4, np.int32), 0)):
         with pytest.raises(ValueError, match="row_classes"):
             _kernel.row_classes(rows, width)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_place_rule_is_the_rules_columns_offset_into_place(data):
+    n, c, base = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 4)), data.draw(st.integers(0, 1000))
+    table = np.asarray(data.draw(st.lists(st.lists(st.integers(-1, n - 1), min_size=c, max_size=c), min_size=n,
+                                          max_size=n)), dtype=np.int32)  # fmt: skip
+    chosen = np.asarray(data.draw(st.lists(st.integers(-1, c - 1), max_size=6)), dtype=np.int32)
+    shifted = np.where(table >= 0, table + base, DEAD)  # the definition: numpy's five steps
+    expected = shifted[:, np.maximum(chosen, 0)] if chosen.shape[0] else np.zeros((table.shape[0], 0), np.int32)
+    expected[:, chosen < 0] = DEAD
+    out = np.empty((table.shape[0], chosen.shape[0]), dtype=np.int32)
+    _kernel.place_rule(table, chosen, base, out)
+    assert out.tolist() == expected.tolist()
+
+
+def test_place_rule_refuses_a_column_or_state_out_of_range():
+    table, out = np.asarray([[1, -1], [0, 1]], dtype=np.int32), np.empty((2, 1), dtype=np.int32)
+    for bad_table, column in ((table, 2), (table, -2), (np.asarray([[2, -1], [0, 1]], dtype=np.int32), 0)):
+        with pytest.raises(ValueError, match="place_rule"):
+            _kernel.place_rule(bad_table, np.asarray([column], dtype=np.int32), 0, out)
+    with pytest.raises(ValueError, match="place_rule"):
+        _kernel.place_rule(table, np.asarray([0], dtype=np.int32), 2**31 - 2, out)  # states past int32
 
 
 @settings(max_examples=200, deadline=None)

@@ -908,7 +908,7 @@ _KEY_CHARS = st.sampled_from(["a", "b", "é", '"', "\\", "\n", "\x1f", "-", "]",
 def test_string_body_excluding_is_exactly_the_other_strings(names, others):
     """The key complement used for extra properties: a string's JSON spelling (short escapes, \\u00XX for the
     other controls, the spellings json.dumps picks) is in the language exactly when the string is not a name."""
-    dfa = compile_dfa('"' + schema_module._string_body_excluding(names) + '"')
+    dfa = compile_dfa('"' + schema_module._string_body_excluding(tuple(names)) + '"')
     automaton = compile_dfa('"' + schema_module._excluded_keys_automaton(tuple(names)) + '"')  # the finer rules'
     for text in names + others:
         spelled = json.dumps(text, ensure_ascii=False).encode("utf-8")

@@ -135,6 +135,13 @@ def test_walk_template_refuses_maps_states_and_buffers_out_of_range(llama3_vocab
     bad[0] = dfa.n_states  # a target past the last state
     with pytest.raises(ValueError, match="out of range"):
         shortcut.walk(table, 1, dataclasses.replace(plan, embedding=bad), trie, *out)
+    bad[0] = -1  # a template state mapped nowhere
+    with pytest.raises(ValueError, match="out of range"):
+        shortcut.walk(table, 1, dataclasses.replace(plan, embedding=bad), trie, *out)
+    template = plan.template.copy()
+    template[-1, 255] = -2  # the last entry of the last row: every one is checked
+    with pytest.raises(ValueError, match="out of range"):
+        shortcut.walk(table, 1, dataclasses.replace(plan, template=template), trie, *out)
     with pytest.raises(ValueError, match="sizes"):
         shortcut.walk(table, dfa.n_states, plan, trie, *out)  # a state past the last one
     with pytest.raises(ValueError, match="sizes"):
