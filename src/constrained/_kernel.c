@@ -1501,8 +1501,7 @@ place_rule(PyObject *self, PyObject *args)
     Py_ssize_t classes = b[0].ndim == 2 ? b[0].shape[1] : 0, k = n_items(&b[1]);
     Py_ssize_t n = classes ? n_items(&b[0]) / classes : 0;
     int bad = b[0].ndim != 2 || n_items(&b[2]) != n * k || base < 0 || base > INT32_MAX - n ||
-              table_out_of_range(C, n * classes, n);
-    for (Py_ssize_t j = 0; !bad && j < k; j++) bad = col[j] < -1 || col[j] >= classes;
+              table_out_of_range(C, n * classes, n) || table_out_of_range(col, k, classes);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "place_rule: inconsistent shapes, a column or a state out of range");
         release_bufs(b, 3);

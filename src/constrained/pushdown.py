@@ -197,8 +197,7 @@ class PushdownGrammar:
         for r, (name, dfa) in enumerate(dfas.items()):  # each rule's few class columns, offset into place
             base, n = offsets[name], dfa.n_states
             class_table = np.ascontiguousarray(dfa.class_table, dtype=np.int32)
-            _kernel.place_rule(class_table, np.ascontiguousarray(rule_classes[first_symbols, r]), base,
-                               by_class[base:base + n])  # fmt: skip
+            _kernel.place_rule(class_table, rule_classes[first_symbols, r], base, by_class[base:base + n])
             rule_accept[base:base + n] = dfa.accepting
             for k, symbol in enumerate(dfa.special_names):
                 if symbol.startswith(CALL_PREFIX):
@@ -229,8 +228,8 @@ class PushdownGrammar:
         hop_kind = np.empty(n, dtype=np.uint8)
         hop_a = np.empty(n, dtype=np.int32)
         hop_b = np.empty(n, dtype=np.int32)
-        predecessors = [np.frombuffer(part, dtype=np.int32) for part in _kernel.predecessors(by_class,
-                                                                                             by_class.shape[1])]
+        predecessors = [np.frombuffer(part, dtype=np.int32)
+                        for part in _kernel.predecessors(by_class, by_class.shape[1])]  # fmt: skip
         _kernel.shortest_completions(*predecessors, self._rule_accept.astype(np.uint8), call_src, call_callee,
                                      call_cont, UNREACHABLE, dist, final, hop_kind, hop_a, hop_b)  # fmt: skip
         by_symbol = np.flatnonzero(hop_kind == _HOP_SYMBOL)
