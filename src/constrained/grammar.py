@@ -680,7 +680,7 @@ class _RulesSaver:
 
     def __call__(self, grammar: PushdownGrammar) -> None:
         if self.entry is not None:
-            if not _write_cache_file(self.entry, grammar_file.encode_arrays(*grammar.stored(), runs=("table",))):
+            if not _write_cache_file(self.entry, grammar_file.encode_arrays(*grammar.stored(), runs=("by_class",))):
                 return
             self.entry = None
         for path, text in list(self.aliases.items()):  # after the entry they name

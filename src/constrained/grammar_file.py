@@ -390,7 +390,7 @@ class StoredMasks(Mapping[int, tuple[np.ndarray, np.ndarray]]):
 
 # -- rule-set entries -----------------------------------------------------------------------------------------------
 
-RULES_FORMAT = "ember.rules.v1"
+RULES_FORMAT = "ember.rules.v2"
 """Names the rule-set entry format: ``<key>.rules`` files holding a compiled `PushdownGrammar`'s arrays."""
 _RULES_MAGIC = b"EMBERRUL"
 _RULES_PREAMBLE = struct.Struct("<8sIIQI")

@@ -25,6 +25,7 @@ Left recursion (a rule reaching itself before consuming a byte) is refused; so i
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import json
@@ -116,13 +117,11 @@ class PushdownGrammar:
         """sha256 hex of the rules, start, special policy and vocabulary."""
         if stored is None:
             self._shortest(*self._layout(self.rules, start))
-            table_dfa = fsm.DFA.from_classes(self._symbol_class, self._by_class, accepting=self._top_accept,
-                                             distance=np.zeros(self.n_states, dtype=np.int32),
-                                             special_names=self.special_names)  # fmt: skip
         else:
-            table_dfa = fsm.DFA.from_table(self._adopt(*stored), accepting=self._top_accept, distance=np.zeros(
-                self.n_states, dtype=np.int32), special_names=self.special_names,
-                classes=(self._symbol_class, self._by_class))  # fmt: skip
+            self._adopt(*stored)
+        table_dfa = fsm.DFA.from_classes(self._symbol_class, self._by_class, accepting=self._top_accept,
+                                         distance=np.zeros(self.n_states, dtype=np.int32),
+                                         special_names=self.special_names)  # fmt: skip
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
         self._eos = tuple(sorted(vocab.eos_token_ids))
@@ -271,17 +270,8 @@ class PushdownGrammar:
         calling[src] = True
         tail = (self._rule_accept[cont] & ~self._top_accept[cont] & ~calling[cont]
                 & (self._by_class[cont] == DEAD).all(axis=1))  # fmt: skip
-        calls: dict[int, list[tuple[int, int]]] = {}
-        pushes: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
-        for state, to, back, tail_call in zip(src.tolist(), callee.tolist(), cont.tolist(), tail.tolist()):
-            calls.setdefault(state, []).append((to, back))
-            pushes.setdefault(state, []).append((to, () if tail_call else (back,)))
-        self._calls = {state: tuple(moves) for state, moves in calls.items()}
-        """Call state → its (callee's start, continuation) moves: the side table of the rules' table."""
-        self._pushes = {state: tuple(moves) for state, moves in pushes.items()}
-        """`_calls` as stack pushes: a continuation that can only return (a call in tail position: ``a (?&=b)``)
-        is not pushed, so a chain of tail calls (optional members, counted characters) keeps its stack flat; its
-        bound is 0 and it would pop at once. Never the start rule's: its end is the document's."""
+        self._pushes = _CallMoves(src, callee, cont, tail)
+        """Call state → its moves as stack pushes, built on first lookup (`_CallMoves`)."""
         self._symbol_hop = np.where((self._hop_kind == _HOP_SYMBOL) & (self._dist > 0), self._hop_a,
                                     -1).astype(np.int32)  # fmt: skip
         """The symbol hop alone (-1 where the completion calls or the rule may end): what `state_bound` follows."""
@@ -292,7 +282,7 @@ class PushdownGrammar:
                   "rules": list(self.rules.items()), "n_states": self.n_states,
                   "special_names": list(self.special_names), "start_rule": self._start_rule,
                   "starts": self._starts}  # fmt: skip
-        arrays = {"symbol_class": self._symbol_class, "table": self._table,
+        arrays = {"symbol_class": self._symbol_class, "by_class": self._by_class,
                   "rule_accept": self._rule_accept.astype(np.uint8), "top_accept": self._top_accept.astype(np.uint8),
                   "call_src": self._call_moves[0], "call_callee": self._call_moves[1], "call_cont": self._call_moves[2],
                   "dist": self._dist, "hop_kind": self._hop_kind, "hop_a": self._hop_a, "hop_b": self._hop_b,
@@ -301,9 +291,9 @@ class PushdownGrammar:
         return header, {name: np.ascontiguousarray(array, dtype=dtypes.get(name, np.int32))
                         for name, array in arrays.items()}  # fmt: skip
 
-    def _adopt(self, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Take a stored compilation after checking it is this grammar's and that every index is in range; the
-        table by symbol."""
+    def _adopt(self, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        """Take a stored compilation after checking it is this grammar's and that every index is in range. The
+        table is stored in its class form, as the cold path leaves it: expanded by symbol on the first mask."""
         def fail(what: str) -> NoReturn:
             raise ValueError(f"stored rule set: {what}")
 
@@ -314,14 +304,14 @@ class PushdownGrammar:
         if type(n) is not int or n <= 0 or not all(isinstance(v, str) for v in names) or not isinstance(starts, dict):
             fail("malformed header")
         width = 256 + len(names)
-        symbol_class, table = arrays["symbol_class"], arrays["table"]
-        if symbol_class.shape != (width,) or table.shape != (n, width):
+        symbol_class, by_class = arrays["symbol_class"], arrays["by_class"]
+        if symbol_class.shape != (width,) or by_class.ndim != 2 or by_class.shape[0] != n:
             fail("table shapes")
-        classes, first_symbols = np.unique(symbol_class, return_index=True)
-        if classes[0] != 0 or classes[-1] != classes.shape[0] - 1 or not (
-                np.diff(first_symbols) > 0).all():
+        numbered = np.maximum.accumulate(symbol_class)  # each class first appears as the next new maximum
+        if symbol_class[0] != 0 or symbol_class.min() < 0 or (np.diff(numbered) > 1).any() or (
+                numbered[-1] != by_class.shape[1] - 1):
             fail("symbol classes not numbered in order of first symbol")
-        if not DEAD <= table.min() <= table.max() < n:
+        if not DEAD <= by_class.min() <= by_class.max() < n:
             fail("table targets out of range")
         per_state = ("rule_accept", "top_accept", "dist", "hop_kind", "hop_a", "hop_b", "reach")
         if any(arrays[name].shape != (n,) for name in per_state):
@@ -342,8 +332,7 @@ class PushdownGrammar:
             fail("rule starts out of range")
         self.n_states, self.special_names, self._width = n, tuple(names), width
         self._start_rule, self._starts = header["start_rule"], dict(starts)
-        self._symbol_class = symbol_class
-        self._by_class = np.ascontiguousarray(table[:, first_symbols])  # the crc vouches for equal class columns
+        self._symbol_class, self._by_class = symbol_class, by_class
         self._rule_accept = arrays["rule_accept"].astype(bool)
         self._top_accept = arrays["top_accept"].astype(bool)
         self._call_moves = moves
@@ -351,7 +340,6 @@ class PushdownGrammar:
         self._reach = arrays["reach"]
         self._boundary = self._boundary_of(moves[0])
         self._link_moves()
-        return table
 
     @functools.cached_property
     def _table(self) -> np.ndarray:
@@ -365,7 +353,7 @@ class PushdownGrammar:
             seen, todo = {start}, [start]
             while todo:
                 state = todo.pop()
-                for callee, cont in self._calls.get(state, ()):
+                for callee, cont in self._pushes.calls(state):
                     edges.setdefault(start, set()).add(callee)
                     if self._dist[callee] == 0 and cont not in seen:  # a nullable callee: cont is reached for free
                         seen.add(cont)
@@ -424,7 +412,7 @@ class PushdownGrammar:
         pushes, accept = self._pushes, self._rule_accept
         while todo:
             state, stack = todo.pop()
-            for callee, push in pushes.get(state, ()):
+            for callee, push in pushes[state]:
                 moved = (callee, stack + push)
                 if moved not in seen:
                     seen[moved] = None
@@ -680,6 +668,33 @@ def _dead_class(dfa: fsm.DFA) -> int:
         return guess
     dead = np.flatnonzero((dfa.class_table == DEAD).all(axis=0))
     return int(dead[0]) if dead.shape[0] else -1
+
+
+class _CallMoves(dict):
+    """Call state → its moves as stack pushes, ``((callee's start, continuations pushed), ...)``; ``()`` for a state
+    that calls nothing. A continuation that can only return (a call in tail position: ``a (?&=b)``) is not pushed, so
+    a chain of tail calls (optional members, counted characters) keeps its stack flat; its bound is 0 and it would
+    pop at once. Never the start rule's: its end is the document's.
+
+    Filled per state on first lookup from the call moves sorted by state: a document visits few of a grammar's call
+    states, and building every state's entry up front was a tenth of a cold compile and of a disk-cache load."""
+
+    def __init__(self, src: np.ndarray, callee: np.ndarray, cont: np.ndarray, tail: np.ndarray) -> None:
+        super().__init__()
+        order = np.argsort(src, kind="stable")  # a state's moves in the order its rule's table lists them
+        self._src = src[order].tolist()
+        self._callee, self._cont, self._tail = callee[order].tolist(), cont[order].tolist(), tail[order].tolist()
+
+    def calls(self, state: int) -> list[tuple[int, int]]:
+        """The state's (callee's start, continuation) moves, tail calls too."""
+        lo, hi = bisect.bisect_left(self._src, state), bisect.bisect_right(self._src, state)
+        return list(zip(self._callee[lo:hi], self._cont[lo:hi]))
+
+    def __missing__(self, state: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        lo, hi = bisect.bisect_left(self._src, state), bisect.bisect_right(self._src, state)
+        moves = tuple((self._callee[i], () if self._tail[i] else (self._cont[i],)) for i in range(lo, hi))
+        self[state] = moves
+        return moves
 
 
 @functools.lru_cache(maxsize=8)

@@ -217,7 +217,7 @@ def test_real_grammars_match_the_reference(qwen_vocab):
     for rules, start in ((JSON_RULES, "value"), schema_to_rules(TREE, whitespace="flexible")):
         grammar = compile_rules(rules, start, qwen_vocab)
         table, accept = grammar._table, grammar._rule_accept
-        calls = [(s, callee, cont) for s, moves in grammar._calls.items() for callee, cont in moves]
+        calls = [(s, callee, cont) for s in range(grammar.n_states) for callee, cont in grammar._pushes.calls(s)]
         dist, final, kind, a, b = _kernel_shortest(table, accept, calls)
         assert (dist, final, kind, a, b) == _shortest_reference(table, accept, calls)
         assert all(final)  # a compiled grammar keeps only states that can finish
