@@ -158,7 +158,8 @@ def test_call_prints_one_documented_record_with_a_valid_call(tmp_path, capsys):
     assert status == 0 and len(lines) == 1
     record = json.loads(lines[0])
     assert set(record) == RECORD_KEYS
-    assert record["id"] == "1" and record["action"] == "tool_calls" and "<tool_call>" in record["raw"]
+    assert record["id"] == "1" and record["action"] == "tool_calls"
+    assert record["raw"].startswith(("<tool_call>", "```json\n{", "{"))  # required: a call shape from the start
     assert isinstance(record["tokens"], int) and record["tokens"] > 0 and record["seconds"] >= 0
     assert record["calls"] and all(set(call) == {"name", "arguments"} for call in record["calls"])
     schemas = {"get_weather": WEATHER, "add": ADD}

@@ -211,6 +211,16 @@ def test_qwen_final_pattern_replaces_free_text_but_calls_stay_possible():
     assert not auto.fullmatch("Sure, here you go")
 
 
+def test_qwen_required_admits_every_call_shape_the_model_writes_and_no_prose():
+    one = '{"name": "calc.eval", "arguments": {"expression": "1"}}'
+    required = _python(codec.tool_call_grammar([CALC], "required", parallel_calls=True))
+    for turn in (f"<tool_call>\n{one}\n</tool_call>", f"```json\n{one}\n{one}\n```", f"{one}\n{one}"):
+        assert required.fullmatch(turn), turn
+        assert isinstance(codec.parse(turn), ToolCalls)
+    for turn in ("Sure.", f"Sure.\n```json\n{one}\n```", f"```json\n{one}\n```\nDone.", f"```\n{one}\n```"):
+        assert not required.fullmatch(turn), turn
+
+
 def test_qwen_grammar_holds_one_call_per_turn_unless_parallel_calls():
     good = '<tool_call>\n{"name": "calc.eval", "arguments": {"expression": "1"}}\n</tool_call>'
     assert not _python(codec.tool_call_grammar([CALC], "required")).fullmatch(good + "\n" + good)
