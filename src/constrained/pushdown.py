@@ -687,14 +687,16 @@ class _CallMoves(dict):
 
     def calls(self, state: int) -> list[tuple[int, int]]:
         """The state's (callee's start, continuation) moves, tail calls too."""
-        lo, hi = bisect.bisect_left(self._src, state), bisect.bisect_right(self._src, state)
-        return list(zip(self._callee[lo:hi], self._cont[lo:hi]))
+        return [(self._callee[i], self._cont[i]) for i in self._span(state)]
 
     def __missing__(self, state: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
-        lo, hi = bisect.bisect_left(self._src, state), bisect.bisect_right(self._src, state)
-        moves = tuple((self._callee[i], () if self._tail[i] else (self._cont[i],)) for i in range(lo, hi))
+        moves = tuple((self._callee[i], () if self._tail[i] else (self._cont[i],)) for i in self._span(state))
         self[state] = moves
         return moves
+
+    def _span(self, state: int) -> range:
+        """Where the state's moves sit in the moves sorted by state."""
+        return range(bisect.bisect_left(self._src, state), bisect.bisect_right(self._src, state))
 
 
 @functools.lru_cache(maxsize=8)
