@@ -223,6 +223,18 @@ def test_required_tool_choice_gives_a_valid_call_on_every_prompt(qwen_engine):
             assert isinstance(checked, ValidatedArguments), f"{prompt!r} → {turn.text!r}: {checked}"
 
 
+def test_required_with_several_calls_allowed_stops_after_the_calls_the_prompt_asks_for(qwen_engine):
+    """Every prompt asks for one call. Held to the ``<tool_call>`` tag, the model wrote 3-4 calls on each and ran
+    to the token budget; offered its own call shapes it writes one and ends the turn (docs/codecs.md)."""
+    for prompt in PROMPTS:
+        turn = qwen_engine.run_turn([{"role": "user", "content": prompt}], tools=TOOLS, tool_choice="required",
+                                    max_tokens=128, parallel_calls=True)
+        qwen_engine.rollback()
+        action = qwen_engine.codec.parse(turn.text)
+        assert isinstance(action, ToolCalls) and len(action.calls) <= 2, f"{prompt!r} → {turn.text!r}"
+        assert turn.n_output_tokens < 64, f"{prompt!r} → {turn.text!r}"
+
+
 def test_none_tool_choice_never_yields_a_call(qwen_engine):
     for prompt in PROMPTS:
         turn, action = _turn(qwen_engine, prompt, "none", max_tokens=12)
