@@ -211,9 +211,11 @@ def _streamed(client, **request):
 @pytest.mark.parametrize("request_", [
     {"messages": ask("Say hello to Ada in one short sentence."), "max_tokens": 24},
     {"messages": ask("What is the weather in Rome and in Madrid?"), "tools": [WEATHER, CLOCK], "max_tokens": 60},
+    {"messages": ask("What is the weather in Rome and in Madrid?"), "tools": [WEATHER, CLOCK], "max_tokens": 60,
+     "tool_choice": "required"},  # the model's own call shape, not the tag (docs/codecs.md)
     {"messages": ask("Invent a person."), "max_tokens": 40, "temperature": 0.0,  # greedy: see below
      "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON, "strict": True}}},
-], ids=["text", "tools", "json_schema"])
+], ids=["text", "tools", "tools-required", "json_schema"])
 def test_streamed_deltas_concatenate_to_the_non_streamed_answer(client, request_):
     """The json_schema case is greedy: its forced prefix (``{"name": "``) is in the KV from the first request, so
     the second evaluates a different batch and its logits differ in the last bits; sampled at 0.8 with one seed
@@ -225,7 +227,7 @@ def test_streamed_deltas_concatenate_to_the_non_streamed_answer(client, request_
     assert content == (message.content or "")
     assert [(c["name"], c["arguments"]) for c in calls] == [
         (c.function.name, c.function.arguments) for c in message.tool_calls or ()]
-    assert all(c["id"] for c in calls)
+    assert all(c["id"] for c in calls) and (calls or request_.get("tool_choice") != "required")
     assert all(c["fragments"] > 1 for c in calls), "arguments stream as the model writes them, not in one piece"
     assert finishes == [whole.choices[0].finish_reason]
     assert usage.completion_tokens == whole.usage.completion_tokens
