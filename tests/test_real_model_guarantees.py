@@ -205,9 +205,9 @@ def qwen_engine(qwen_path):
     model.close()
 
 
-def _turn(engine: ChatModelEngine, prompt: str, tool_choice: str, max_tokens: int):
+def _turn(engine: ChatModelEngine, prompt: str, tool_choice: str, max_tokens: int, parallel_calls: bool = False):
     turn = engine.run_turn([{"role": "user", "content": prompt}], tools=TOOLS, tool_choice=tool_choice,
-                           max_tokens=max_tokens)
+                           max_tokens=max_tokens, parallel_calls=parallel_calls)
     engine.rollback()
     return turn, engine.codec.parse(turn.text)
 
@@ -227,10 +227,7 @@ def test_required_with_several_calls_allowed_stops_after_the_calls_the_prompt_as
     """Every prompt asks for one call. Held to the ``<tool_call>`` tag, the model wrote 3-4 calls on each and ran
     to the token budget; offered its own call shapes it writes one and ends the turn (docs/codecs.md)."""
     for prompt in PROMPTS:
-        turn = qwen_engine.run_turn([{"role": "user", "content": prompt}], tools=TOOLS, tool_choice="required",
-                                    max_tokens=128, parallel_calls=True)
-        qwen_engine.rollback()
-        action = qwen_engine.codec.parse(turn.text)
+        turn, action = _turn(qwen_engine, prompt, "required", max_tokens=128, parallel_calls=True)
         assert isinstance(action, ToolCalls) and len(action.calls) <= 2, f"{prompt!r} → {turn.text!r}"
         assert turn.n_output_tokens < 64, f"{prompt!r} → {turn.text!r}"
 

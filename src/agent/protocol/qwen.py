@@ -223,10 +223,11 @@ class QwenCodec(Codec):
         calls = _several(call, parallel_calls)
         fenced = f"{escape(FENCE_OPEN)}\\n{_several(envelope, parallel_calls)}\\n{escape(FENCE_CLOSE)}"
         bare = _several(envelope, parallel_calls)
+        shapes = f"{calls}|{fenced}|{bare}"  # every call shape `parse` reads, from the turn's first character
         if mode is ChoiceMode.REQUIRED:
-            return f"(?:{calls}|{fenced}|{bare})"
+            return f"(?:{shapes})"
         if final_pattern:
-            return f"(?:{answer}|{calls}|{fenced}|{bare})"
+            return f"(?:{answer}|{shapes})"
         return f"(?:{answer}|{free_text(_TRIGGERS, first_not='{')}(?:{calls}|{fenced})|{bare})"
 
 
