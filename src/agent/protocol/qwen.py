@@ -208,7 +208,7 @@ class QwenCodec(Codec):
         ``required`` is ``auto`` without the answer: the turn starts with a call in any of the three shapes. Held
         to the tag alone, the default model does not stop after its calls: with several calls allowed it went on
         writing ``<tool_call>`` blocks on all 160 BFCL dev cases that need a call (247 of 256 tokens on average:
-        the budget ended the turns), while in the shape it picks itself (a ``` ```json ``` block on 157) it
+        the budget ended the turns), while in the shape it picks itself (a ``` ```json ``` block on 158) it
         closes the block after its calls, as under ``auto`` (docs/codecs.md). A named tool stays one tag call.
         """
         mode, callable_tools = resolve_choice(tools, tool_choice)
