@@ -198,13 +198,10 @@ class PushdownGrammar:
             class_table = np.ascontiguousarray(dfa.class_table, dtype=np.int32)
             _kernel.place_rule(class_table, rule_classes[first_symbols, r], base, by_class[base:base + n])
             rule_accept[base:base + n] = dfa.accepting
-            for k, symbol in enumerate(dfa.special_names):
-                if symbol.startswith(CALL_PREFIX):
-                    column = class_table[:, dfa.symbol_classes[256 + k]]
-                    live = np.flatnonzero(column >= 0)
-                    call_src.append(live + base)
-                    call_callee.append(np.full(live.shape[0], self._starts[symbol[1:]]))
-                    call_cont.append(column[live] + base)
+            src, callee, cont = _rule_calls(dfa, self._starts)
+            call_src.append(src + base)
+            call_callee.append(callee)
+            call_cont.append(cont + base)
         none = np.zeros(0, dtype=np.int32)
         call_moves = tuple(np.concatenate([*part, none]).astype(np.int32)
                            for part in (call_src, call_callee, call_cont))  # fmt: skip
@@ -638,6 +635,35 @@ class PushdownGrammar:
             forced = bytes(out)
             self._forced = _bounded_put(self._forced, configs, forced)
         return forced
+
+
+def _rule_calls(dfa: fsm.DFA, starts: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One rule's call moves (call states, callees' starts, continuations in the rule's numbering), call by call in
+    the order the rule names them, states ascending. The table is read once, row by row: a dispatch over 276 tools
+    has 276 call columns, and reading them one by one crossed the whole table for each."""
+    calls = [(k, starts[name[1:]]) for k, name in enumerate(dfa.special_names) if name.startswith(CALL_PREFIX)]
+    table = dfa.class_table
+    if len(calls) <= _FEW_CALLS:
+        columns = [table[:, dfa.symbol_classes[256 + k]] for k, _ in calls]
+        lives = [np.flatnonzero(column >= 0) for column in columns]
+        return (np.concatenate([*lives, _NO_MOVES]),
+                np.concatenate([*(np.full(live.shape[0], start) for live, (_, start) in zip(lives, calls)), _NO_MOVES]),
+                np.concatenate([*(column[live] for column, live in zip(columns, lives)), _NO_MOVES]))
+    classes = dfa.symbol_classes[256 + np.array([k for k, _ in calls])]
+    first = int(classes.min())
+    states, columns = np.divmod(np.flatnonzero(table[:, first:] >= 0), table.shape[1] - first)
+    order = np.argsort(columns, kind="stable")  # by class, states ascending within each
+    states, columns = states[order], columns[order] + first
+    begin, end = np.searchsorted(columns, classes, side="left"), np.searchsorted(columns, classes, side="right")
+    picked = np.concatenate([np.arange(b, e) for b, e in zip(begin.tolist(), end.tolist())])
+    src = states[picked]
+    callee = np.repeat(np.array([start for _, start in calls]), end - begin)
+    return src, callee, table[src, columns[picked]]
+
+
+_NO_MOVES = np.zeros(0, dtype=np.int64)
+_FEW_CALLS = 8
+"""Up to this many calls, a rule's call columns are read one by one (cheaper than the set-up of one pass)."""
 
 
 def _combined_classes(dfas: Iterable[fsm.DFA], specials: Mapping[str, int], width: int

@@ -100,10 +100,13 @@ def test_masks_equal_the_byte_level_definition_along_random_documents(llama3_voc
         jsonschema.validate(document, OPEN)
 
 
-def _greedy(matcher: PushdownMatcher, vocab, data: bytes) -> None:
-    """Feed ``data`` with the longest allowed token at each step (every step checked against the definition)."""
+def _greedy(matcher: PushdownMatcher, vocab, data: bytes, sample: list[int] | None = None) -> None:
+    """Feed ``data`` with the longest allowed token at each step (every step checked against the definition; with a
+    ``sample``, the whole mask on it too)."""
     position = 0
     while position < len(data):
+        if sample is not None:
+            _check_mask(matcher, vocab, sample)
         allowed = matcher.allowed_token_ids().tolist()
         fitting = [t for t in allowed if vocab.tokens[t] and data.startswith(vocab.tokens[t], position)]
         assert fitting, f"refused at byte {position}: {data[:position]!r} | {data[position:position + 20]!r}"
@@ -230,6 +233,46 @@ def test_right_recursion_and_ambiguity_are_fine(qwen2_vocab):
     for good in (b"x", b"x,x,x", b"x,y"):
         assert grammar.accepts(good), good
     assert not grammar.accepts(b"x,")
+
+
+
+@pytest.mark.parametrize("n_calls", [3, 40])
+def test_a_dispatch_over_many_rules_calls_each_from_its_own_state(qwen2_vocab, n_calls):
+    """A rule naming dozens of others (a tool-call envelope over many tools) reads its call columns in one pass:
+    each key still calls its own rule and goes on where that call left off; two keys share a callee."""
+    names = [f"k{i:02d}" for i in range(n_calls)]
+    callees = {name: f"r{min(i, n_calls - 2)}" for i, name in enumerate(names)}  # the last two share one
+    rules = {"start": "(?:" + "|".join(f"{name}={call(callee)};" for name, callee in callees.items()) + ")",
+             **{callee: f"<{callee}>" for callee in callees.values()}}
+    grammar = compile_rules(rules, "start", qwen2_vocab)
+    for name, callee in callees.items():
+        assert grammar.accepts(f"{name}=<{callee}>;".encode()), name
+        other = next(c for c in set(callees.values()) if c != callee)
+        assert not grammar.accepts(f"{name}=<{other}>;".encode()), (name, other)
+        assert not grammar.accepts(f"{name}=<{callee}>".encode())
+
+
+def test_a_wide_anyof_is_split_into_rules_and_keeps_its_language(qwen2_vocab):
+    """An envelope over 80 tools (open arguments: rule mode) becomes rules of at most 32 alternatives each; every
+    tool's call is still accepted with its own arguments only, and the masks agree with the byte-level definition."""
+    from constrained.schema import schema_to_rules
+
+    def tool(i: int) -> dict:
+        arguments = {"type": "object", "properties": {f"p{i}": {"type": "integer"}}, "required": [f"p{i}"]}
+        return {"type": "object", "properties": {"name": {"const": f"tool_{i:02d}"}, "arguments": arguments},
+                "required": ["name", "arguments"], "additionalProperties": False}
+
+    schema = {"anyOf": [tool(i) for i in range(80)]}
+    rules, _ = schema_to_rules(schema)
+    assert any(name.startswith("choice") for name in rules)
+    assert all(body.count("tool_") <= 32 for body in rules.values())
+    grammar = compile_json_schema(schema, qwen2_vocab)
+    assert isinstance(grammar, PushdownGrammar)
+    for i in (0, 31, 32, 79):
+        assert grammar.accepts(f'{{"name":"tool_{i:02d}","arguments":{{"p{i}":1,"x":[true]}}}}'.encode()), i
+        assert not grammar.accepts(f'{{"name":"tool_{i:02d}","arguments":{{"p{(i + 1) % 80}":1}}}}'.encode()), i
+    sample = _structural_ids(qwen2_vocab)[:200] + random.Random(0).sample(range(len(qwen2_vocab.tokens)), 200)
+    _greedy(grammar.matcher(), qwen2_vocab, b'{"name":"tool_45","arguments":{"p45":7}}', sample)
 
 
 @pytest.mark.model
