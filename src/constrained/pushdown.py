@@ -122,13 +122,28 @@ class PushdownGrammar:
         table_dfa = fsm.DFA.from_classes(self._symbol_class, self._by_class, accepting=self._top_accept,
                                          distance=np.zeros(self.n_states, dtype=np.int32),
                                          special_names=self.special_names)  # fmt: skip
+        self._by_class = np.ascontiguousarray(self._by_class, dtype=np.int32)
+        self._symbol_class = np.ascontiguousarray(self._symbol_class, dtype=np.int32)
+        self._rows = np.zeros((self.n_states, self._width), dtype=np.int32)  # untouched pages cost nothing
+        self._table = self._rows.view()
+        """int32 [n_states, width]: the rules' table by symbol (the inside DFA's, what the kernels walk). A rule's
+        rows are expanded from the class form when a walk first enters the rule (`_ready`): a document visits few
+        of a big grammar's rules (one tool of 276: a quarter of the states, the dispatch, is all a first mask needs),
+        and expanding 40k states x 257 symbols was most of that mask. Read-only; rows of other rules read 0."""
+        self._table.flags.writeable = False
+        table_dfa.__dict__["transitions"] = self._table  # the index walks the same rows
+        self._rule_starts = sorted({0, *self._starts.values()})
+        """Each rule's first state (its DFA's initial state, 0, offset into place), ascending."""
+        self._expanded = [False] * len(self._rule_starts)
+        self._unexpanded = len(self._rule_starts)
+        self._expand_lock = threading.Lock()
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
         self._eos = tuple(sorted(vocab.eos_token_ids))
         self._index = TokenIndex(table_dfa, vocab, preflight=False, table_checked=True)
         """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
         of the start rule); calls and returns are this module's business. The table is in range by construction
-        or checked by `_adopt`, and is expanded from its class form on the first mask."""
+        or checked by `_adopt`, and is expanded from its class form rule by rule (`_ready`)."""
         self._lock = threading.Lock()
         self.saver: Callable[[PushdownGrammar], None] | None = None
         """What `save` calls: set by `grammar.compile_rules` where a disk cache is on (this module knows no paths)."""
@@ -290,7 +305,7 @@ class PushdownGrammar:
 
     def _adopt(self, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """Take a stored compilation after checking it is this grammar's and that every index is in range. The
-        table is stored in its class form, as the cold path leaves it: expanded by symbol on the first mask."""
+        table is stored in its class form, as the cold path leaves it: expanded by symbol rule by rule (`_ready`)."""
         def fail(what: str) -> NoReturn:
             raise ValueError(f"stored rule set: {what}")
 
@@ -338,10 +353,38 @@ class PushdownGrammar:
         self._boundary = self._boundary_of(moves[0])
         self._link_moves()
 
-    @functools.cached_property
-    def _table(self) -> np.ndarray:
-        """int32 [n_states, width]: the rules' table by symbol (the inside DFA's, expanded on first use)."""
-        return self._index.dfa.transitions
+    def _ready(self, state: int) -> None:
+        """Expand the rows of ``state``'s rule, once, before anything reads them (`_table`); a small grammar is
+        expanded whole on its first read, in one kernel call. A rule is marked ready only once its rows are in."""
+        if not self._unexpanded:
+            return
+        rule = bisect.bisect_right(self._rule_starts, state) - 1
+        if self._expanded[rule]:
+            return
+        with self._expand_lock:
+            whole = self.n_states * self._width <= _EXPAND_WHOLE
+            for r in range(len(self._rule_starts)) if whole else (rule,):
+                if not self._expanded[r]:
+                    begin = self._rule_starts[r]
+                    end = self._rule_starts[r + 1] if r + 1 < len(self._rule_starts) else self.n_states
+                    _kernel.expand_classes(self._by_class[begin:end], self._symbol_class, self._rows[begin:end])
+                    self._expanded[r] = True
+                    self._unexpanded -= 1
+
+    def _ready_for_bound(self, state: int) -> None:
+        """Expand every rule `completion_bounds` reads from ``state``: the chains of symbol hops it follows (within
+        a rule) and, where a chain stops at a call, the callee's and the continuation's, until bounds are known."""
+        todo, seen = [state], set()
+        while todo and self._unexpanded:
+            s = todo.pop()
+            if s < 0 or s in seen or self._ub[s] >= 0:
+                continue
+            seen.add(s)
+            self._ready(s)
+            while s >= 0 and self._symbol_hop[s] >= 0:  # by class: no expanded row needed to follow it
+                s = int(self._by_class[s, self._symbol_class[self._symbol_hop[s]]])
+            if s >= 0 and (self._dist[s] > 0 or not self._rule_accept[s]):
+                todo += [int(self._hop_a[s]), int(self._hop_b[s])]
 
     def _refuse_left_recursion(self) -> None:
         """A rule that can reach a call of itself without consuming a byte would push forever."""
@@ -427,6 +470,7 @@ class PushdownGrammar:
         out = set()
         for state, stack in self.closure(configs):
             if state >= 0:
+                self._ready(state)
                 target = int(table[state, symbol])
                 if target >= 0:
                     out.add((target, stack))
@@ -451,6 +495,7 @@ class PushdownGrammar:
         """(ids, next states, exit nodes, exit states) of the trie below ``roots`` (disjoint subtrees, ascending)
         walked from ``state``."""
         trie = self.trie
+        self._ready(state)
         with self._lock:
             ids, nexts, exit_nodes, exit_states, scratch = self._walk_buffers()
             count, n_exits = _kernel.walk_rule(
@@ -465,6 +510,7 @@ class PushdownGrammar:
         `_exit_groups`)."""
         inside = self._inside.get(state)
         if inside is None:
+            self._ready(state)  # the index and the exits below read the state's rule
             if not self._top_accept[state] and (self._table[state] == DEAD).all():  # only calls or returns leave
                 inside = (self._empty(), self._groups(*self._exits(state)))
             elif self._index.plan(state) is None:  # a plain walk: its exits come with it, in the same pass
@@ -490,6 +536,7 @@ class PushdownGrammar:
         image holds no boundary, a token can only get to one after the body ends: below the first bytes where the
         state and the template disagree, walked whole, and below the template's exits everywhere else."""
         trie = self.trie
+        self._ready(state)
         plan = self._index.plan(state)
         if plan is not None and not self._boundary[plan.embedding].any():
             template = int(plan.embedding[0])
@@ -605,6 +652,7 @@ class PushdownGrammar:
         ub = int(self._ub[state])
         if ub >= 0:
             return ub
+        self._ready_for_bound(state)
         trie = self.trie
         return _kernel.completion_bounds(
             self._table, self._width, self._symbol_hop, self._dist, self._rule_accept, self._hop_a, self._hop_b,
@@ -625,6 +673,7 @@ class PushdownGrammar:
                     break
                 live: set[int] = set()
                 for state, _ in closed:
+                    self._ready(state)
                     live.update(np.flatnonzero(self._table[state] != DEAD).tolist())
                     if len(live) > 1:
                         break
@@ -661,6 +710,8 @@ def _rule_calls(dfa: fsm.DFA, starts: Mapping[str, int]) -> tuple[np.ndarray, np
     return src, callee, table[src, columns[picked]]
 
 
+_EXPAND_WHOLE = 1 << 20
+"""A table of at most this many cells (4 MiB) is expanded whole on its first read; a bigger one rule by rule."""
 _NO_MOVES = np.zeros(0, dtype=np.int64)
 _FEW_CALLS = 8
 """Up to this many calls, a rule's call columns are read one by one (cheaper than the set-up of one pass)."""

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from constrained import compile_json_schema
 from constrained.errors import BudgetTooSmallError
-from constrained.grammar import compile_rules
+from constrained.grammar import clear_memory_cache, compile_rules
+from constrained import pushdown
 from constrained.pushdown import PushdownGrammar, PushdownMatcher, call
 
 TREE = {
@@ -99,6 +100,24 @@ def test_masks_equal_the_byte_level_definition_along_random_documents(llama3_voc
     if name == "open-object":
         jsonschema.validate(document, OPEN)
 
+
+
+@pytest.mark.parametrize("max_tokens", [None, 64])
+@pytest.mark.parametrize(("name", "document"), [
+    ("json", b'{"a":[1,{"b":null}],"c":{"d":[[]]}}'),
+    ("open-object", b'{"id":3,"tags":["x"],"~x":null,"more":{"k":[true,{"z":"w"}]}}'),
+])  # fmt: skip
+def test_masks_on_a_table_expanded_rule_by_rule_equal_the_definition(llama3_vocab, name, document, max_tokens,
+                                                                     monkeypatch):
+    """A big grammar expands its table by symbol one rule at a time, as walks (and budget bounds) enter rules; here
+    a small one is made to, freshly loaded: every mask along a document that enters each rule agrees with the
+    definition, unbudgeted (the walks alone) and budgeted (bounds first), so nothing reads a rule before its rows."""
+    monkeypatch.setattr(pushdown, "_EXPAND_WHOLE", 0)
+    clear_memory_cache()
+    grammar = _grammar(name, llama3_vocab)
+    assert grammar._unexpanded == len(grammar._rule_starts) > 1
+    grammar._rows.fill(-1)  # a row read before its rule is expanded allows nothing (fails fast, never loops)
+    _greedy(grammar.matcher(max_tokens=max_tokens), llama3_vocab, document, _structural_ids(llama3_vocab))
 
 def _greedy(matcher: PushdownMatcher, vocab, data: bytes, sample: list[int] | None = None) -> None:
     """Feed ``data`` with the longest allowed token at each step (every step checked against the definition; with a
