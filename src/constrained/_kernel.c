@@ -1840,7 +1840,7 @@ bytes_to_boundary(PyObject *self, PyObject *args)
                 reach[s] = next;
                 queue[tail++] = s;
             }
-        }
+            }
     }
     Py_INCREF(Py_None);
     result = Py_None;
@@ -1852,16 +1852,19 @@ done:
 
 /* ---- completion_bounds ----------------------------------------------------------------------- */
 
-/* From s, while hop[s] >= 0: chain[L] = s, symbols[L] = hop[s], s = its target (transitions int32[n * width]).
- * Returns L (chain[L] where it stopped), or -1 when a hop leads to DEAD or past `cap` hops. */
+/* From s, while hop[s] >= 0: chain[L] = s, symbols[L] = hop[s], s = its target (transitions int32[n * width] by
+ * symbol; or, given cls (int32[n_symbols], each symbol's column), by class). Returns L (chain[L] where it stopped),
+ * or -1 when a hop leads to DEAD or past `cap` hops. */
 static Py_ssize_t
-follow_chain(const int32_t *T, Py_ssize_t width, Py_ssize_t n, const int32_t *hop, int32_t s, int32_t *chain,
-             int32_t *symbols, Py_ssize_t cap)
+follow_chain(const int32_t *T, Py_ssize_t width, const int32_t *cls, Py_ssize_t n_symbols, Py_ssize_t n,
+             const int32_t *hop, int32_t s, int32_t *chain, int32_t *symbols, Py_ssize_t cap)
 {
     Py_ssize_t L = 0;
     chain[0] = s;
     while (hop[s] >= 0) {
-        int32_t symbol = hop[s], t = symbol < width ? T[(Py_ssize_t)s * width + symbol] : DEAD;
+        int32_t symbol = hop[s], t = DEAD;
+        if (cls == NULL ? symbol < width : symbol < n_symbols)
+            t = T[(Py_ssize_t)s * width + (cls == NULL ? symbol : cls[symbol])];
         if (L >= cap || t < 0 || t >= n) return -1;
         symbols[L++] = symbol;
         chain[L] = s = t;
@@ -1870,9 +1873,11 @@ follow_chain(const int32_t *T, Py_ssize_t width, Py_ssize_t n, const int32_t *ho
 }
 
 PyDoc_STRVAR(completion_bounds_doc,
-"completion_bounds(transitions, width, symbol_hop, dist, rule_accept, hop_a, hop_b, node_byte, node_end,\n"
-"                  tok_start, root_child, ub, state) -> int\n\n"
-"UB(state) in a pushdown grammar's rule table (n states), filling ub (int64[n], -1 = not known yet) for every\n"
+"completion_bounds(by_class, n_classes, symbol_class, symbol_hop, dist, rule_accept, hop_a, hop_b, node_byte,\n"
+"                  node_end, tok_start, root_child, ub, states) -> None\n\n"
+"UB of each of `states` (int32) in a pushdown grammar's rule table (n states; by_class int32[n * n_classes], its\n"
+"columns per symbol in symbol_class int32[n_symbols], each in [0, n_classes)), in one call (a mask asks hundreds of\n"
+"them), filling ub (int64[n], -1 = not known yet) for every\n"
 "state on the way: the fewest tokens of the state's canonical shortest completion, tokenized piecewise -- its\n"
 "chain of symbol hops (symbol_hop int32[n], -1 where the chain stops) by min_tokenization, plus UB(hop_a) +\n"
 "UB(hop_b) (callee start, continuation) where the chain stops at a call rather than at the rule's end\n"
@@ -1882,26 +1887,30 @@ PyDoc_STRVAR(completion_bounds_doc,
 static PyObject *
 completion_bounds(PyObject *self, PyObject *args)
 {
-    PyObject *o[11];
-    Py_ssize_t width, state;
-    if (!PyArg_ParseTuple(args, "OnOOOOOOOOOOn", &o[0], &width, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
-                          &o[8], &o[9], &o[10], &state)) {
+    PyObject *o[13];
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "OnOOOOOOOOOOOO", &o[0], &width, &o[11], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &o[10], &o[12])) {
         return NULL;
     }
-    Py_buffer b[11];
-    const Py_ssize_t sizes[11] = {4, 4, 8, 1, 4, 4, 1, 4, 4, 4, 8};
-    const int wr[11] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-    const char *names[11] = {"transitions", "symbol_hop", "dist", "rule_accept", "hop_a", "hop_b", "node_byte",
-                             "node_end", "tok_start", "root_child", "ub"};
-    if (get_bufs(o, b, 11, sizes, wr, names) < 0) return NULL;
+    Py_buffer b[13];
+    const Py_ssize_t sizes[13] = {4, 4, 8, 1, 4, 4, 1, 4, 4, 4, 8, 4, 4};
+    const int wr[13] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0};
+    const char *names[13] = {"by_class", "symbol_hop", "dist", "rule_accept", "hop_a", "hop_b", "node_byte",
+                             "node_end", "tok_start", "root_child", "ub", "symbol_class", "states"};
+    if (get_bufs(o, b, 13, sizes, wr, names) < 0) return NULL;
     PyObject *result = NULL;
     int32_t *chain = NULL, *sym = NULL, *best = NULL, *stack = NULL;
     uint8_t *pending = NULL;
-    Py_ssize_t n = n_items(&b[1]), n_nodes = n_items(&b[6]);
-    if (width < 1 || n_items(&b[0]) != n * width || n_items(&b[2]) != n || n_items(&b[3]) != n ||
-        n_items(&b[4]) != n || n_items(&b[5]) != n || n_items(&b[10]) != n || n_items(&b[7]) != n_nodes ||
-        n_items(&b[8]) != n_nodes + 1 || n_items(&b[9]) != 256 || state < 0 || state >= n) {
-        PyErr_SetString(PyExc_ValueError, "completion_bounds: inconsistent array sizes or state");
+    Py_ssize_t n = n_items(&b[1]), n_nodes = n_items(&b[6]), n_symbols = n_items(&b[11]), n_asked = n_items(&b[12]);
+    const int32_t *cls = (const int32_t *)b[11].buf, *asked = (const int32_t *)b[12].buf;
+    int bad = width < 1 || n_items(&b[0]) != n * width || n_items(&b[2]) != n || n_items(&b[3]) != n ||
+              n_items(&b[4]) != n || n_items(&b[5]) != n || n_items(&b[10]) != n || n_items(&b[7]) != n_nodes ||
+              n_items(&b[8]) != n_nodes + 1 || n_items(&b[9]) != 256 || n_symbols < 256;
+    for (Py_ssize_t x = 0; !bad && x < n_symbols; x++) bad = cls[x] < 0 || cls[x] >= width;
+    for (Py_ssize_t k = 0; !bad && k < n_asked; k++) bad = asked[k] < 0 || asked[k] >= n;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "completion_bounds: inconsistent array sizes, classes or states");
         goto done;
     }
     const int32_t *T = (const int32_t *)b[0].buf, *hop = (const int32_t *)b[1].buf;
@@ -1919,57 +1928,63 @@ completion_bounds(PyObject *self, PyObject *args)
         goto done;
     }
     Py_ssize_t top = 0;
-    stack[top++] = (int32_t)state;
-    pending[state] = 1;
-    while (top > 0) {
-        int32_t s = stack[top - 1];
-        if (ub[s] >= 0) {
-            pending[s] = 0;
-            top--;
-            continue;
-        }
-        Py_ssize_t L = follow_chain(T, width, n, hop, s, chain, sym, n);
-        if (L < 0) {
-            PyErr_Format(PyExc_ValueError, "completion_bounds: the hops from state %d lead nowhere", s);
-            goto done;
-        }
-        int32_t c = chain[L];
-        int64_t tail = 0;
-        if (dist[c] > 0 || !accept[c]) {  /* the chain stops at a call: its callee, then its continuation */
-            int32_t need[2] = {hop_a[c], hop_b[c]}, waiting = 0;
-            for (int k = 0; k < 2; k++) {
-                if (need[k] < 0 || need[k] >= n) {
-                    PyErr_Format(PyExc_ValueError, "completion_bounds: state %d calls nowhere", c);
-                    goto done;
-                }
-                if (ub[need[k]] < 0 && !waiting) {
-                    if (pending[need[k]]) {
-                        PyErr_Format(PyExc_ValueError, "completion_bounds: a call cycle through state %d", need[k]);
+    for (Py_ssize_t q = 0; q < n_asked; q++) {  /* one depth-first pass per state asked, scratch shared */
+        int32_t state = asked[q];
+        if (ub[state] >= 0) continue;
+        stack[top++] = state;
+        pending[state] = 1;
+        while (top > 0) {
+            int32_t s = stack[top - 1];
+            if (ub[s] >= 0) {
+                pending[s] = 0;
+                top--;
+                continue;
+            }
+            Py_ssize_t L = follow_chain(T, width, cls, n_symbols, n, hop, s, chain, sym, n);
+            if (L < 0) {
+                PyErr_Format(PyExc_ValueError, "completion_bounds: the hops from state %d lead nowhere", s);
+                goto done;
+            }
+            int32_t c = chain[L];
+            int64_t tail = 0;
+            if (dist[c] > 0 || !accept[c]) {  /* the chain stops at a call: its callee, then its continuation */
+                int32_t need[2] = {hop_a[c], hop_b[c]}, waiting = 0;
+                for (int k = 0; k < 2; k++) {
+                    if (need[k] < 0 || need[k] >= n) {
+                        PyErr_Format(PyExc_ValueError, "completion_bounds: state %d calls nowhere", c);
                         goto done;
                     }
-                    pending[need[k]] = 1;
-                    stack[top++] = need[k];
-                    waiting = 1;
+                    if (ub[need[k]] < 0 && !waiting) {
+                        if (pending[need[k]]) {
+                            PyErr_Format(PyExc_ValueError, "completion_bounds: a call cycle through state %d",
+                                         need[k]);
+                            goto done;
+                        }
+                        pending[need[k]] = 1;
+                        stack[top++] = need[k];
+                        waiting = 1;
+                    }
                 }
+                if (waiting) continue;
+                tail = ub[need[0]] + ub[need[1]];
             }
-            if (waiting) continue;
-            tail = ub[need[0]] + ub[need[1]];
-        }
-        min_tokens(sym, L, (const uint8_t *)b[6].buf, (const int32_t *)b[7].buf, (const int32_t *)b[8].buf,
-                   (const int32_t *)b[9].buf, n_nodes, best);
-        for (Py_ssize_t i = 0; i <= L; i++) {
-            int64_t v = (int64_t)best[i] + tail;
-            ub[chain[i]] = v < INF_TOKENS ? v : INF_TOKENS;
+            min_tokens(sym, L, (const uint8_t *)b[6].buf, (const int32_t *)b[7].buf, (const int32_t *)b[8].buf,
+                       (const int32_t *)b[9].buf, n_nodes, best);
+            for (Py_ssize_t i = 0; i <= L; i++) {
+                int64_t v = (int64_t)best[i] + tail;
+                ub[chain[i]] = v < INF_TOKENS ? v : INF_TOKENS;
+            }
         }
     }
-    result = PyLong_FromLongLong((long long)ub[state]);
+    Py_INCREF(Py_None);
+    result = Py_None;
 done:
     free(chain);
     free(sym);
     free(best);
     free(stack);
     free(pending);
-    release_bufs(b, 11);
+    release_bufs(b, 13);
     return result;
 }
 
@@ -2001,7 +2016,7 @@ follow_hops(PyObject *self, PyObject *args)
     }
     const int32_t *T = (const int32_t *)b[0].buf, *hop = (const int32_t *)b[1].buf;
     int32_t *chain = (int32_t *)b[2].buf, *symbols = (int32_t *)b[3].buf;
-    Py_ssize_t L = follow_chain(T, width, n, hop, (int32_t)state, chain, symbols, cap);
+    Py_ssize_t L = follow_chain(T, width, NULL, 0, n, hop, (int32_t)state, chain, symbols, cap);
     if (L < 0) {
         PyErr_Format(PyExc_ValueError, "follow_hops: the hops from state %zd lead nowhere or past the cap", state);
         goto done;

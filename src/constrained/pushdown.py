@@ -29,6 +29,7 @@ import bisect
 import functools
 import hashlib
 import json
+import mmap
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -124,7 +125,7 @@ class PushdownGrammar:
                                          special_names=self.special_names)  # fmt: skip
         self._by_class = np.ascontiguousarray(self._by_class, dtype=np.int32)
         self._symbol_class = np.ascontiguousarray(self._symbol_class, dtype=np.int32)
-        self._rows = np.zeros((self.n_states, self._width), dtype=np.int32)  # untouched pages cost nothing
+        self._rows = _zeros((self.n_states, self._width))
         self._table = self._rows.view()
         """int32 [n_states, width]: the rules' table by symbol (the inside DFA's, what the kernels walk). A rule's
         rows are expanded from the class form when a walk first enters the rule (`_ready`): a document visits few
@@ -354,16 +355,23 @@ class PushdownGrammar:
         self._link_moves()
 
     def _ready(self, state: int) -> None:
-        """Expand the rows of ``state``'s rule, once, before anything reads them (`_table`); a small grammar is
-        expanded whole on its first read, in one kernel call. A rule is marked ready only once its rows are in."""
+        """Expand the rows of ``state``'s rule, once, before anything reads them (`_table`). The first read also
+        expands the start rule and the rules it calls (a codec's turn calls its envelope a few bytes in: expanded
+        then, within a mask along the call, it was the slowest mask); a small grammar is expanded whole then, in
+        one kernel call. A rule is marked ready only once its rows are in."""
         if not self._unexpanded:
             return
         rule = bisect.bisect_right(self._rule_starts, state) - 1
         if self._expanded[rule]:
             return
         with self._expand_lock:
-            whole = self.n_states * self._width <= _EXPAND_WHOLE
-            for r in range(len(self._rule_starts)) if whole else (rule,):
+            if self.n_states * self._width <= _EXPAND_WHOLE:
+                wanted: Iterable[int] = range(len(self._rule_starts))
+            elif self._unexpanded == len(self._rule_starts):
+                wanted = {rule, *self._start_and_callees()}
+            else:
+                wanted = (rule,)
+            for r in wanted:
                 if not self._expanded[r]:
                     begin = self._rule_starts[r]
                     end = self._rule_starts[r + 1] if r + 1 < len(self._rule_starts) else self.n_states
@@ -371,20 +379,14 @@ class PushdownGrammar:
                     self._expanded[r] = True
                     self._unexpanded -= 1
 
-    def _ready_for_bound(self, state: int) -> None:
-        """Expand every rule `completion_bounds` reads from ``state``: the chains of symbol hops it follows (within
-        a rule) and, where a chain stops at a call, the callee's and the continuation's, until bounds are known."""
-        todo, seen = [state], set()
-        while todo and self._unexpanded:
-            s = todo.pop()
-            if s < 0 or s in seen or self._ub[s] >= 0:
-                continue
-            seen.add(s)
-            self._ready(s)
-            while s >= 0 and self._symbol_hop[s] >= 0:  # by class: no expanded row needed to follow it
-                s = int(self._by_class[s, self._symbol_class[self._symbol_hop[s]]])
-            if s >= 0 and (self._dist[s] > 0 or not self._rule_accept[s]):
-                todo += [int(self._hop_a[s]), int(self._hop_b[s])]
+    def _start_and_callees(self) -> set[int]:
+        """The start rule and the rules it calls, as indices into `_rule_starts`."""
+        first = self._starts[self._start_rule]
+        start = bisect.bisect_right(self._rule_starts, first) - 1
+        end = self._rule_starts[start + 1] if start + 1 < len(self._rule_starts) else self.n_states
+        src, callee, _ = self._call_moves
+        callees = np.unique(callee[(src >= first) & (src < end)])
+        return {start, *(np.searchsorted(self._rule_starts, callees, side="right") - 1).tolist()}
 
     def _refuse_left_recursion(self) -> None:
         """A rule that can reach a call of itself without consuming a byte would push forever."""
@@ -637,6 +639,10 @@ class PushdownGrammar:
         return restricted
 
     def _bounds_of(self, next_states: np.ndarray) -> np.ndarray:
+        live = next_states[next_states >= 0]
+        missing = live[self._ub[live] < 0]
+        if missing.shape[0]:  # a part's tokens reach hundreds of states: their bounds in one call
+            self._fill_bounds(np.unique(missing).astype(np.int32))
         return bounds_after(next_states, self._ub, self.state_bound)
 
     def _stack_bound(self, stack: tuple[int, ...]) -> int:
@@ -649,14 +655,17 @@ class PushdownGrammar:
     def state_bound(self, state: int) -> int:
         """UB(state): tokens of the canonical shortest completion of the state's rule, tokenized piecewise (the
         kernel fills it for every state on the way)."""
-        ub = int(self._ub[state])
-        if ub >= 0:
-            return ub
-        self._ready_for_bound(state)
+        if self._ub[state] < 0:
+            self._fill_bounds(np.asarray([state], dtype=np.int32))
+        return int(self._ub[state])
+
+    def _fill_bounds(self, states: np.ndarray) -> None:
+        """Work out UB for ``states`` (int32) in one kernel call, on the class form (no rule's rows needed)."""
         trie = self.trie
-        return _kernel.completion_bounds(
-            self._table, self._width, self._symbol_hop, self._dist, self._rule_accept, self._hop_a, self._hop_b,
-            trie.node_byte, trie.node_end, trie.tok_start, trie.root_child, self._ub, state,
+        _kernel.completion_bounds(
+            self._by_class, self._by_class.shape[1], self._symbol_class, self._symbol_hop, self._dist,
+            self._rule_accept, self._hop_a, self._hop_b,
+            trie.node_byte, trie.node_end, trie.tok_start, trie.root_child, self._ub, states,
         )  # fmt: skip
 
     # -- forced continuation ---------------------------------------------------------------------------------------
@@ -708,6 +717,16 @@ def _rule_calls(dfa: fsm.DFA, starts: Mapping[str, int]) -> tuple[np.ndarray, np
     src = states[picked]
     callee = np.repeat(np.array([start for _, start in calls]), end - begin)
     return src, callee, table[src, columns[picked]]
+
+
+def _zeros(shape: tuple[int, int]) -> np.ndarray:
+    """int32 zeros whose pages cost nothing until written. A big table is anonymous memory of its own, in 4 KiB
+    pages: numpy asks for huge pages above 4 MiB, and on a host that compacts memory for them on demand, writing
+    a rule's rows then stalled for tens of milliseconds now and then."""
+    size = shape[0] * shape[1] * 4
+    if size <= 4 * _EXPAND_WHOLE:
+        return np.zeros(shape, dtype=np.int32)
+    return np.frombuffer(mmap.mmap(-1, size), dtype=np.int32).reshape(shape)
 
 
 _EXPAND_WHOLE = 1 << 20

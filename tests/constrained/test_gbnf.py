@@ -605,7 +605,8 @@ def differential(engine: LlamaEngine, vocab, text: str, strings: list[bytes], ta
     A next byte or token is compared exactly when the text after it ends on a character boundary. Where it makes
     the text invalid UTF-8 ours must refuse it (llama.cpp allowing it is counted: the documented divergence);
     where it ends inside a character, llama.cpp's partial-UTF-8 check is an approximation (for a negated class it
-    refuses a lead byte if any excluded character shares it), so a difference there is counted, not failed.
+    refuses a lead byte if any excluded character shares it; it allows EOS after a token that ends inside one), so
+    a difference there is counted, not failed.
     """
     ours = compile_gbnf(text, vocab)
     byte_ids = _byte_token_ids(vocab)
@@ -617,7 +618,7 @@ def differential(engine: LlamaEngine, vocab, text: str, strings: list[bytes], ta
     def judge(where: str, consumed: bytes, pieces: dict[int, bytes], theirs: set[int], mine: set[int]) -> bool:
         bad = []
         for token in sorted(theirs ^ mine):
-            status = "complete" if token == eos else _status(consumed + pieces[token])
+            status = _status(consumed if token == eos else consumed + pieces[token])  # EOS mid-character: partial
             if status == "invalid" and token not in mine:
                 tally.llama_invalid_utf8 += 1
             elif status == "partial":

@@ -484,6 +484,7 @@ def test_completion_bounds_equal_a_piecewise_tokenization_of_the_canonical_compl
             symbols, current = [], state
             while grammar._dist[current] > 0 and grammar._hop_kind[current] == pushdown._HOP_SYMBOL:
                 symbols.append(int(grammar._hop_a[current]))
+                grammar._ready(current)  # the table by symbol, where the kernel reads the class form
                 current = int(grammar._table[current, symbols[-1]])
             tail = 0
             if grammar._dist[current] > 0 or not grammar._rule_accept[current]:

@@ -203,6 +203,21 @@ def test_the_graph_kernels_refuse_a_table_or_graph_they_could_not_trust():
             _kernel.shortest_completions(*pred, accept, none, none, none, UNREACHABLE, *outs)
 
 
+
+def test_completion_bounds_refuses_a_class_map_out_of_the_table(qwen_vocab):
+    """`completion_bounds` reads the class form through each symbol's column: a map naming a column the table lacks
+    (or too short for the bytes) is refused, not followed."""
+    grammar = compile_rules(JSON_RULES, "value", qwen_vocab)
+    trie = grammar.trie
+    width = grammar._by_class.shape[1]
+    for bad in (np.full_like(grammar._symbol_class, width), grammar._symbol_class[:255]):
+        with pytest.raises(ValueError, match="completion_bounds"):
+            _kernel.completion_bounds(grammar._by_class, width, np.ascontiguousarray(bad), grammar._symbol_hop,
+                                      grammar._dist, grammar._rule_accept, grammar._hop_a, grammar._hop_b,
+                                      trie.node_byte, trie.node_end, trie.tok_start, trie.root_child,
+                                      np.full(grammar.n_states, -1, dtype=np.int64), np.zeros(1, np.int32))
+
+
 @settings(max_examples=300, deadline=None)
 @given(rule_tables(), st.integers(0, 6))
 def test_bytes_to_boundary_match_the_reference(case, cap):
