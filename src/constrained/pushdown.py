@@ -125,14 +125,13 @@ class PushdownGrammar:
                                          special_names=self.special_names)  # fmt: skip
         self._by_class = np.ascontiguousarray(self._by_class, dtype=np.int32)
         self._symbol_class = np.ascontiguousarray(self._symbol_class, dtype=np.int32)
-        self._rows = _zeros((self.n_states, self._width))
-        self._table = self._rows.view()
-        """int32 [n_states, width]: the rules' table by symbol (the inside DFA's, what the kernels walk). A rule's
-        rows are expanded from the class form when a walk first enters the rule (`_ready`): a document visits few
-        of a big grammar's rules (one tool of 276: a quarter of the states, the dispatch, is all a first mask needs),
-        and expanding 40k states x 257 symbols was most of that mask. Read-only; rows of other rules read 0."""
-        self._table.flags.writeable = False
-        table_dfa.__dict__["transitions"] = self._table  # the index walks the same rows
+        self._rows: np.ndarray | None = None
+        self._table: np.ndarray = _NOT_YET
+        """int32 [n_states, width]: the rules' table by symbol (the inside DFA's, what the kernels walk), made on
+        the first read. A rule's rows are expanded from the class form when a walk first enters the rule
+        (`_ready`): a document visits few of a big grammar's rules (one tool of 276: a quarter of the states, the
+        dispatch, is all a first mask needs), and expanding 40k states x 257 symbols was most of that mask.
+        Read-only; rows of other rules read 0."""
         self._rule_starts = sorted({0, *self._starts.values()})
         """Each rule's first state (its DFA's initial state, 0, offset into place), ascending."""
         self._expanded = [False] * len(self._rule_starts)
@@ -365,6 +364,12 @@ class PushdownGrammar:
         if self._expanded[rule]:
             return
         with self._expand_lock:
+            if self._rows is None:
+                self._rows = _zeros((self.n_states, self._width))
+                table = self._rows.view()
+                table.flags.writeable = False
+                self._index.dfa.__dict__["transitions"] = table  # the index walks the same rows
+                self._table = table
             if self.n_states * self._width <= _EXPAND_WHOLE:
                 wanted: Iterable[int] = range(len(self._rule_starts))
             elif self._unexpanded == len(self._rule_starts):
@@ -468,12 +473,11 @@ class PushdownGrammar:
 
     def step(self, configs: Iterable[Config], symbol: int) -> frozenset[Config]:
         """The configurations after one byte (or special symbol 256+i) from ``configs``."""
-        table = self._table
         out = set()
         for state, stack in self.closure(configs):
             if state >= 0:
                 self._ready(state)
-                target = int(table[state, symbol])
+                target = int(self._table[state, symbol])
                 if target >= 0:
                     out.add((target, stack))
         return frozenset(out)
@@ -729,6 +733,8 @@ def _zeros(shape: tuple[int, int]) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, size), dtype=np.int32).reshape(shape)
 
 
+_NOT_YET = np.zeros((0, 0), dtype=np.int32)
+"""`PushdownGrammar._table` before the first read."""
 _EXPAND_WHOLE = 1 << 20
 """A table of at most this many cells (4 MiB) is expanded whole on its first read; a bigger one rule by rule."""
 _NO_MOVES = np.zeros(0, dtype=np.int64)
