@@ -387,7 +387,13 @@ def _string_body_excluding(names: tuple[str, ...]) -> str:
         for ch in name:
             node = node.setdefault(ch, {})
         node[""] = True
+    if all(ch in _ASCII_PLAIN for name in names for ch in name):
+        return _ascii_names_complement(trie)
+    return _names_complement(trie)
 
+
+def _names_complement(trie: dict) -> str:
+    """`_string_body_excluding` for any names: a whole UNIT (every spelling of a character) under each node."""
     def walk(node: dict) -> tuple[Pattern, str]:  # (prefixes that are not names, prefixes that have left)
         chars = [c for c in node if c]
         inside: list[Pattern] = [] if "" in node else [""]
@@ -402,6 +408,55 @@ def _string_body_excluding(names: tuple[str, ...]) -> str:
 
     inside, left = walk(trie)
     return _alt([inside, left + UNIT + "*"]) or ""
+
+
+_ASCII_PLAIN = frozenset(map(chr, range(0x20, 0x80))) - {'"', "\\"}
+"""The characters a string body spells one way, as themselves, in one byte."""
+_LEAVES_ANY_ASCII_NAME = r'(?:[^\x00-\x7f]|\\["\\bfnrt]|\\u00[01][0-9a-f])'
+"""A UNIT that decodes to no `_ASCII_PLAIN` character: a non-ASCII one or an escape."""
+
+
+def _ascii_names_complement(trie: dict) -> str:
+    """`_string_body_excluding` for names of `_ASCII_PLAIN` characters (nearly every key): a prefix of the trie
+    that is no name; or a path down it, then an ASCII character that leaves it or (at any node) a unit that no
+    name has, then anything. Each node carries one byte class instead of a whole UNIT: half the pattern, and of
+    the native compiler's time on it, for the same language."""
+    def walk(node: dict) -> tuple[str | None, str, str]:  # (prefixes that are no name, ASCII exits, all prefixes)
+        chars = [c for c in node if c]
+        inside: list[str] = [] if "" in node else [""]
+        left, prefixes = [_ascii_plain_except("".join(sorted(chars)))], [""]
+        for ch in chars:
+            child_inside, child_left, child_prefixes = walk(node[ch])
+            unit = _lit(ch)
+            if child_inside is not None:
+                inside.append(unit + child_inside)
+            left.append(unit + child_left)
+            prefixes.append(unit + child_prefixes)
+        return (_one_of(inside) if inside else None), _one_of(left), _one_of(prefixes)
+
+    inside, left, prefixes = walk(trie)
+    return _alt([inside, f"(?:{left}|{prefixes}{_LEAVES_ANY_ASCII_NAME}){UNIT}*"]) or ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _ascii_plain_except(chars: str) -> str:
+    """A class of the `_ASCII_PLAIN` characters but ``chars``, as ranges (a positive class: generators that sample
+    a negated class from all of Unicode, such as hypothesis' ``from_regex``, would almost never hit ASCII)."""
+    runs: list[list[int]] = []
+    for code in sorted(map(ord, _ASCII_PLAIN.difference(chars))):
+        if runs and runs[-1][1] == code - 1:
+            runs[-1][1] = code
+        else:
+            runs.append([code, code])
+    spell = lambda code: _class_char(chr(code)) if code < 0x7F else "\\x7f"  # noqa: E731
+    body = "".join(spell(a) if a == b else f"{spell(a)}-{spell(b)}" for a, b in runs)
+    return f"[{body}]" if body else "[^\\x00-\\U0010ffff]"  # every character a name goes on with: none leaves
+
+
+def _one_of(distinct: list[str]) -> str:
+    """Alternatives known to be distinct (a trie node's branches start with distinct characters): `_alt` without
+    its dedup, for the many small nodes of a key trie."""
+    return distinct[0] if len(distinct) == 1 else "(?:" + "|".join(distinct) + ")"
 
 
 # -- computed string languages (intersections and complements, embedded as automata) ---------------

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from constrained.errors import GrammarTooLargeError, InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
+from constrained import fsm
 from constrained import schema as schema_module
 from constrained.fsm import compile_dfa
 from constrained.schema import schema_to_pattern
@@ -916,6 +917,31 @@ def test_string_body_excluding_is_exactly_the_other_strings(names, others):
         for spelling in (spelled, escaped):
             assert dfa.accepts(spelling) == automaton.accepts(spelling) == (text not in names), (names, text)
 
+
+
+_ASCII_KEY_CHARS = st.sampled_from(["a", "b", "-", "]", "^", "[", ".", " ", "\x7f", "~"])
+_OTHER_CHARS = st.sampled_from(["a", "b", "-", "é", '"', "\\", "\n", "\x1f"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(st.text(_ASCII_KEY_CHARS, max_size=5), min_size=1, max_size=6, unique=True),
+       others=st.lists(st.text(_OTHER_CHARS, max_size=6), max_size=8))
+def test_ascii_key_complement_is_the_general_one(names, others):
+    """Names of plain ASCII characters (nearly every key) take the smaller complement, one byte class per trie node:
+    the same language as the general construction, and exactly the strings that are not names."""
+    trie: dict = {}
+    for name in names:
+        node = trie
+        for ch in name:
+            node = node.setdefault(ch, {})
+        node[""] = True
+    fast, general = (compile_dfa('"' + build(trie) + '"') for build in (
+        schema_module._ascii_names_complement, schema_module._names_complement))
+    assert fsm.difference(fast, general) is None and fsm.difference(general, fast) is None, names
+    assert schema_module._string_body_excluding(tuple(names)) == schema_module._ascii_names_complement(trie)
+    for text in names + others + [name + tail for name in names for tail in ("é", "\n", "a")]:
+        spelled = json.dumps(text, ensure_ascii=False).encode("utf-8")
+        assert fast.accepts(spelled) == (text not in names), (names, text)
 
 def test_email_is_bounded_so_a_long_max_length_is_implied_not_counted():
     """The email format holds at most 64 local characters besides dots and 2-4 host labels (at most 383 in all): a
