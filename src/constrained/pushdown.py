@@ -378,17 +378,20 @@ class PushdownGrammar:
                 wanted = (rule,)
             for r in wanted:
                 if not self._expanded[r]:
-                    begin = self._rule_starts[r]
-                    end = self._rule_starts[r + 1] if r + 1 < len(self._rule_starts) else self.n_states
+                    begin, end = self._rule_span(r)
                     _kernel.expand_classes(self._by_class[begin:end], self._symbol_class, self._rows[begin:end])
                     self._expanded[r] = True
                     self._unexpanded -= 1
 
+    def _rule_span(self, rule: int) -> tuple[int, int]:
+        """The states of rule ``rule`` (an index into `_rule_starts`): [first, end)."""
+        starts = self._rule_starts
+        return starts[rule], starts[rule + 1] if rule + 1 < len(starts) else self.n_states
+
     def _start_and_callees(self) -> set[int]:
         """The start rule and the rules it calls, as indices into `_rule_starts`."""
-        first = self._starts[self._start_rule]
-        start = bisect.bisect_right(self._rule_starts, first) - 1
-        end = self._rule_starts[start + 1] if start + 1 < len(self._rule_starts) else self.n_states
+        start = bisect.bisect_right(self._rule_starts, self._starts[self._start_rule]) - 1
+        first, end = self._rule_span(start)
         src, callee, _ = self._call_moves
         callees = np.unique(callee[(src >= first) & (src < end)])
         return {start, *(np.searchsorted(self._rule_starts, callees, side="right") - 1).tolist()}
