@@ -37,6 +37,7 @@ import pathlib
 import re
 import urllib.parse
 import warnings
+from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -381,15 +382,21 @@ def _string_body_excluding(names: tuple[str, ...]) -> str:
     names, or a path down the trie that leaves it by one unit and then goes on freely. The free tail is written
     once, not under every trie node (a third shorter pattern, the same minimal DFA). Cached: a third of the calls
     of a compile repeat a name set (an object met again through `$ref` or another branch)."""
+    trie = _names_trie(names)
+    if all(ch in _ASCII_PLAIN for name in names for ch in name):
+        return _ascii_names_complement(trie)
+    return _names_complement(trie)
+
+
+def _names_trie(names: Iterable[str]) -> dict:
+    """The names as a character trie: a node maps each next character to its child, and ``""`` marks a name's end."""
     trie: dict = {}
     for name in names:
         node = trie
         for ch in name:
             node = node.setdefault(ch, {})
         node[""] = True
-    if all(ch in _ASCII_PLAIN for name in names for ch in name):
-        return _ascii_names_complement(trie)
-    return _names_complement(trie)
+    return trie
 
 
 def _names_complement(trie: dict) -> str:
