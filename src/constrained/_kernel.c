@@ -1840,7 +1840,7 @@ bytes_to_boundary(PyObject *self, PyObject *args)
                 reach[s] = next;
                 queue[tail++] = s;
             }
-            }
+        }
     }
     Py_INCREF(Py_None);
     result = Py_None;

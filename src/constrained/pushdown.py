@@ -730,10 +730,9 @@ def _zeros(shape: tuple[int, int]) -> np.ndarray:
     """int32 zeros whose pages cost nothing until written. A big table is anonymous memory of its own, in 4 KiB
     pages: numpy asks for huge pages above 4 MiB, and on a host that compacts memory for them on demand, writing
     a rule's rows then stalled for tens of milliseconds now and then."""
-    size = shape[0] * shape[1] * 4
-    if size <= 4 * _EXPAND_WHOLE:
+    if shape[0] * shape[1] <= _EXPAND_WHOLE:  # expanded whole at once: ordinary memory
         return np.zeros(shape, dtype=np.int32)
-    return np.frombuffer(mmap.mmap(-1, size), dtype=np.int32).reshape(shape)
+    return np.frombuffer(mmap.mmap(-1, shape[0] * shape[1] * 4), dtype=np.int32).reshape(shape)
 
 
 _NOT_YET = np.zeros((0, 0), dtype=np.int32)
