@@ -449,15 +449,9 @@ def _ascii_names_complement(trie: dict) -> str:
 def _ascii_plain_except(chars: str) -> str:
     """A class of the `_ASCII_PLAIN` characters but ``chars``, as ranges (a positive class: generators that sample
     a negated class from all of Unicode, such as hypothesis' ``from_regex``, would almost never hit ASCII)."""
-    runs: list[list[int]] = []
-    for code in sorted(map(ord, _ASCII_PLAIN.difference(chars))):
-        if runs and runs[-1][1] == code - 1:
-            runs[-1][1] = code
-        else:
-            runs.append([code, code])
-    spell = lambda code: _class_char(chr(code)) if code < 0x7F else "\\x7f"  # noqa: E731
-    body = "".join(spell(a) if a == b else f"{spell(a)}-{spell(b)}" for a, b in runs)
-    return f"[{body}]" if body else "[^\\x00-\\U0010ffff]"  # every character a name goes on with: none leaves
+    _, regex = _dfa_ops()
+    ranges = regex._normalize([(ord(c), ord(c)) for c in _ASCII_PLAIN.difference(chars)])
+    return regex._class_text(ranges) if ranges else "[^\\x00-\\U0010ffff]"  # every character goes on: none leaves
 
 
 def _one_of(distinct: list[str]) -> str:
@@ -728,8 +722,10 @@ class _Compiler:
         rule: one rule calling a different rule from each alternative is a DFA with a column per call, and its
         compile time and size grew with calls x states (276 tools: 10.6k states x 298 columns, a tenth of the
         cold compile). After a few bytes one chunk is left, so a mask walks one configuration again."""
+        if self.rules is None or len(alternatives) <= _CHOICE_CHUNK:
+            return _alt(alternatives)
         distinct = [p for p in dict.fromkeys(alternatives) if p is not None]
-        if self.rules is None or len(distinct) <= _CHOICE_CHUNK:
+        if len(distinct) <= _CHOICE_CHUNK:
             return _alt(distinct)
         ordered = sorted(distinct)
         calls = []
