@@ -23,7 +23,8 @@ nothing the compilers accept (their errors propagate: `RegexSyntaxError`, `Unsup
                         entry  <fingerprint>.grammar (DFA + every mask computed so far) ──► Grammar
                                  │ miss / corrupt / mismatched
                                  ▼
-                        fsm.compile_dfa ──► TokenIndex(dfa, vocab) ──► Grammar ──► saved (entry + aliases)
+                        fsm.compile_dfa ──► TokenIndex(dfa, vocab) ──► Grammar ──► saved by `save` or at exit
+                                                                              (entry, then its aliases)
 
     compile_rules: rules ──► memory ──hit──► PushdownGrammar
                                │ miss
@@ -62,7 +63,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -98,6 +99,10 @@ class Grammar:
     """Per-state allowed tokens (lazy, cached)."""
     fingerprint: str
     """sha256 hex of the DFA fingerprint + vocabulary fingerprint: the disk-cache key."""
+    aliases: dict[str, bytes] = field(default_factory=dict, init=False, repr=False)
+    """Aliases that name this grammar and are not on disk yet (file name under ``alias/`` → content), written by
+    `save` after the entry. A cold compile writes nothing: creating the entry and two aliases (and their
+    directories) took more than the compile itself for a one-DFA schema."""
 
     def matcher(self, max_tokens: int | None = None) -> Matcher:
         """A fresh cursor at the start of the grammar.
@@ -113,24 +118,28 @@ class Grammar:
         self.save()
 
     def save(self) -> Path | None:
-        """Write the DFA and every mask computed so far to the disk cache; the path, or None if disabled."""
+        """Write the DFA and every mask computed so far to the disk cache, then the aliases that name it; the entry's
+        path, or None if disabled or not written."""
         location = _cache_location()
         if location is None:
             return None
         path = _entry_path(location[1], self.fingerprint)
-        if _saved_counts.get(path) == len(self.index.computed_states) and os.path.exists(path):
-            return Path(path)  # counted without decoding a stored mask
-        for _ in range(len(self.index.computed_states) + 1):
-            try:
-                masks = self.index.export_masks()
-                break
-            except KeyError:  # a stored state failed its check on this first read: now dropped, export again
-                continue
-        else:
-            return None
-        if not _write_cache_file(path, grammar_file.encode_entry(self, masks, _index_identity())):
-            return None
-        _saved_counts[path] = len(masks)
+        if not (_saved_counts.get(path) == len(self.index.computed_states) and os.path.exists(path)):
+            # (else: counted without decoding a stored mask)
+            for _ in range(len(self.index.computed_states) + 1):
+                try:
+                    masks = self.index.export_masks()
+                    break
+                except KeyError:  # a stored state failed its check on this first read: now dropped, export again
+                    continue
+            else:
+                return None
+            if not _write_cache_file(path, grammar_file.encode_entry(self, masks, _index_identity())):
+                return None
+            _saved_counts[path] = len(masks)
+        for name, text in list(self.aliases.items()):  # after the entry they name
+            if _write_cache_file(os.path.join(location[1], "alias", name), [text]):
+                self.aliases.pop(name, None)
         return Path(path)
 
     def __repr__(self) -> str:
@@ -306,10 +315,11 @@ def _compile_schema_dfa(schema: Any, schema_key: tuple[str, str, str], vocab: Vo
         grammar = compile_regex(pattern, vocab)
     except GrammarTooLargeError:
         raise _OneDfaCannot(warned=True) from None
-    if alias_path is not None and complete and grammar.save() is not None:
+    if alias_path is not None and complete:
         alias = {"format": FORMAT, "grammar": grammar.fingerprint, "pattern_sha256": _sha256(pattern),
                  "warnings": list(messages)}  # fmt: skip
-        _write_cache_file(alias_path, [json.dumps(alias).encode()])
+        grammar.aliases[os.path.basename(alias_path)] = json.dumps(alias).encode()
+        _live.add(grammar)
     return grammar
 
 
@@ -572,10 +582,7 @@ def _compile(pattern: str, allow_special: bool, vocab: Vocabulary) -> Grammar:
         pattern=pattern, allow_special=allow_special, dfa=dfa, vocabulary=vocab, index=index,
         fingerprint=_grammar_fingerprint(dfa.fingerprint, vocab.fingerprint),
     )  # fmt: skip
-    path = grammar.save()
-    if path is not None:
-        alias_path = os.path.join(path.parent, "alias", f"{_pattern_alias(pattern, allow_special, vocab)}.txt")
-        _write_cache_file(alias_path, [grammar.fingerprint.encode()])
+    grammar.aliases[f"{_pattern_alias(pattern, allow_special, vocab)}.txt"] = grammar.fingerprint.encode()
     return grammar
 
 

@@ -131,8 +131,8 @@ def test_masks_computed_after_compile_are_saved_and_reloaded(small_vocab, cache_
 def test_corrupt_cache_entry_is_ignored_and_recompiled(small_vocab, cache_dir):
     compiled = compile_regex(PATTERN, small_vocab)
     expected = all_masks(compiled)
-    for entry in cache_dir.glob("*.grammar"):
-        entry.write_bytes(b"not a zip file")
+    compiled.save()
+    only_entry(cache_dir).write_bytes(b"not a zip file")
     clear_memory_cache()
     again = compile_regex(PATTERN, small_vocab)
     assert all_masks(again) == expected
@@ -232,6 +232,7 @@ def test_an_entry_of_another_grammar_is_not_used(small_vocab, cache_dir):
     first = compile_regex(PATTERN, small_vocab)
     expected = snapshot(first)
     other = compile_regex(STRING_PATTERN, small_vocab)
+    first.save(), other.save()
     first_path = Path(grammar_module._entry_path(str(cache_dir), first.fingerprint))
     first_path.write_bytes(Path(grammar_module._entry_path(str(cache_dir), other.fingerprint)).read_bytes())
     clear_memory_cache()
@@ -240,7 +241,9 @@ def test_an_entry_of_another_grammar_is_not_used(small_vocab, cache_dir):
 
 @pytest.mark.parametrize("alias", [b"", b"zz", b"../../../../etc/passwd", b"0" * 64, b"\xff" * 64])
 def test_a_damaged_pattern_alias_is_ignored(small_vocab, cache_dir, alias):
-    expected = snapshot(compile_regex(PATTERN, small_vocab))
+    compiled = compile_regex(PATTERN, small_vocab)
+    compiled.save()
+    expected = snapshot(compiled)
     (alias_path,) = (cache_dir / "alias").glob("*.txt")
     alias_path.write_bytes(alias)
     clear_memory_cache()
@@ -265,6 +268,7 @@ def test_unknown_keyword_warnings_are_the_same_cold_from_memory_and_from_disk(sm
         return compile_recording_warnings(SCHEMA, small_vocab)  # one call site: equal locations
 
     cold, cold_warnings = compile_once()
+    cold.save()
     assert sorted((c.__name__, m.split(" at ")[0]) for c, m, _, _ in cold_warnings) == [
         ("UnknownKeywordWarning", "ignoring '_format'"), ("UnknownKeywordWarning", "ignoring 'javaType'")
     ]  # fmt: skip
@@ -283,8 +287,29 @@ def test_unknown_keyword_warnings_are_the_same_cold_from_memory_and_from_disk(sm
             compile_json_schema(SCHEMA, small_vocab)
 
 
+def test_a_cold_compile_writes_nothing_and_save_writes_the_entry_before_its_aliases(small_vocab, cache_dir,
+                                                                                   monkeypatch):
+    with pytest.warns(UnknownKeywordWarning):
+        compiled = compile_json_schema(SCHEMA, small_vocab)
+    assert not cache_dir.exists() or not any(path.is_file() for path in cache_dir.rglob("*"))
+    order = []
+    atomic_write = grammar_module.grammar_file.atomic_write
+    monkeypatch.setattr(grammar_module.grammar_file, "atomic_write",
+                        lambda path, parts: order.append(Path(path).suffix) or atomic_write(path, parts))
+    assert compiled in grammar_module._live  # what interpreter exit saves
+    compiled.save()
+    assert order[0] == ".grammar" and sorted(order[1:]) == [".json", ".txt"]  # an alias never names a missing entry
+    written = {path: path.stat().st_mtime_ns for path in cache_dir.rglob("*") if path.is_file()}
+    compiled.save()
+    assert {path: path.stat().st_mtime_ns for path in cache_dir.rglob("*") if path.is_file()} == written
+    clear_memory_cache()
+    refuse_compiling(monkeypatch)
+    with pytest.warns(UnknownKeywordWarning):
+        assert compile_json_schema(SCHEMA, small_vocab).fingerprint == compiled.fingerprint
+
+
 def test_errors_are_raised_cold_and_never_cached(small_vocab, cache_dir):
-    compile_recording_warnings(SCHEMA, small_vocab)
+    compile_recording_warnings(SCHEMA, small_vocab)[0].save()
     aliases = sorted((cache_dir / "alias").iterdir())
     for _ in range(2):
         clear_memory_cache()
@@ -311,7 +336,9 @@ def test_errors_are_raised_cold_and_never_cached(small_vocab, cache_dir):
 )
 def test_a_damaged_schema_alias_falls_back_to_translation(small_vocab, cache_dir, damage):
     with pytest.warns(UnknownKeywordWarning):
-        expected = snapshot(compile_json_schema(SCHEMA, small_vocab))
+        compiled = compile_json_schema(SCHEMA, small_vocab)
+    compiled.save()
+    expected = snapshot(compiled)
     (alias_path,) = (cache_dir / "alias").glob("*.json")
     alias = json.loads(alias_path.read_text())
     damaged = damage(alias)
@@ -332,6 +359,7 @@ def test_a_changed_compiler_invalidates_both_aliases(small_vocab, cache_dir, mon
     try:
         with pytest.warns(UnknownKeywordWarning):
             compiled = compile_json_schema(SCHEMA, small_vocab)
+        compiled.save()
         clear_memory_cache()
         with pytest.MonkeyPatch.context() as patch, pytest.warns(UnknownKeywordWarning):
             refuse_compiling(patch)

@@ -123,6 +123,7 @@ def test_a_well_formed_mask_that_breaks_an_invariant_is_not_trusted(small_vocab,
 )
 def test_a_well_formed_dfa_that_breaks_an_invariant_is_not_trusted(small_vocab, cache_dir, tamper):
     compiled = compile_regex(PATTERN, small_vocab)
+    compiled.save()
     expected = snapshot(compiled)
     dfa = compiled.dfa
     classes, table, distance = dfa.symbol_classes.copy(), dfa.class_table.copy(), dfa.distance.copy()
