@@ -124,23 +124,28 @@ class Grammar:
         if location is None:
             return None
         path = _entry_path(location[1], self.fingerprint)
-        if not (_saved_counts.get(path) == len(self.index.computed_states) and os.path.exists(path)):
-            # (else: counted without decoding a stored mask)
-            for _ in range(len(self.index.computed_states) + 1):
-                try:
-                    masks = self.index.export_masks()
-                    break
-                except KeyError:  # a stored state failed its check on this first read: now dropped, export again
-                    continue
-            else:
-                return None
-            if not _write_cache_file(path, grammar_file.encode_entry(self, masks, _index_identity())):
-                return None
-            _saved_counts[path] = len(masks)
+        on_disk = _saved_counts.get(path) == len(self.index.computed_states) and os.path.exists(path)
+        if not on_disk and not self._write_entry(path):  # (on_disk is counted without decoding a stored mask)
+            return None
         for name, text in list(self.aliases.items()):  # after the entry they name
             if _write_cache_file(os.path.join(location[1], "alias", name), [text]):
                 self.aliases.pop(name, None)
         return Path(path)
+
+    def _write_entry(self, path: str) -> bool:
+        """Encode the DFA and every mask computed so far into the entry at ``path``; False if it was not written."""
+        for _ in range(len(self.index.computed_states) + 1):
+            try:
+                masks = self.index.export_masks()
+                break
+            except KeyError:  # a stored state failed its check on this first read: now dropped, export again
+                continue
+        else:
+            return False
+        if not _write_cache_file(path, grammar_file.encode_entry(self, masks, _index_identity())):
+            return False
+        _saved_counts[path] = len(masks)
+        return True
 
     def __repr__(self) -> str:
         return (
