@@ -23,8 +23,8 @@ nothing the compilers accept (their errors propagate: `RegexSyntaxError`, `Unsup
                         entry  <fingerprint>.grammar (DFA + every mask computed so far) ──► Grammar
                                  │ miss / corrupt / mismatched
                                  ▼
-                        fsm.compile_dfa ──► TokenIndex(dfa, vocab) ──► Grammar ──► saved by `save` or at exit
-                                                                              (entry, then its aliases)
+                        fsm.compile_dfa ──► TokenIndex(dfa, vocab) ──► Grammar ──► saved by `save`, at exit or
+                                                         when pushed out of memory (entry, then its aliases)
 
     compile_rules: rules ──► memory ──hit──► PushdownGrammar
                                │ miss
@@ -32,7 +32,7 @@ nothing the compilers accept (their errors propagate: `RegexSyntaxError`, `Unsup
                       entry  <sha256(rules fingerprint, rules compiler identity)>.rules: the layout's tables
                                │ miss / corrupt / mismatched       (grammar_file.open_arrays; every index the
                                ▼                                     kernels trust is range-checked on adoption)
-                      PushdownGrammar(rules) ──► saved by `save` or at exit (not inside the cold compile)
+                      PushdownGrammar(rules) ──► saved by `save`, at exit or when pushed out of memory
     A schema that compiles to rules has its own alias (alias/<schema alias>.rules.json = the rule set's
     fingerprint + warnings), so a warm load skips its translation too.
 
@@ -372,7 +372,7 @@ def _compile_lock(key: tuple[str, bool, str]) -> threading.Lock:
 
 def _remember(key: tuple[str, bool, str], grammar: Grammar) -> None:
     if len(_memory) >= _MEMORY_LIMIT:
-        _memory.pop(next(iter(_memory)))
+        _memory.pop(next(iter(_memory))).save()  # its pending writes, before nothing may hold it any more
     _memory[key] = grammar
     _live.add(grammar)
 
@@ -380,7 +380,9 @@ def _remember(key: tuple[str, bool, str], grammar: Grammar) -> None:
 def _remember_rules(key: tuple, grammar: PushdownGrammar) -> PushdownGrammar:
     """Keep ``grammar`` under ``key``, or the one another thread kept first (both are the same grammar)."""
     if len(_rule_sets) >= _RULE_SETS_LIMIT and key not in _rule_sets:
-        _rule_sets.pop(next(iter(_rule_sets)), None)
+        evicted = _rule_sets.pop(next(iter(_rule_sets)), None)
+        if evicted is not None:
+            evicted.save()
     return _rule_sets.setdefault(key, grammar)
 
 
@@ -683,8 +685,8 @@ def _load_rules(path: str, vocab: Vocabulary, expected: tuple[Mapping[str, str],
 
 class _RulesSaver:
     """A rule set's pending writes: its entry (``entry``; None when it is on disk already) and the schema aliases
-    that name it. Run by `PushdownGrammar.save` and at exit, not at compile: a cold compile pays no encoding and
-    no write."""
+    that name it. Run by `PushdownGrammar.save`, at exit and when the rule set leaves the memory cache, not at its
+    compile: a cold compile pays no encoding and no write."""
 
     def __init__(self, entry: str | None) -> None:
         self.entry = entry

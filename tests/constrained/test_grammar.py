@@ -309,6 +309,19 @@ def test_a_cold_compile_writes_nothing_and_save_writes_the_entry_before_its_alia
         assert compile_json_schema(SCHEMA, small_vocab).fingerprint == compiled.fingerprint
 
 
+def test_a_grammar_pushed_out_of_memory_is_saved_first(small_vocab, cache_dir, monkeypatch):
+    monkeypatch.setattr(grammar_module, "_MEMORY_LIMIT", 1)
+    monkeypatch.setattr(grammar_module, "_RULE_SETS_LIMIT", 1)
+    first = compile_regex(PATTERN, small_vocab).fingerprint
+    grammar_module.compile_rules({"doc": r"\[(?&=doc)?\]"}, "doc", small_vocab)
+    assert not cache_dir.exists() or not any(path.is_file() for path in cache_dir.rglob("*"))
+    compile_regex(STRING_PATTERN, small_vocab)  # pushes the first grammar out of memory
+    grammar_module.compile_rules({"doc": r"\((?&=doc)?\)"}, "doc", small_vocab)  # and the first rule set
+    assert Path(grammar_module._entry_path(str(cache_dir), first)).exists()
+    assert len(list((cache_dir / "alias").glob("*.txt"))) == 1  # its pattern alias, after it
+    assert len(list(cache_dir.glob("*.rules"))) == 1
+
+
 def test_errors_are_raised_cold_and_never_cached(small_vocab, cache_dir):
     compile_recording_warnings(SCHEMA, small_vocab)[0].save()
     aliases = sorted((cache_dir / "alias").iterdir())
