@@ -572,9 +572,10 @@ def _key_others(wide: tuple[str, ...], names: tuple[str, ...]) -> str | None:
 
 
 def clear_caches() -> None:
-    """Forget the compiler's memos of computed string languages (key complements, string intersections), so that
+    """Forget the compiler's memos of computed languages (key complements, string intersections, numbers), so that
     nothing carries over from one schema to the next (cold-compile benchmarks; `grammar.clear_memory_cache`)."""
-    for memo in (_string_body_excluding, _excluded_keys_automaton, _string_language, _key_regions, _key_others):
+    for memo in (_string_body_excluding, _excluded_keys_automaton, _string_language, _key_regions, _key_others,
+                 _kw.number_language):
         memo.cache_clear()
 
 

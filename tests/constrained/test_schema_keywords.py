@@ -188,6 +188,20 @@ def test_what_cannot_be_exact_is_refused_with_a_reason(schema, keyword) -> None:
     assert err.value.keyword == keyword
 
 
+def test_a_number_language_is_remembered_by_its_keywords_and_errors_name_each_path() -> None:
+    percent = {"type": "number", "minimum": 0, "maximum": 99.99, "multipleOf": 0.01}
+    schema_keywords.number_language.cache_clear()
+    dfa = compile_dfa(schema_to_pattern({"type": "object", "properties": {"a": percent, "b": dict(percent)}}))
+    assert schema_keywords.number_language.cache_info().hits == 1  # b's language is a's
+    assert dfa.accepts(b'{"a":12.5,"b":0.25}') and not dfa.accepts(b'{"a":12.5,"b":100}')
+    assert not dfa.accepts(b'{"a":1.0,"b":1.001}')
+    bad = {"type": "number", "multipleOf": 0.3}
+    for name in ("x", "y"):
+        with pytest.raises(UnsupportedSchemaError) as err:
+            schema_to_pattern({"type": "object", "properties": {name: bad}})
+        assert err.value.path == f"#/properties/{name}"
+
+
 def test_unknown_formats_are_annotations_with_a_warning_or_refused_on_request() -> None:
     with pytest.warns(UnknownKeywordWarning, match="path"):
         dfa = compile_dfa(schema_to_pattern({"type": "string", "format": "path"}))
