@@ -124,8 +124,8 @@ class Grammar:
         if location is None:
             return None
         path = _entry_path(location[1], self.fingerprint)
-        on_disk = _saved_counts.get(path) == len(self.index.computed_states) and os.path.exists(path)
-        if not on_disk and not self._write_entry(path):  # (on_disk is counted without decoding a stored mask)
+        on_disk = _saved_counts.get(path) == len(self.index.computed_states) and os.path.exists(path)  # no decoding
+        if not on_disk and not self._write_entry(path):
             return None
         for name, text in list(self.aliases.items()):  # after the entry they name
             if _write_cache_file(os.path.join(location[1], "alias", name), [text]):
@@ -323,8 +323,7 @@ def _compile_schema_dfa(schema: Any, schema_key: tuple[str, str, str], vocab: Vo
     if alias_path is not None and complete:
         alias = {"format": FORMAT, "grammar": grammar.fingerprint, "pattern_sha256": _sha256(pattern),
                  "warnings": list(messages)}  # fmt: skip
-        grammar.aliases[os.path.basename(alias_path)] = json.dumps(alias).encode()
-        _live.add(grammar)
+        grammar.aliases[os.path.basename(alias_path)] = json.dumps(alias).encode()  # compile_regex keeps it in _live
     return grammar
 
 
