@@ -14,6 +14,10 @@ engine runs in its own worker process, killed and restarted when a schema exceed
                                                                         └──────── outcome dict ◄──────┘
     outcomes ──► EngineSummary per engine ──► table (stdout) + RESULTS.md section + masks.png
 
+Two lanes are ours: "ours" compiles with the defaults (``property_order="schema"``: the language generation
+uses, one spelling per object) and "ours-any" with ``property_order="any"`` (an object's members in any order: the
+acceptance of valid JSON, always a pushdown grammar).
+
 Per-step mask calls: ours ``Matcher.fill_bitmask`` (the allowed set as a token bitmask in llguidance's layout,
 computed lazily per state and cached);
 outlines-core ``Guide.write_mask_into`` (bitmask from its precomputed index); llguidance
@@ -77,7 +81,7 @@ __all__ = [
     "main",
 ]
 
-ENGINES = ("ours", "outlines", "llguidance")
+ENGINES = ("ours", "ours-any", "outlines", "llguidance")
 """Engine names accepted by ``--engines``, in report order."""
 HEADING = "## Masks: MaskBench dev corpus (Llama-3 vocab)"
 """The RESULTS.md section this benchmark owns."""
@@ -85,7 +89,7 @@ DEFAULT_CORPUS = REPO_ROOT.parent / "shared" / "corpus" / "maskbench-dev"
 """The 400-schema dev corpus, next to the repository."""
 _FALLBACK_VOCAB = Path("/tmp/ember/models/llama3-vocab.gguf")
 _SETUP_TIMEOUT_S = 600.0
-_LANE_WEIGHT = {"outlines": 3, "ours": 1, "llguidance": 1}
+_LANE_WEIGHT = {"outlines": 3, "ours": 1, "ours-any": 1, "llguidance": 1}
 """Rough relative run time per engine, to balance lanes (outlines-core's eager index dominates)."""
 
 
@@ -300,6 +304,7 @@ class _Engine:
 
 class _Ours(_Engine):
     name = "ours"
+    property_order = "schema"
 
     def __init__(self, vocab_path: Path, scratch: Path) -> None:
         from constrained import grammar as grammar_module
@@ -333,7 +338,8 @@ class _Ours(_Engine):
             shutil.rmtree(previous, ignore_errors=True)
 
     def compile(self, schema: Any) -> Any:
-        return self._grammar.compile_json_schema(schema, self.vocab, whitespace="flexible")
+        return self._grammar.compile_json_schema(schema, self.vocab, whitespace="flexible",
+                                                 property_order=self.property_order)  # fmt: skip
 
     def walk(self, compiled: Any, token_ids: Sequence[int]) -> tuple[bool, list[int]]:
         matcher = compiled.matcher()
@@ -351,11 +357,11 @@ class _Ours(_Engine):
     def warm(self, compiled: Any, schema: Any) -> dict[str, float]:
         compiled.save()  # what a process writes back (also at exit): DFA + the masks this run computed
         start = _clock()
-        self._grammar.compile_json_schema(schema, self.vocab, whitespace="flexible")
+        self.compile(schema)
         warm_memory = (_clock() - start) * 1e-9
         self._forget_compiled()
         start = _clock()
-        self._grammar.compile_json_schema(schema, self.vocab, whitespace="flexible")
+        self.compile(schema)
         warm_disk = (_clock() - start) * 1e-9
         return {"warm_memory_s": warm_memory, "warm_disk_s": warm_disk}
 
@@ -375,6 +381,11 @@ class _Ours(_Engine):
         if isinstance(error, errors.RegexSyntaxError):
             return "regex syntax"
         return _short(f"{type(error).__name__}: {error}")
+
+
+class _OursAnyOrder(_Ours):
+    name = "ours-any"
+    property_order = "any"
 
 
 def _llama_vocab(vocab_path: Path) -> tuple[Any, Any]:
@@ -475,6 +486,7 @@ class _PeerCompileError(Exception):
 
 _ENGINE_CLASSES: dict[str, Callable[[Path, Path], _Engine]] = {
     "ours": _Ours,
+    "ours-any": _OursAnyOrder,
     "outlines": _Outlines,
     "llguidance": _LLGuidance,
 }
@@ -738,7 +750,7 @@ def _load_average() -> float:
 
 
 def _engine_version(engine: str) -> str:
-    if engine == "ours":
+    if engine.startswith("ours"):
         version = package_version("ember")
         return "src" if version == "not installed" else version
     return package_version({"outlines": "outlines_core", "llguidance": "llguidance"}[engine])
@@ -798,31 +810,37 @@ def paired(report: MaskBenchReport, a: str, b: str) -> tuple[EngineSummary, Engi
 
 
 def target_checks(report: MaskBenchReport) -> list[str]:
-    """The "Must show" lines: each target, yes/no, with the measured values (peer comparisons like for like)."""
-    ours = report.summaries.get("ours")
-    if ours is None:
+    """The "Must show" lines of each of our lanes: each target, yes/no, with the measured values (peer comparisons
+    like for like)."""
+    lanes = [name for name in ("ours", "ours-any") if name in report.summaries]
+    if not lanes:
         return ["- ours not run: no target checks"]
+    return [line for name in lanes for line in _lane_checks(report, name)]
+
+
+def _lane_checks(report: MaskBenchReport, name: str) -> list[str]:
+    ours = report.summaries[name]
     lines = []
     if "llguidance" in report.summaries:
-        mine, theirs = paired(report, "ours", "llguidance")
+        mine, theirs = paired(report, name, "llguidance")
         where = f"on the {mine.compiled} schemas both compiled"
         lines.append(
-            f"- ours mask p50 ≤ llguidance: {_yes(mine.mask_p50_s <= theirs.mask_p50_s)} "
+            f"- {name} mask p50 ≤ llguidance: {_yes(mine.mask_p50_s <= theirs.mask_p50_s)} "
             f"({format_seconds(mine.mask_p50_s)} vs {format_seconds(theirs.mask_p50_s)} {where})"
         )
         lines.append(
-            f"- ours mask p99 ≤ llguidance: {_yes(mine.mask_p99_s <= theirs.mask_p99_s)} "
+            f"- {name} mask p99 ≤ llguidance: {_yes(mine.mask_p99_s <= theirs.mask_p99_s)} "
             f"({format_seconds(mine.mask_p99_s)} vs {format_seconds(theirs.mask_p99_s)} {where})"
         )
         lines.append(
-            f"- ours compile p50 within 3x of llguidance: {_yes(mine.compile_p50_s <= 3 * theirs.compile_p50_s)} "
+            f"- {name} compile p50 within 3x of llguidance: {_yes(mine.compile_p50_s <= 3 * theirs.compile_p50_s)} "
             f"({format_seconds(mine.compile_p50_s)} vs {format_seconds(theirs.compile_p50_s)}, "
             f"{mine.compile_p50_s / theirs.compile_p50_s:.1f}x, {where})"
         )
     if "outlines" in report.summaries:
-        mine, theirs = paired(report, "ours", "outlines")
+        mine, theirs = paired(report, name, "outlines")
         lines.append(
-            f"- ours compile p50 ≤ outlines-core: {_yes(mine.compile_p50_s <= theirs.compile_p50_s)} "
+            f"- {name} compile p50 ≤ outlines-core: {_yes(mine.compile_p50_s <= theirs.compile_p50_s)} "
             f"({format_seconds(mine.compile_p50_s)} vs {format_seconds(theirs.compile_p50_s)} on the "
             f"{mine.compiled} schemas both compiled)"
         )
@@ -830,18 +848,18 @@ def target_checks(report: MaskBenchReport) -> list[str]:
         if peer in report.summaries:
             theirs = report.summaries[peer]
             lines.append(
-                f"- ours compiles at least as many schemas as {peer}: {_yes(ours.compiled >= theirs.compiled)} "
+                f"- {name} compiles at least as many schemas as {peer}: {_yes(ours.compiled >= theirs.compiled)} "
                 f"({ours.compiled}/{ours.n_schemas} vs {theirs.compiled}/{theirs.n_schemas})"
             )
-    lines.append(f"- ours accepts no invalid instance: {_yes(ours.invalid_accepted == 0)} ({ours.invalid_accepted})")
+    lines.append(f"- {name} accepts no invalid instance: {_yes(ours.invalid_accepted == 0)} ({ours.invalid_accepted})")
     lines.append(
-        f"- ours accepts ≥ 99 % of the valid instances it compiled: "
+        f"- {name} accepts ≥ 99 % of the valid instances it compiled: "
         f"{_yes(ours.valid_accepted >= 0.99 * ours.valid_total)} ({ours.valid_accepted}/{ours.valid_total}, "
         f"{100 * ours.valid_accepted / max(ours.valid_total, 1):.1f} %)"
     )
     if ours.warm_disk_ratio_p50 is not None:
         lines.append(
-            f"- ours warm vs cold compile ≥ 20x: {_yes(ours.warm_disk_ratio_p50 >= 20)} (median per-schema ratio "
+            f"- {name} warm vs cold compile ≥ 20x: {_yes(ours.warm_disk_ratio_p50 >= 20)} (median per-schema ratio "
             f"{ours.warm_disk_ratio_p50:.1f}x from a fresh disk-cache load; {ours.warm_memory_ratio_p50:.0f}x "
             "in-process)"
         )
@@ -861,7 +879,7 @@ def render_report(report: MaskBenchReport, *, corpus: Path | None = None, plot: 
         for name, s in report.summaries.items()
     ]
     packages = ["llama_cpp_python", "numpy"] + [
-        {"outlines": "outlines_core", "llguidance": "llguidance"}[e] for e in report.engines if e != "ours"
+        {"outlines": "outlines_core", "llguidance": "llguidance"}[e] for e in report.engines if not e.startswith("ours")
     ]
     where = f" from `{_display_path(corpus)}`" if corpus is not None else ""
     parts = [

@@ -7,8 +7,8 @@ nothing the compilers accept (their errors propagate: `RegexSyntaxError`, `Unsup
     compile_json_schema: schema ──► memory ──hit──► (pattern, warnings) ──► compile_regex(pattern)
                                       │ miss
                                       ▼
-                             schema alias  alias/<sha256(schema text, whitespace, unknown_keywords, vocab,
-                                      │                 compiler identity)>.json
+                             schema alias  alias/<sha256(schema text, whitespace, unknown_keywords,
+                                      │                 property_order, vocab, compiler identity)>.json
                                       │    = grammar fingerprint + pattern hash + warnings ──hit──► entry
                                       │ miss
                                       ▼
@@ -210,14 +210,19 @@ def compile_json_schema(
     whitespace: Literal["compact", "spaced", "flexible"] = "compact",
     *,
     unknown_keywords: Literal["warn", "error"] = "warn",
+    property_order: Literal["schema", "any"] = "schema",
 ) -> Grammar:
     """Compile a JSON Schema (dict or JSON text) to a grammar over ``vocab``.
 
     ``unknown_keywords``: keys that are no JSON Schema keyword are warned about and ignored ("warn") or refused
     ("error"); see `constrained.schema.schema_to_pattern`. The warnings are emitted on every call, cached or not.
 
-    The grammar is exact: its language is the schema's valid documents (in schema key order, within the number
-    and whitespace policies). A schema that one DFA cannot hold exactly — a recursive ``$ref``, an open-ended value
+    ``property_order``: "schema" (generation: one canonical spelling per object, its properties in schema order)
+    or "any" (acceptance: an object's members in any order, each at most once; always a pushdown grammar, see
+    `constrained.schema.schema_to_rules`).
+
+    The grammar is exact: its language is the schema's valid documents (in schema key order unless
+    ``property_order="any"``, within the number and whitespace policies). A schema that one DFA cannot hold exactly — a recursive ``$ref``, an open-ended value
     (``true``, ``{}``, extra properties), containers deeper than 12, or a `GrammarTooLargeError` on the way —
     compiles to a pushdown grammar instead (`constrained.pushdown`, rules from `schema.schema_to_rules`): the same
     matcher interface, values at any depth, no state budget over the whole document.
@@ -227,7 +232,9 @@ def compile_json_schema(
         IncompatibleVocabularyError: the vocabulary cannot spell the grammar.
     """
     canonical = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False, separators=(",", ":"))
-    schema_key = (canonical, whitespace, unknown_keywords)
+    if property_order not in ("schema", "any"):
+        raise ValueError(f"property_order must be 'schema' or 'any', not {property_order!r}")
+    schema_key = (canonical, whitespace, unknown_keywords, property_order)
     rules = _schema_rules.get(schema_key)
     rules_alias = None
     if rules is None:
@@ -235,14 +242,14 @@ def compile_json_schema(
         if remembered is not None:  # a one-DFA schema seen in this process
             _emit_unknown_keywords(remembered[1])
             return compile_regex(remembered[0], vocab)
-        alias = _schema_alias_path(canonical, whitespace, unknown_keywords, vocab)
+        alias = _schema_alias_path(schema_key, vocab)
         if alias is not None:  # a schema of rules compiled before: no translation, no DFA attempt
             rules_alias = f"{alias}.rules.json"
             loaded = _load_schema_rules(rules_alias, schema_key, vocab)
             if loaded is not None:
                 return loaded
         warned = False
-        if not _open_at_root(schema):
+        if property_order == "schema" and not _open_at_root(schema):
             try:
                 return _compile_schema_dfa(schema, schema_key, vocab, None if alias is None else f"{alias}.json")
             except _OneDfaCannot as wall:
@@ -281,12 +288,13 @@ class _OneDfaCannot(Exception):
         self.warned = warned
 
 
-def _rules_for(schema: Any, key: tuple[str, str, str], *, warned: bool, fine: bool = False) -> _SchemaRules:
+def _rules_for(schema: Any, key: _SchemaKey, *, warned: bool, fine: bool = False) -> _SchemaRules:
     from constrained import schema as schema_module
 
-    canonical, whitespace, unknown_keywords = key
+    _, whitespace, unknown_keywords, property_order = key
     (rules, start), messages, complete = _translate(
-        schema_module.schema_to_rules, schema, whitespace=whitespace, unknown_keywords=unknown_keywords, fine=fine
+        schema_module.schema_to_rules, schema, whitespace=whitespace, unknown_keywords=unknown_keywords, fine=fine,
+        property_order=property_order,
     )
     if not warned:
         _emit_unknown_keywords(messages, stacklevel=4)
@@ -295,13 +303,13 @@ def _rules_for(schema: Any, key: tuple[str, str, str], *, warned: bool, fine: bo
     return rules, start, messages, fine
 
 
-def _compile_schema_dfa(schema: Any, schema_key: tuple[str, str, str], vocab: Vocabulary, alias_path: str | None
+def _compile_schema_dfa(schema: Any, schema_key: _SchemaKey, vocab: Vocabulary, alias_path: str | None
                         ) -> Grammar:
     """`compile_json_schema` through one pattern and its disk alias (``alias_path``, None without a cache);
     `_OneDfaCannot` when one DFA cannot hold it."""
     from constrained.schema import PatternApproximates
 
-    _, whitespace, unknown_keywords = schema_key
+    _, whitespace, unknown_keywords, _ = schema_key
     if alias_path is not None:
         loaded = _load_schema(alias_path, os.path.dirname(os.path.dirname(alias_path)), vocab)
         if loaded is not None:
@@ -348,10 +356,12 @@ def clear_memory_cache() -> None:
 # -- memory cache ---------------------------------------------------------------------------------------------------
 
 _memory: dict[tuple[str, bool, str], Grammar] = {}
-_schema_patterns: dict[tuple[str, str, str], tuple[str, tuple[str, ...]]] = {}
+_SchemaKey = tuple[str, str, str, str]
+"""A schema's text, whitespace policy, unknown-keyword policy and property order: what its translation depends on."""
+_schema_patterns: dict[_SchemaKey, tuple[str, tuple[str, ...]]] = {}
 _SchemaRules = tuple[dict[str, str], str, tuple[str, ...], bool]
 """A schema's rules, start rule, unknown-keyword messages, and whether they are `schema_to_rules`' fine ones."""
-_schema_rules: dict[tuple[str, str, str], _SchemaRules] = {}
+_schema_rules: dict[_SchemaKey, _SchemaRules] = {}
 """Schemas that need a pushdown grammar: their rules and unknown-keyword messages."""
 _rule_sets: dict[tuple, PushdownGrammar] = {}
 """Compiled rule sets by (rules, start, allow_special, vocabulary)."""
@@ -385,13 +395,13 @@ def _remember_rules(key: tuple, grammar: PushdownGrammar) -> PushdownGrammar:
     return _rule_sets.setdefault(key, grammar)
 
 
-def _remember_schema_rules(key: tuple[str, str, str], rules: _SchemaRules) -> None:
+def _remember_schema_rules(key: _SchemaKey, rules: _SchemaRules) -> None:
     if len(_schema_rules) >= _MEMORY_LIMIT and key not in _schema_rules:
         _schema_rules.pop(next(iter(_schema_rules)))
     _schema_rules[key] = rules
 
 
-def _remember_schema(key: tuple[str, str, str], pattern: str, messages: tuple[str, ...]) -> None:
+def _remember_schema(key: _SchemaKey, pattern: str, messages: tuple[str, ...]) -> None:
     if len(_schema_patterns) >= _MEMORY_LIMIT:
         _schema_patterns.pop(next(iter(_schema_patterns)))
     _schema_patterns[key] = (pattern, messages)
@@ -522,8 +532,10 @@ def _pattern_alias(pattern: str, allow_special: bool, vocab: Vocabulary) -> str:
     return _sha256(f"{FORMAT}\0pattern\0{_compiler_identity()}\0{int(allow_special)}\0{vocab.fingerprint}\0{pattern}")
 
 
-def _schema_alias(canonical: str, whitespace: str, unknown_keywords: str, vocab: Vocabulary) -> str:
-    head = f"{FORMAT}\0schema\0{_compiler_identity()}\0{whitespace}\0{unknown_keywords}\0{vocab.fingerprint}\0"
+def _schema_alias(key: _SchemaKey, vocab: Vocabulary) -> str:
+    canonical, whitespace, unknown_keywords, property_order = key
+    head = (f"{FORMAT}\0schema\0{_compiler_identity()}\0{whitespace}\0{unknown_keywords}\0{property_order}\0"
+            f"{vocab.fingerprint}\0")
     return _sha256(head + canonical)
 
 
@@ -563,13 +575,13 @@ def _rules_entry_path(rules: Mapping[str, str], start: str, vocab: Vocabulary, a
     return _rules_entry(location[1], pushdown.rules_fingerprint(rules, start, vocab, allow_special=allow_special))
 
 
-def _schema_alias_path(canonical: str, whitespace: str, unknown_keywords: str, vocab: Vocabulary) -> str | None:
+def _schema_alias_path(key: _SchemaKey, vocab: Vocabulary) -> str | None:
     """A schema's alias path without its suffix (``.json``: its one-DFA grammar; ``.rules.json``: its rule set),
     or None without a disk cache."""
     location = _cache_location()
     if location is None:
         return None
-    return os.path.join(location[1], "alias", _schema_alias(canonical, whitespace, unknown_keywords, vocab))
+    return os.path.join(location[1], "alias", _schema_alias(key, vocab))
 
 
 def _entry_path(root: str, fingerprint: str) -> str:
@@ -702,7 +714,7 @@ class _RulesSaver:
 
 
 def _load_schema_rules(
-    alias_path: str, schema_key: tuple[str, str, str], vocab: Vocabulary
+    alias_path: str, schema_key: _SchemaKey, vocab: Vocabulary
 ) -> PushdownGrammar | None:
     """The rule set a schema's rules alias names, remembered as if just translated, its unknown-keyword warnings
     emitted from the caller's line; or None (absent or not trustworthy: the schema is compiled afresh)."""

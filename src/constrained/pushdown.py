@@ -21,6 +21,22 @@ tokenized piecewise (each piece between calls and returns separately, so one tok
 and the bound holds after every token); UB(configuration) = UB(state) + UB of every continuation on the stack.
 A budgeted matcher allows a token only if 1 + UB(next) fits, so a document always completes.
 Left recursion (a rule reaching itself before consuming a byte) is refused; so is a rule that cannot finish.
+
+Guarded calls hold what no rule set of polynomial size can: an object's members in any order, each at most once
+(``schema_to_rules(property_order="any")``). A call may carry a guard after ``|``:
+
+    (?&=NAME|once=K)     adds marker K to the activation's markers; refused while K is in them already
+    (?&=NAME|needs=K,..) allowed only once every listed marker is in (the closing brace, after the required members)
+    (?&=NAME|room=K,..)  allowed while some listed marker is out (a separator, while a member is left to follow)
+    (?&=NAME|bound)      never taken: a chain of calls the budget counts on instead of a `needs` call, which the
+                         shortest-completion search does not see (it would close before the required members)
+
+An activation's markers are one stack entry, a negative int (``~bits``, bit K for marker K) on top of the stack
+under the continuations of the calls it makes; it goes with the activation when it returns. A rule making `once`
+calls is never inlined, so its markers are its own. Budget bounds read them (`_frame_bound`): a state with a
+``bound`` call owes the calls of its chain whose marker is not in yet (each call of the chain carries the marker of
+the member it stands for); a state whose calls are guarded owes its cheapest call still allowed, plus what its
+continuation owes with that call's marker in.
 """
 
 from __future__ import annotations
@@ -65,11 +81,45 @@ _REACH_CAP = 1024
 """Bytes-to-boundary beyond this are not told apart (longer than any token)."""
 
 
-def call(name: str) -> str:
-    """The pattern text that calls rule ``name``."""
-    if not name or ")" in name:
-        raise GrammarError(f"invalid rule name {name!r}: it must be non-empty and contain no ')'")
+def call(name: str, guard: str = "") -> str:
+    """The pattern text that calls rule ``name``, with a guard (``once=K``, ``needs=K,...``, ``bound``) or none."""
+    if not name or ")" in name or GUARD_SEPARATOR in name:
+        raise GrammarError(f"invalid rule name {name!r}: it must be non-empty and contain no ')' or '|'")
+    if guard:
+        _parse_guard(guard, name)
+        return f"(?&{CALL_PREFIX}{name}{GUARD_SEPARATOR}{guard})"
     return f"(?&{CALL_PREFIX}{name})"
+
+
+GUARD_SEPARATOR = "|"
+_ONCE, _NEEDS, _ROOM, _BOUND = 1, 2, 3, 4
+"""Guard kinds (see the module docstring)."""
+_Guard = tuple[int, int]
+"""(kind, markers as bits: the `once` call's own, or the ones a `needs` or `room` call names)."""
+
+
+def _parse_guard(text: str, name: str) -> _Guard:
+    """A call's guard text as (kind, marker bits); GrammarError names the call when malformed."""
+    kind, _, value = text.partition("=")
+    try:
+        if kind in ("once", "needs", "room") and all(part.isdigit() for part in value.split(",")):
+            bits = sum({1 << int(part) for part in value.split(",")})
+            if kind == "once" and "," not in value:
+                return _ONCE, bits
+            if kind != "once":
+                return _NEEDS if kind == "needs" else _ROOM, bits
+        if text == "bound":
+            return _BOUND, 0
+    except ValueError:
+        pass
+    raise GrammarError(f"the call of {name!r} has a malformed guard {text!r} (once=K, needs=K,..., room=K,... or "
+                       "bound)")
+
+
+def _callee(special: str) -> tuple[str, str]:
+    """(rule name, guard text) of a call's special name (``=NAME`` or ``=NAME|GUARD``)."""
+    name, _, guard = special[len(CALL_PREFIX):].partition(GUARD_SEPARATOR)
+    return name, guard
 
 
 class RulePattern(str):
@@ -84,7 +134,11 @@ class RulePattern(str):
         names = {name: f"{prefix}.{digest}.{name}" for name in rules}
 
         def renamed(body: str) -> str:
-            return re.sub(r"\(\?&=([^)]*)\)", lambda m: call(names.get(m.group(1), m.group(1))), body)
+            def one(match: re.Match) -> str:
+                name, guard = _callee(CALL_PREFIX + match.group(1))
+                return call(names.get(name, name), guard)
+
+            return re.sub(r"\(\?&=([^)]*)\)", one, body)
 
         text = super().__new__(cls, call(names[start]))
         text.rules = {names[name]: renamed(body) for name, body in rules.items()}
@@ -151,6 +205,12 @@ class PushdownGrammar:
         self._inside: dict[int, tuple[StateMask, list[tuple[int, np.ndarray]]]] = {}
         self._subtree: dict[tuple[int, bytes], tuple[bytes, StateMask, list[tuple[int, np.ndarray]]]] = {}
         self._masks: dict[frozenset[Config], _Mask] = {}
+        self._moves: dict[Config, tuple[tuple[Config, ...], tuple[Config, ...]]] = {}
+        """Configuration at an exit → where its calls and returns lead (states that read nothing left out), and the
+        configurations whose member families are taken whole (`_closure`)."""
+        self._families: dict[int, Any] = {}
+        self._family_walks: dict[tuple[int, bytes | None], _Family] = {}
+        self._silent: dict[int, bool] = {}
         self._ub = np.full(self.n_states, -1, dtype=np.int64)
         self._ub_stacks: dict[tuple[int, ...], int] = {(): 0}
         self._levels: dict[Any, np.ndarray] = {}
@@ -162,10 +222,10 @@ class PushdownGrammar:
     # -- construction ----------------------------------------------------------------------------------------------
 
     def _layout(self, rules: Mapping[str, str], start: str
-                ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
         """Compile every body and lay the DFAs side by side; calls go to a side table. Returns the table by
         combined symbol class (what the graph searches scan), each class's first symbol (its column c is that
-        symbol's column) and every call move as arrays (call states, callees' starts, continuations)."""
+        symbol's column) and every call move as arrays (call states, callees' starts, continuations, guards)."""
         if start not in rules:
             raise GrammarError(f"the start rule {start!r} is not defined")
         for name in rules:
@@ -176,7 +236,7 @@ class PushdownGrammar:
                 dfas[name] = fsm.compile_dfa(body, allow_special=True)
             except EmptyLanguageError:
                 raise GrammarError(f"rule {name!r} matches nothing") from None
-        called = {s[1:] for d in dfas.values() for s in d.special_names if s.startswith(CALL_PREFIX)}
+        called = {_callee(s)[0] for d in dfas.values() for s in d.special_names if s.startswith(CALL_PREFIX)}
         undefined = sorted(called - set(rules))
         if undefined:
             raise GrammarError(f"rules call undefined rules {undefined}")
@@ -207,33 +267,40 @@ class PushdownGrammar:
         call_src: list[np.ndarray] = []
         call_callee: list[np.ndarray] = []
         call_cont: list[np.ndarray] = []
+        call_guard: list[np.ndarray] = []
+        guard_ids: dict[str, int] = {}
         self._starts = {name: offsets[name] + dfa.initial for name, dfa in dfas.items()}
         for r, (name, dfa) in enumerate(dfas.items()):  # each rule's few class columns, offset into place
             base, n = offsets[name], dfa.n_states
             class_table = np.ascontiguousarray(dfa.class_table, dtype=np.int32)
             _kernel.place_rule(class_table, rule_classes[first_symbols, r], base, by_class[base:base + n])
             rule_accept[base:base + n] = dfa.accepting
-            src, callee, cont = _rule_calls(dfa, self._starts)
+            src, callee, cont, guard = _rule_calls(dfa, self._starts, guard_ids)
             call_src.append(src + base)
             call_callee.append(callee)
             call_cont.append(cont + base)
+            call_guard.append(guard)
+        self.guards = tuple(guard_ids)
+        """The guard texts the rules' calls carry; a call move's guard is an index into them, -1 for none."""
+        self._guard_kinds = [_parse_guard(text, "?") for text in self.guards]
         none = np.zeros(0, dtype=np.int32)
         call_moves = tuple(np.concatenate([*part, none]).astype(np.int32)
-                           for part in (call_src, call_callee, call_cont))  # fmt: skip
+                           for part in (call_src, call_callee, call_cont, call_guard))  # fmt: skip
         self._rule_accept = rule_accept
         self._top_accept = np.zeros(total, dtype=bool)
         top = offsets[self._start_rule]
         self._top_accept[top:top + dfas[self._start_rule].n_states] = dfas[self._start_rule].accepting
         return by_class, first_symbols, call_moves
 
-    def _shortest(self, by_class: np.ndarray, first_symbols: np.ndarray,
-                  call_moves: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    def _shortest(self, by_class: np.ndarray, first_symbols: np.ndarray, call_moves: tuple[np.ndarray, ...]) -> None:
         """Shortest completion of every state within its rule (bytes and specials weigh 1, a call the callee's
         shortest document): Knuth's generalisation of Dijkstra, since a call's weight is itself a distance (kernel
-        `shortest_completions`). States that cannot finish are cut off (their edges and calls removed); the start
-        must finish."""
+        `shortest_completions`). It sees no `needs` call (a `bound` call stands for it). States that cannot finish
+        are cut off (their edges and calls removed); the start must finish."""
         n = self.n_states
-        call_src, call_callee, call_cont = call_moves
+        seen = np.asarray([kind != _NEEDS for kind, _ in self._guard_kinds] + [True], dtype=bool)
+        searched = seen[call_moves[3]]  # guard -1 (none) reads the last entry
+        call_src, call_callee, call_cont = (part[searched] for part in call_moves[:3])
         dist = np.empty(n, dtype=np.int64)
         final = np.empty(n, dtype=np.uint8)
         hop_kind = np.empty(n, dtype=np.uint8)
@@ -252,9 +319,9 @@ class PushdownGrammar:
         if not final[start]:
             raise EmptyLanguageError(f"rules starting at {self.start!r} (no finite document)")
         finished = final.astype(bool)
-        kept = finished[call_src] & finished[call_callee] & finished[call_cont]
-        self._call_moves = (call_src[kept], call_callee[kept], call_cont[kept])
-        """Every call move kept (call states, callees' starts, continuations): what `_link_moves` reads."""
+        kept = finished[call_moves[0]] & finished[call_moves[1]] & finished[call_moves[2]]
+        self._call_moves = tuple(part[kept] for part in call_moves)
+        """Every call move kept (call states, callees' starts, continuations, guards): what `_link_moves` reads."""
         self._boundary = self._boundary_of(self._call_moves[0])
         self._reach = np.empty(n, dtype=np.int32)  # before the cut: reach errs low, safely
         _kernel.bytes_to_boundary(*predecessors, self._boundary, _REACH_CAP, self._reach)
@@ -277,13 +344,23 @@ class PushdownGrammar:
 
     def _link_moves(self) -> None:
         """The side tables the matcher reads, from the kept call moves and the cut table."""
-        src, callee, cont = self._call_moves
+        src, callee, cont, guard = self._call_moves
+        kinds = np.asarray([kind for kind, _ in self._guard_kinds] + [0], dtype=np.int32)[guard]
+        taken = kinds != _BOUND
         calling = np.zeros(self.n_states, dtype=bool)
-        calling[src] = True
+        calling[src[taken]] = True
         tail = (self._rule_accept[cont] & ~self._top_accept[cont] & ~calling[cont]
                 & (self._by_class[cont] == DEAD).all(axis=1))  # fmt: skip
-        self._pushes = _CallMoves(src, callee, cont, tail)
-        """Call state → its moves as stack pushes, built on first lookup (`_CallMoves`)."""
+        self._pushes = _CallMoves(src[taken], callee[taken], cont[taken], tail[taken], guard[taken], self._guard_kinds)
+        """Call state → its unguarded moves as stack pushes, built on first lookup; guarded ones in ``.guarded``
+        (`_CallMoves`)."""
+        self._bound_calls = {int(s): (int(c), int(k)) for s, c, k in zip(src[~taken], callee[~taken], cont[~taken])}
+        """State → (callee, continuation) of its `bound` call: the states whose bound `_owed` works out."""
+        self._owed_cache: dict[int, tuple[tuple[int, int], ...]] = {}
+        self._frame_bounds: dict[tuple[int, int], int] = {}
+        self._accepting = self._rule_accept.tobytes()
+        """`_rule_accept` as bytes: what `closure` reads a state at a time (a byte is cheaper to index)."""
+        self._allowed_moves: dict[tuple[int, int], tuple[tuple[int, tuple[int, ...], int], ...]] = {}
         self._symbol_hop = np.where((self._hop_kind == _HOP_SYMBOL) & (self._dist > 0), self._hop_a,
                                     -1).astype(np.int32)  # fmt: skip
         """The symbol hop alone (-1 where the completion calls or the rule may end): what `state_bound` follows."""
@@ -293,10 +370,11 @@ class PushdownGrammar:
         header = {"fingerprint": self.fingerprint, "start": self.start, "allow_special": self.allow_special,
                   "rules": list(self.rules.items()), "n_states": self.n_states,
                   "special_names": list(self.special_names), "start_rule": self._start_rule,
-                  "starts": self._starts}  # fmt: skip
+                  "starts": self._starts, "guards": list(self.guards)}  # fmt: skip
         arrays = {"symbol_class": self._symbol_class, "by_class": self._by_class,
                   "rule_accept": self._rule_accept.astype(np.uint8), "top_accept": self._top_accept.astype(np.uint8),
                   "call_src": self._call_moves[0], "call_callee": self._call_moves[1], "call_cont": self._call_moves[2],
+                  "call_guard": self._call_moves[3],
                   "dist": self._dist, "hop_kind": self._hop_kind, "hop_a": self._hop_a, "hop_b": self._hop_b,
                   "reach": self._reach}  # fmt: skip
         dtypes = {"dist": np.int64, "hop_kind": np.uint8, "rule_accept": np.uint8, "top_accept": np.uint8}
@@ -328,9 +406,17 @@ class PushdownGrammar:
         per_state = ("rule_accept", "top_accept", "dist", "hop_kind", "hop_a", "hop_b", "reach")
         if any(arrays[name].shape != (n,) for name in per_state):
             fail("per-state shapes")
-        moves = tuple(arrays[name] for name in ("call_src", "call_callee", "call_cont"))
+        moves = tuple(arrays[name] for name in ("call_src", "call_callee", "call_cont", "call_guard"))
+        guards = header.get("guards")
+        if not isinstance(guards, list) or not all(isinstance(g, str) for g in guards):
+            fail("malformed header")
+        try:
+            self.guards, self._guard_kinds = tuple(guards), [_parse_guard(g, "?") for g in guards]
+        except GrammarError:
+            fail("malformed call guards")
         if moves[0].ndim != 1 or any(m.shape != moves[0].shape for m in moves) or any(
-                m.size and not 0 <= m.min() <= m.max() < n for m in moves):
+                m.size and not 0 <= m.min() <= m.max() < n for m in moves[:3]) or (
+                moves[3].size and not -1 <= moves[3].min() <= moves[3].max() < len(guards)):
             fail("call moves out of range")
         kind, hop_a, hop_b = arrays["hop_kind"], arrays["hop_a"], arrays["hop_b"]
         by_symbol, by_call = kind == _HOP_SYMBOL, kind == _HOP_CALL
@@ -392,7 +478,7 @@ class PushdownGrammar:
         """The start rule and the rules it calls, as indices into `_rule_starts`."""
         start = bisect.bisect_right(self._rule_starts, self._starts[self._start_rule]) - 1
         first, end = self._rule_span(start)
-        src, callee, _ = self._call_moves
+        src, callee = self._call_moves[:2]
         callees = np.unique(callee[(src >= first) & (src < end)])
         return {start, *(np.searchsorted(self._rule_starts, callees, side="right") - 1).tolist()}
 
@@ -457,9 +543,15 @@ class PushdownGrammar:
 
     def closure(self, configs: Iterable[Config]) -> tuple[Config, ...]:
         """Every configuration reachable without consuming a symbol (calls entered, finished rules returned)."""
+        return self._closure(configs, False)[0]
+
+    def _closure(self, configs: Iterable[Config], defer: bool) -> tuple[tuple[Config, ...], tuple[Config, ...]]:
+        """`closure`; with ``defer``, the `once` calls of a state whose members start with bytes are not entered:
+        that configuration is listed second, for the mask to take its members as one family (`_Family`)."""
+        deferred = []
         seen = dict.fromkeys(configs)
         todo = list(seen)
-        pushes, accept = self._pushes, self._rule_accept
+        pushes, accept, guarded = self._pushes, self._accepting, self._pushes.guarded
         while todo:
             state, stack = todo.pop()
             for callee, push in pushes[state]:
@@ -467,12 +559,26 @@ class PushdownGrammar:
                 if moved not in seen:
                     seen[moved] = None
                     todo.append(moved)
+            if state in guarded:
+                marked = bool(stack) and stack[-1] < 0
+                family = defer and self._family_of(state) is not None
+                if family:
+                    deferred.append((state, stack))
+                for callee, push, bits in self._allowed(state, ~stack[-1] if marked else 0):
+                    if family and bits:
+                        continue
+                    moved = (callee, (stack[:-1] if marked else stack) + (~bits, *push) if bits else stack + push)
+                    if moved not in seen:
+                        seen[moved] = None
+                        todo.append(moved)
             if stack and accept[state]:
-                moved = (stack[-1], stack[:-1])
-                if moved not in seen:
-                    seen[moved] = None
-                    todo.append(moved)
-        return tuple(seen)
+                below = len(stack) - 2 if stack[-1] < 0 else len(stack) - 1  # the activation's markers go with it
+                if below >= 0:
+                    moved = (stack[below], stack[:below])
+                    if moved not in seen:
+                        seen[moved] = None
+                        todo.append(moved)
+        return tuple(seen), tuple(deferred)
 
     def step(self, configs: Iterable[Config], symbol: int) -> frozenset[Config]:
         """The configurations after one byte (or special symbol 256+i) from ``configs``."""
@@ -567,6 +673,14 @@ class PushdownGrammar:
             )  # fmt: skip
             return out_nodes[:n_exits].copy(), out_states[:n_exits].copy()
 
+    def _is_silent(self, state: int) -> bool:
+        """Whether no byte or special token moves from ``state`` (it only calls, returns or ends the document)."""
+        silent = self._silent.get(state)
+        if silent is None:
+            self._ready(state)
+            silent = self._silent[state] = not self._top_accept[state] and bool((self._table[state] == DEAD).all())
+        return silent
+
     def _subtree_of(self, state: int, roots: np.ndarray) -> tuple[bytes, StateMask, list[tuple[int, np.ndarray]]]:
         """(the roots as a key, mask of the tokens below ``roots`` walked from ``state``, its exits grouped);
         cached."""
@@ -588,32 +702,87 @@ class PushdownGrammar:
 
     def _compute_mask(self, configs: frozenset[Config]) -> _Mask:
         parts: list[tuple[Any, StateMask, tuple[int, ...]]] = []
+        families: list[tuple[_Family, tuple[int, ...], int]] = []
         if configs != _DONE:
-            for state, stack in self.closure(configs):
+            plain, deferred = self._closure(configs, True)
+            for state, stack in plain:
                 inside, groups = self._inside_of(state)
                 if len(inside):
                     parts.append((state, inside, stack))
-                self._through(groups, stack, parts)
-        return _Mask(self, parts)
+                self._through(groups, stack, parts, families)
+            for state, stack in deferred:
+                self._take_family(self._family_walk(state, None), stack, parts, families)
+        return _Mask(self, parts, families)
+
+    def _family_of(self, state: int) -> tuple[tuple[int, tuple[int, ...], int], ...] | None:
+        """The `once` calls of ``state`` as (callee's start, continuations pushed, marker bit), when every callee
+        starts with bytes (no call, no return, no guard at its start): then a mask takes them as one family."""
+        family = self._families.get(state, False)
+        if family is False:
+            members = tuple((callee, push, bits) for callee, push, kind, bits in self._pushes.guarded[state]
+                            if kind == _ONCE)  # fmt: skip
+            plain = all(not self._pushes[callee] and callee not in self._pushes.guarded and not self._accepting[callee]
+                        for callee, _, _ in members)  # fmt: skip
+            family = self._families[state] = members if members and plain else None
+        return family
+
+    def _family_walk(self, state: int, roots: np.ndarray | None) -> _Family:
+        """The walks of a family's members (`_family_of`) from their starts: over the whole trie (``roots`` None:
+        their inside masks) or below ``roots``; cached."""
+        key = (state, None if roots is None else roots.tobytes())
+        walk = self._family_walks.get(key)
+        if walk is None:
+            members = []
+            for callee, push, bit in self._family_of(state):
+                if roots is None:
+                    mask, deeper = self._inside_of(callee)
+                    part_key: Any = callee
+                else:
+                    rkey, mask, deeper = self._subtree_of(callee, roots)
+                    part_key = (callee, rkey)
+                members.append((bit, push, part_key, mask, deeper))
+            walk = _Family(members, self.trie.vocab_size)
+            self._family_walks = _bounded_put(self._family_walks, key, walk)
+        return walk
+
+    def _take_family(self, walk: _Family, stack: tuple[int, ...], parts: list, families: list) -> None:
+        """A family's members not in the activation's markers yet: one part of the mask for their tokens, and the
+        walks past their exits as usual."""
+        marked = bool(stack) and stack[-1] < 0
+        markers, base = (~stack[-1], stack[:-1]) if marked else (0, stack)
+        if len(walk.union(markers)):
+            families.append((walk, base, markers))
+        for bit, push, _, _, deeper in walk.members:
+            if deeper and not bit & markers:
+                self._through(deeper, base + (~(markers | bit), *push), parts, families)
 
     def _groups(self, nodes: np.ndarray, states: np.ndarray) -> list[tuple[int, np.ndarray]]:
         return _exit_groups(nodes, states, self.trie.node_end) if nodes.shape[0] else []
 
-    def _through(self, groups: list[tuple[int, np.ndarray]], stack: tuple[int, ...], parts: list) -> None:
+    def _through(self, groups: list[tuple[int, np.ndarray]], stack: tuple[int, ...], parts: list,
+                 families: list) -> None:
         """The tokens below exits (``groups``: `_exit_groups`, (state, roots)) that go on past a call or return at
         the state reached there: exits that share a state share its moves, and their disjoint subtrees one walk
         per move (a string value's ~100 exits — a quote and more punctuation — are one part, not one each). Parts
         are keyed (state, roots) for their cached walks and bounds."""
+        subtree = self._subtree
         for state, roots in groups:
             here = (state, stack)
-            for moved_state, moved_stack in self.closure((here,)):
-                if (moved_state, moved_stack) == here:
-                    continue
-                key, below, deeper = self._subtree_of(moved_state, roots)
+            moves = self._moves.get(here)
+            if moves is None:  # exits of one mask often return to one configuration: its moves once
+                plain, deferred = self._closure((here,), True)
+                moves = (tuple(moved for moved in plain if moved != here and not self._is_silent(moved[0])), deferred)
+                self._moves = _bounded_put(self._moves, here, moves)
+            rkey = roots.tobytes()
+            for state_there, stack_there in moves[1]:
+                self._take_family(self._family_walk(state_there, roots), stack_there, parts, families)
+            for moved_state, moved_stack in moves[0]:
+                walked = subtree.get((moved_state, rkey))
+                key, below, deeper = self._subtree_of(moved_state, roots) if walked is None else walked
                 if len(below):
                     parts.append(((moved_state, key), below, moved_stack))
                 if deeper:
-                    self._through(deeper, moved_stack, parts)
+                    self._through(deeper, moved_stack, parts, families)
 
     # -- budget ----------------------------------------------------------------------------------------------------
 
@@ -623,7 +792,7 @@ class PushdownGrammar:
         for state, stack in configs:
             if state == TERMINAL:
                 return 0
-            best = min(best, self.state_bound(state) + self._stack_bound(stack))
+            best = min(best, self._frame_bound(state, stack) + self._stack_bound(stack))
         return int(best)
 
     def budget_cut(self, key: Any, mask: StateMask, limit: int) -> int | None:
@@ -655,9 +824,66 @@ class PushdownGrammar:
     def _stack_bound(self, stack: tuple[int, ...]) -> int:
         bound = self._ub_stacks.get(stack)
         if bound is None:
-            bound = self._stack_bound(stack[:-1]) + self.state_bound(stack[-1])
+            top, below = stack[-1], stack[:-1]
+            bound = self._stack_bound(below) + (0 if top < 0 else self._frame_bound(top, below))
             self._ub_stacks = _bounded_put(self._ub_stacks, stack, bound)
         return bound
+
+    def _allowed(self, state: int, markers: int) -> tuple[tuple[int, tuple[int, ...], int], ...]:
+        """The guarded moves of ``state`` an activation with ``markers`` (bits) may take: (callee's start,
+        continuations pushed, the markers after a `once` call or 0); cached."""
+        key = (state, markers)
+        moves = self._allowed_moves.get(key)
+        if moves is None:
+            allowed = []
+            for callee, push, kind, bits in self._pushes.guarded[state]:
+                if kind == _ONCE:
+                    if not markers & bits:
+                        allowed.append((callee, push, markers | bits))
+                elif (bits & ~markers == 0) == (kind == _NEEDS):  # needs: all in; room: some out
+                    allowed.append((callee, push, 0))
+            moves = tuple(allowed)
+            self._allowed_moves = _bounded_put(self._allowed_moves, key, moves)
+        return moves
+
+    def _frame_bound(self, state: int, below: tuple[int, ...]) -> int:
+        """UB of ``state`` in its activation, whose markers are on top of ``below`` (see the module docstring)."""
+        return self._marked_bound(state, _top_markers(below))
+
+    def _marked_bound(self, state: int, markers: int) -> int:
+        """UB of ``state`` given its activation's markers (cached where they matter)."""
+        if state not in self._bound_calls and state not in self._pushes.guarded:
+            return self.state_bound(state)
+        key = (state, markers)
+        bound = self._frame_bounds.get(key)
+        if bound is None:
+            self._frame_bounds[key] = UNREACHABLE  # a cycle back here (none in the rules we write) adds nothing
+            if state in self._bound_calls:
+                bound = sum(ub for marker, ub in self._owed(state) if not marker & markers)
+            else:  # every way on is a call: the cheapest one allowed, then what its continuation owes
+                bound = UNREACHABLE
+                moves = [(callee, push, 0) for callee, push in self._pushes[state]] + list(self._allowed(state, markers))
+                for callee, push, marked in moves:
+                    after = self._marked_bound(push[0], marked or markers) if push else 0  # or a tail call
+                    bound = min(bound, self.state_bound(callee) + after)
+            self._frame_bounds = _bounded_put(self._frame_bounds, key, bound)
+        return bound
+
+    def _owed(self, state: int) -> tuple[tuple[int, int], ...]:
+        """(marker or 0, UB) of each piece of the state's `bound` completion: the calls of its chain of calls,
+        each under the marker its guard names (0 for none), then the chain's end and the continuation."""
+        owed = self._owed_cache.get(state)
+        if owed is None:
+            callee, cont = self._bound_calls[state]
+            pieces, here = [], callee
+            while self._hop_kind[here] == _HOP_CALL:  # the chain's canonical completion is its calls, in order
+                member = int(self._hop_a[here])
+                marker = next((bits for c, _, _, bits in self._pushes.guarded.get(here, ()) if c == member), 0)
+                pieces.append((marker, self.state_bound(member)))
+                here = int(self._hop_b[here])
+            pieces.append((0, self.state_bound(here) + self.state_bound(cont)))
+            owed = self._owed_cache[state] = tuple(pieces)
+        return owed
 
     def state_bound(self, state: int) -> int:
         """UB(state): tokens of the canonical shortest completion of the state's rule, tokenized piecewise (the
@@ -702,18 +928,29 @@ class PushdownGrammar:
         return forced
 
 
-def _rule_calls(dfa: fsm.DFA, starts: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One rule's call moves (call states, callees' starts, continuations in the rule's numbering), call by call in
-    the order the rule names them, states ascending. The table is read once, row by row: a dispatch over 276 tools
-    has 276 call columns, and reading them one by one crossed the whole table for each."""
-    calls = [(k, starts[name[1:]]) for k, name in enumerate(dfa.special_names) if name.startswith(CALL_PREFIX)]
+def _rule_calls(dfa: fsm.DFA, starts: Mapping[str, int], guard_ids: dict[str, int]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One rule's call moves (call states, callees' starts, continuations in the rule's numbering, guards: indices
+    into ``guard_ids``, which collects the texts, -1 for none), call by call in the order the rule names them,
+    states ascending. The table is read once, row by row: a dispatch over 276 tools has 276 call columns, and
+    reading them one by one crossed the whole table for each."""
+    calls, guards = [], []
+    for k, special in enumerate(dfa.special_names):
+        if special.startswith(CALL_PREFIX):
+            name, guard = _callee(special)
+            if guard and guard not in guard_ids:
+                _parse_guard(guard, name)  # a malformed guard is named with its call
+                guard_ids[guard] = len(guard_ids)
+            calls.append((k, starts[name]))
+            guards.append(guard_ids[guard] if guard else -1)
+    if not calls:
+        return _NO_MOVES, _NO_MOVES, _NO_MOVES, _NO_MOVES
     table = dfa.class_table
-    if len(calls) <= _FEW_CALLS:
-        columns = [table[:, dfa.symbol_classes[256 + k]] for k, _ in calls]
-        lives = [np.flatnonzero(column >= 0) for column in columns]
-        return (np.concatenate([*lives, _NO_MOVES]),
-                np.concatenate([*(np.full(live.shape[0], start) for live, (_, start) in zip(lives, calls)), _NO_MOVES]),
-                np.concatenate([*(column[live] for column, live in zip(columns, lives)), _NO_MOVES]))
+    if len(calls) <= _FEW_CALLS:  # the call columns side by side, read call by call (states ascending in each)
+        columns = table[:, dfa.symbol_classes[256 + np.array([k for k, _ in calls])]]
+        which, src = np.nonzero(columns.T >= 0)
+        return (src, np.array([start for _, start in calls])[which], columns[src, which],
+                np.array(guards)[which])  # fmt: skip
     classes = dfa.symbol_classes[256 + np.array([k for k, _ in calls])]
     first = int(classes.min())
     states, columns = np.divmod(np.flatnonzero(table[:, first:] >= 0), table.shape[1] - first)
@@ -723,7 +960,7 @@ def _rule_calls(dfa: fsm.DFA, starts: Mapping[str, int]) -> tuple[np.ndarray, np
     picked = np.concatenate([np.arange(b, e) for b, e in zip(begin.tolist(), end.tolist())])
     src = states[picked]
     callee = np.repeat(np.array([start for _, start in calls]), end - begin)
-    return src, callee, table[src, columns[picked]]
+    return src, callee, table[src, columns[picked]], np.repeat(np.array(guards), end - begin)
 
 
 def _zeros(shape: tuple[int, int]) -> np.ndarray:
@@ -741,7 +978,7 @@ _EXPAND_WHOLE = 1 << 20
 """A table of at most this many cells (4 MiB) is expanded whole on its first read; a bigger one rule by rule."""
 _NO_MOVES = np.zeros(0, dtype=np.int64)
 _FEW_CALLS = 8
-"""Up to this many calls, a rule's call columns are read one by one (cheaper than the set-up of one pass)."""
+"""Up to this many calls, a rule's call columns are gathered side by side (cheaper than the set-up of one pass)."""
 
 
 def _combined_classes(dfas: Iterable[fsm.DFA], specials: Mapping[str, int], width: int
@@ -775,32 +1012,48 @@ def _dead_class(dfa: fsm.DFA) -> int:
 
 
 class _CallMoves(dict):
-    """Call state → its moves as stack pushes, ``((callee's start, continuations pushed), ...)``; ``()`` for a state
-    that calls nothing. A continuation that can only return (a call in tail position: ``a (?&=b)``) is not pushed, so
-    a chain of tail calls (optional members, counted characters) keeps its stack flat; its bound is 0 and it would
-    pop at once. Never the start rule's: its end is the document's.
+    """Call state → its unguarded moves as stack pushes, ``((callee's start, continuations pushed), ...)``; ``()``
+    for a state that calls nothing. A continuation that can only return (a call in tail position: ``a (?&=b)``) is
+    not pushed, so a chain of tail calls (optional members, counted characters) keeps its stack flat; its bound is
+    0 and it would pop at once. Never the start rule's: its end is the document's.
 
     Filled per state on first lookup from the call moves sorted by state: a document visits few of a grammar's call
-    states, and building every state's entry up front was a tenth of a cold compile and of a disk-cache load."""
+    states, and building every state's entry up front was a tenth of a cold compile and of a disk-cache load. The
+    few guarded moves are built at once (``guarded``)."""
 
-    def __init__(self, src: np.ndarray, callee: np.ndarray, cont: np.ndarray, tail: np.ndarray) -> None:
+    def __init__(self, src: np.ndarray, callee: np.ndarray, cont: np.ndarray, tail: np.ndarray, guard: np.ndarray,
+                 guard_kinds: Sequence[_Guard]) -> None:
         super().__init__()
         order = np.argsort(src, kind="stable")  # a state's moves in the order its rule's table lists them
         self._src = src[order].tolist()
         self._callee, self._cont, self._tail = callee[order].tolist(), cont[order].tolist(), tail[order].tolist()
+        self._guard = guard[order].tolist()
+        self.guarded: dict[int, tuple[tuple[int, tuple[int, ...], int, int], ...]] = {}
+        """Call state → its guarded moves: (callee's start, continuations pushed, guard kind, marker bits)."""
+        moves: dict[int, list] = {}
+        for i in np.flatnonzero(guard[order] >= 0).tolist():
+            push = () if self._tail[i] else (self._cont[i],)
+            moves.setdefault(self._src[i], []).append((self._callee[i], push, *guard_kinds[self._guard[i]]))
+        self.guarded = {state: tuple(found) for state, found in moves.items()}
 
     def calls(self, state: int) -> list[tuple[int, int]]:
-        """The state's (callee's start, continuation) moves, tail calls too."""
+        """The state's (callee's start, continuation) moves, tail calls and guarded ones too."""
         return [(self._callee[i], self._cont[i]) for i in self._span(state)]
 
     def __missing__(self, state: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
-        moves = tuple((self._callee[i], () if self._tail[i] else (self._cont[i],)) for i in self._span(state))
+        moves = tuple((self._callee[i], () if self._tail[i] else (self._cont[i],))
+                      for i in self._span(state) if self._guard[i] < 0)  # fmt: skip
         self[state] = moves
         return moves
 
     def _span(self, state: int) -> range:
         """Where the state's moves sit in the moves sorted by state."""
         return range(bisect.bisect_left(self._src, state), bisect.bisect_right(self._src, state))
+
+
+def _top_markers(stack: tuple[int, ...]) -> int:
+    """The current activation's markers (bits): the stack's top entry when it is a marker entry, else none."""
+    return ~stack[-1] if stack and stack[-1] < 0 else 0
 
 
 @functools.lru_cache(maxsize=8)
@@ -872,23 +1125,87 @@ def _bounded_put(cache: dict, key: Any, value: Any) -> dict:
     return cache
 
 
+_FEW_PARTS = 4
+"""Above this many parts, `_Mask.next_configs` asks each part's bits before its lookup."""
+
+
+class _Family:
+    """The walks of one state's `once` calls from the same trie nodes: an object's members after ``{`` or a
+    separator. A mask takes the members its activation has not used as one part (`union`), so n members cost one
+    union of a few tokens each, not n parts; moves and budgets ask for the members themselves (`moves`, `parts`)."""
+
+    __slots__ = ("members", "vocab_size", "_ids", "_owner", "_unions")
+
+    def __init__(self, members: list[tuple[int, tuple[int, ...], Any, StateMask, list]], vocab_size: int) -> None:
+        self.members = members
+        """(marker bit, continuations pushed, part key, the member's walk, its exits grouped) per member."""
+        self.vocab_size = vocab_size
+        walks = [mask.allowed for _, _, _, mask, _ in members]
+        self._ids = np.concatenate([*walks, _NO_MOVES]).astype(np.int32)
+        """Every member's tokens, member after member; ``_owner``: whose each is."""
+        self._owner = np.repeat(np.arange(len(members)), [walk.shape[0] for walk in walks])
+        self._unions: dict[int, StateMask] = {}
+
+    def _unused(self, markers: int) -> np.ndarray:
+        """bool per member: its marker is not among ``markers``."""
+        return np.fromiter((not bit & markers for bit, _, _, _, _ in self.members), dtype=bool,
+                           count=len(self.members))  # fmt: skip
+
+    def union(self, markers: int) -> StateMask:
+        """The tokens of the members not among ``markers`` (cached per marker set)."""
+        union = self._unions.get(markers)
+        if union is None:
+            allowed = np.unique(self._ids[self._unused(markers)[self._owner]]) if markers else np.unique(self._ids)
+            union = StateMask(allowed, np.zeros(allowed.shape[0], dtype=np.int32), self.vocab_size)
+            if len(self._unions) >= 256:
+                self._unions = {}
+            self._unions[markers] = union
+        return union
+
+    def parts(self, base: tuple[int, ...], markers: int) -> list[tuple[Any, StateMask, tuple[int, ...]]]:
+        """The members not among ``markers`` as ordinary parts, each with the stack its tokens keep."""
+        return [(key, mask, base + (~(markers | bit), *push))
+                for bit, push, key, mask, _ in self.members if not bit & markers and len(mask)]  # fmt: skip
+
+    def moves(self, token_id: int, base: tuple[int, ...], markers: int) -> list[Config]:
+        """Where ``token_id`` leads through the members not among ``markers``."""
+        found = []
+        for index in self._owner[self._ids == token_id].tolist():
+            bit, push, _, mask, _ = self.members[index]
+            if not bit & markers:
+                target = mask.next_state(token_id)
+                found.append((target, () if target == TERMINAL else base + (~(markers | bit), *push)))
+        return found
+
+
 class _Mask:
     """What a configuration set allows: parts (a state's inside mask, or the walk below one exit after a call or
     return), each with the stack its tokens keep; the allowed set is their union."""
 
-    __slots__ = ("grammar", "parts", "combined", "_budgeted")
+    __slots__ = ("grammar", "parts", "families", "combined", "_budgeted", "_all")
 
-    def __init__(self, grammar: PushdownGrammar, parts: list[tuple[Any, StateMask, tuple[int, ...]]]) -> None:
+    def __init__(self, grammar: PushdownGrammar, parts: list[tuple[Any, StateMask, tuple[int, ...]]],
+                 families: list[tuple[_Family, tuple[int, ...], int]] = ()) -> None:  # type: ignore[assignment]
         self.grammar = grammar
         self.parts = parts
-        self.combined = _union([mask for _, mask, _ in parts], grammar.trie.vocab_size)
+        self.families = families
+        """(family, the stack under its activation's markers, the markers) per member family (`_Family`)."""
+        self.combined = _union([mask for _, mask, _ in parts] + [walk.union(markers) for walk, _, markers in families],
+                               grammar.trie.vocab_size)  # fmt: skip
+        self._all: list[tuple[Any, StateMask, tuple[int, ...]]] | None = None
         self._budgeted: dict[tuple[int | None, ...], StateMask] = {}
         """Per tuple of the parts' budget cuts (`PushdownGrammar.budget_cut`), what `within` allows."""
 
     def next_configs(self, token_id: int) -> frozenset[Config] | None:
         """Where ``token_id`` leads, or None when it is not allowed."""
         found = set()
+        for walk, base, markers in self.families:
+            found.update(walk.moves(token_id, base, markers))
+        many = len(self.parts) > _FEW_PARTS
+        word, bit = token_id >> 5, token_id & 31
         for _, mask, stack in self.parts:
+            if many and not (int(mask.bits[word]) >> bit) & 1:  # the union built every part's bits: a quick no
+                continue
             target = mask.next_state(token_id)
             if target is not None:
                 found.add((target, () if target == TERMINAL else stack))
@@ -898,19 +1215,27 @@ class _Mask:
         """The allowed tokens that still leave a completion within ``remaining`` tokens (cached per tuple of the
         parts' budget cuts: a budget that shrinks inside one level costs nothing)."""
         grammar = self.grammar
+        parts = self.all_parts()
         cuts = tuple(grammar.budget_cut(key, mask, remaining - grammar._stack_bound(stack) - 1)
-                     for key, mask, stack in self.parts)  # fmt: skip
+                     for key, mask, stack in parts)  # fmt: skip
         budgeted = self._budgeted.get(cuts)
         if budgeted is None:
             if all(cut is None for cut in cuts):
                 budgeted = self.combined
             else:
                 kept = [mask if cut is None else grammar.restricted(key, mask, cut)
-                        for (key, mask, _), cut in zip(self.parts, cuts)]  # fmt: skip
+                        for (key, mask, _), cut in zip(parts, cuts)]  # fmt: skip
                 budgeted = _union(kept, grammar.trie.vocab_size)
             if len(self._budgeted) < 64:
                 self._budgeted[cuts] = budgeted
         return budgeted
+
+    def all_parts(self) -> list[tuple[Any, StateMask, tuple[int, ...]]]:
+        """Every part, each family's members spelled out as parts of their own (what budget cuts read)."""
+        if self._all is None:
+            self._all = self.parts + [part for walk, base, markers in self.families
+                                      for part in walk.parts(base, markers)]  # fmt: skip
+        return self._all
 
 
 class _NoLookup:
@@ -973,7 +1298,7 @@ class PushdownMatcher(SharedMoves):
     @property
     def stack_depth(self) -> int:
         """The deepest stack among the current configurations (rules entered and not yet finished)."""
-        return max(len(stack) for _, stack in self._history[-1])
+        return max(sum(entry >= 0 for entry in stack) for _, stack in self._history[-1])
 
     @property
     def remaining_budget(self) -> int | None:

@@ -666,6 +666,8 @@ class _Compiler:
         self.fine = False
         """Rule mode, ``schema_to_rules(fine=True)``: every nested value a rule, counting past `_CHUNK_CHARS`,
         optional members chained (`subsequence_rules`), extra keys as an automaton."""
+        self.any_order = False
+        """Rule mode, ``schema_to_rules(property_order="any")``: members in any order (`any_order_object`)."""
 
     # -- entry: a schema node at a position ----------------------------------------------------------
 
@@ -1293,8 +1295,47 @@ class _Compiler:
             body, can_be_empty = _kw.counted_members(members, extra_pattern, self.sep, min_p, max_p,
                                                      self.members_body, path)
             return self.container(r"\{", r"\}", body, can_be_empty)
+        if self.any_order and members and len(members) + (extra_pattern is not None) > 1:
+            return self.any_order_object(members, extra_pattern)
         body, can_be_empty = self.members_body(members, extra_pattern)
         return self.container(r"\{", r"\}", body, can_be_empty)
+
+    def any_order_object(self, members: list[tuple[str, str, bool]], extra: str | None) -> str:
+        """An object whose members come in any order, each listed one at most once, the required ones all in, as a
+        call of its own rule (its markers must be its own: `constrained.pushdown`'s guarded calls)::
+
+            { ws ( C0 | M ( S M )* C )     M: one member's rule      S = ws , ws      C0 = }      C = ws }
+
+        A listed member ``k`` is called ``once=k``; C0 and C need the required members; S has room while a listed
+        member is out (always, with extra keys). With required members, ``bound`` chains give the budget its
+        completion: the required members in schema order, then the brace, each piece under its member's marker."""
+        assert self.rules is not None
+        name = f"object{len(self.rules)}"
+        n = len(members)
+        listed = ",".join(map(str, range(n)))
+        for shared, body in (("obj.s", self.sep), ("obj.c0", r"\}"), ("obj.c", rf"{self.ws}\}}")):
+            self.rules.setdefault(shared, body)
+        alternatives = []
+        for k, (pattern, _, _) in enumerate(members):
+            self.rules[f"{name}.m{k}"] = pattern
+            alternatives.append(_call(f"{name}.m{k}", f"once={k}"))
+        if extra is not None:
+            self.rules[f"{name}.x"] = extra
+            alternatives.append(_call(f"{name}.x"))
+        required = [k for k, (_, _, is_required) in enumerate(members) if is_required]
+        needs = f"needs={','.join(map(str, required))}" if required else ""
+        close_empty, close = _call("obj.c0", needs), _call("obj.c", needs)
+        if required:
+            first, *rest = required
+            owed = "".join(_call("obj.s", f"once={k}") + _call(f"{name}.m{k}", f"once={k}") for k in rest)
+            self.rules[f"{name}.b0"] = _call(f"{name}.m{first}", f"once={first}") + owed + _call("obj.c")
+            self.rules[f"{name}.b"] = _call("obj.s", f"once={first}") + self.rules[f"{name}.b0"]
+            close_empty += "|" + _call(f"{name}.b0", "bound")
+            close += "|" + _call(f"{name}.b", "bound")
+        separator = _call("obj.s", "" if extra is not None else f"room={listed}")
+        member = f"(?:{'|'.join(alternatives)})"
+        self.rules[name] = rf"\{{{self.ws}(?:{close_empty}|{member}(?:{separator}{member})*(?:{close}))"
+        return _call(name)
 
     def key_filter(self, flat: dict, path: str, trail: tuple[str, ...]) -> _kw.KeyFilter:
         """``propertyNames``: the string language its schema allows (quoted), to filter keys with."""
@@ -1602,6 +1643,7 @@ def schema_to_rules(
     whitespace: Whitespace = "compact",
     unknown_keywords: Literal["warn", "error"] = "warn",
     fine: bool = False,
+    property_order: Literal["schema", "any"] = "schema",
 ) -> tuple[dict[str, str], str]:
     """Compile a JSON Schema into the rules of a pushdown grammar (`constrained.grammar.compile_rules`).
 
@@ -1611,12 +1653,17 @@ def schema_to_rules(
     (``true``, ``{}`` and extra properties' values are any JSON value); a string whose length may vary by more
     than 2048 characters counts them in rules of 256 (`_Compiler.counted_end`). ``fine``: every nested value is
     a rule, optional members are chained rules and counting starts past 256 characters, for a schema whose default
-    rules are too big for one automaton each (masks then cross more rule boundaries). Returns (rules, start rule name).
+    rules are too big for one automaton each (masks then cross more rule boundaries). ``property_order="any"``: an
+    object's members in any order, each listed one at most once (`_Compiler.any_order_object`), except where
+    ``minProperties``/``maxProperties`` count them (schema order there). Returns (rules, start rule name).
     """
     schema = _checked_arguments(schema, whitespace, 0, unknown_keywords)
+    if property_order not in ("schema", "any"):
+        raise ValueError(f"property_order must be 'schema' or 'any', not {property_order!r}")
     compiler = _Compiler(schema, whitespace, _UNBOUNDED_DEPTH, 0, unknown_keywords)
     compiler.rules = {}
     compiler.fine = fine
+    compiler.any_order = property_order == "any"
     root = compiler.compile(schema, "#", 0, ())
     if root is None:
         raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")
@@ -1675,8 +1722,10 @@ _UNBOUNDED_DEPTH = 1 << 30
 """Rule mode's container depth limit: none (a document's depth is its token budget's business)."""
 
 
-def _call(name: str) -> str:
-    return f"(?&={name})"
+def _call(name: str, guard: str = "") -> str:
+    """A call of rule ``name``, with a `constrained.pushdown` guard (``once=K``, ``needs=K,...``, ``room=K,...``,
+    ``bound``) or none."""
+    return f"(?&={name}|{guard})" if guard else f"(?&={name})"
 
 
 def _checked_arguments(schema: Any, whitespace: str, any_value_depth: int, unknown_keywords: str) -> dict | bool:
