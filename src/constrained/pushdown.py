@@ -298,9 +298,11 @@ class PushdownGrammar:
         `shortest_completions`). It sees no `needs` call (a `bound` call stands for it). States that cannot finish
         are cut off (their edges and calls removed); the start must finish."""
         n = self.n_states
-        seen = np.asarray([kind != _NEEDS for kind, _ in self._guard_kinds] + [True], dtype=bool)
-        searched = seen[call_moves[3]]  # guard -1 (none) reads the last entry
-        call_src, call_callee, call_cont = (part[searched] for part in call_moves[:3])
+        call_src, call_callee, call_cont = call_moves[:3]
+        if self._guard_kinds:
+            seen = np.asarray([kind != _NEEDS for kind, _ in self._guard_kinds] + [True], dtype=bool)
+            searched = seen[call_moves[3]]  # guard -1 (none) reads the last entry
+            call_src, call_callee, call_cont = (part[searched] for part in call_moves[:3])
         dist = np.empty(n, dtype=np.int64)
         final = np.empty(n, dtype=np.uint8)
         hop_kind = np.empty(n, dtype=np.uint8)
@@ -345,16 +347,21 @@ class PushdownGrammar:
     def _link_moves(self) -> None:
         """The side tables the matcher reads, from the kept call moves and the cut table."""
         src, callee, cont, guard = self._call_moves
-        kinds = np.asarray([kind for kind, _ in self._guard_kinds] + [0], dtype=np.int32)[guard]
-        taken = kinds != _BOUND
+        bound = np.zeros(0, dtype=np.int64)
+        if self._guard_kinds:  # `bound` calls are never taken: they only shape the shortest completions
+            kinds = np.asarray([kind for kind, _ in self._guard_kinds] + [0], dtype=np.int32)[guard]
+            bound = np.flatnonzero(kinds == _BOUND)
+            taken = kinds != _BOUND
+            src, callee, cont, guard = src[taken], callee[taken], cont[taken], guard[taken]
         calling = np.zeros(self.n_states, dtype=bool)
-        calling[src[taken]] = True
+        calling[src] = True
         tail = (self._rule_accept[cont] & ~self._top_accept[cont] & ~calling[cont]
                 & (self._by_class[cont] == DEAD).all(axis=1))  # fmt: skip
-        self._pushes = _CallMoves(src[taken], callee[taken], cont[taken], tail[taken], guard[taken], self._guard_kinds)
+        self._pushes = _CallMoves(src, callee, cont, tail, guard, self._guard_kinds)
         """Call state → its unguarded moves as stack pushes, built on first lookup; guarded ones in ``.guarded``
         (`_CallMoves`)."""
-        self._bound_calls = {int(s): (int(c), int(k)) for s, c, k in zip(src[~taken], callee[~taken], cont[~taken])}
+        every = self._call_moves
+        self._bound_calls = {int(every[0][i]): (int(every[1][i]), int(every[2][i])) for i in bound.tolist()}
         """State → (callee, continuation) of its `bound` call: the states whose bound `_owed` works out."""
         self._owed_cache: dict[int, tuple[tuple[int, int], ...]] = {}
         self._frame_bounds: dict[tuple[int, int], int] = {}
@@ -1027,22 +1034,25 @@ class _CallMoves(dict):
         order = np.argsort(src, kind="stable")  # a state's moves in the order its rule's table lists them
         self._src = src[order].tolist()
         self._callee, self._cont, self._tail = callee[order].tolist(), cont[order].tolist(), tail[order].tolist()
-        self._guard = guard[order].tolist()
+        self._guard: list[int] | None = None
         self.guarded: dict[int, tuple[tuple[int, tuple[int, ...], int, int], ...]] = {}
         """Call state → its guarded moves: (callee's start, continuations pushed, guard kind, marker bits)."""
-        moves: dict[int, list] = {}
-        for i in np.flatnonzero(guard[order] >= 0).tolist():
-            push = () if self._tail[i] else (self._cont[i],)
-            moves.setdefault(self._src[i], []).append((self._callee[i], push, *guard_kinds[self._guard[i]]))
-        self.guarded = {state: tuple(found) for state, found in moves.items()}
+        if guard_kinds:
+            self._guard = guard[order].tolist()
+            moves: dict[int, list] = {}
+            for i in np.flatnonzero(guard[order] >= 0).tolist():
+                push = () if self._tail[i] else (self._cont[i],)
+                moves.setdefault(self._src[i], []).append((self._callee[i], push, *guard_kinds[self._guard[i]]))
+            self.guarded = {state: tuple(found) for state, found in moves.items()}
 
     def calls(self, state: int) -> list[tuple[int, int]]:
         """The state's (callee's start, continuation) moves, tail calls and guarded ones too."""
         return [(self._callee[i], self._cont[i]) for i in self._span(state)]
 
     def __missing__(self, state: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        guard = self._guard
         moves = tuple((self._callee[i], () if self._tail[i] else (self._cont[i],))
-                      for i in self._span(state) if self._guard[i] < 0)  # fmt: skip
+                      for i in self._span(state) if guard is None or guard[i] < 0)  # fmt: skip
         self[state] = moves
         return moves
 
