@@ -222,10 +222,11 @@ def compile_json_schema(
     `constrained.schema.schema_to_rules`).
 
     The grammar is exact: its language is the schema's valid documents (in schema key order unless
-    ``property_order="any"``, within the number and whitespace policies). A schema that one DFA cannot hold exactly — a recursive ``$ref``, an open-ended value
-    (``true``, ``{}``, extra properties), containers deeper than 12, or a `GrammarTooLargeError` on the way —
-    compiles to a pushdown grammar instead (`constrained.pushdown`, rules from `schema.schema_to_rules`): the same
-    matcher interface, values at any depth, no state budget over the whole document.
+    ``property_order="any"``, within the number and whitespace policies). A schema that one DFA cannot hold exactly
+    — a recursive ``$ref``, an open-ended value (``true``, ``{}``, extra properties), containers deeper than 12, or
+    a `GrammarTooLargeError` on the way — compiles to a pushdown grammar instead (`constrained.pushdown`, rules
+    from `schema.schema_to_rules`): the same matcher interface, values at any depth, no state budget over the whole
+    document.
 
     Raises:
         UnsupportedSchemaError, InvalidSchemaError: from the schema compiler.

@@ -82,7 +82,8 @@ _REACH_CAP = 1024
 
 
 def call(name: str, guard: str = "") -> str:
-    """The pattern text that calls rule ``name``, with a guard (``once=K``, ``needs=K,...``, ``bound``) or none."""
+    """The pattern text that calls rule ``name``, with a guard (``once=K``, ``needs=K,...``, ``room=K,...``,
+    ``bound``: see the module docstring) or none."""
     if not name or ")" in name or GUARD_SEPARATOR in name:
         raise GrammarError(f"invalid rule name {name!r}: it must be non-empty and contain no ')' or '|'")
     if guard:
@@ -94,24 +95,20 @@ def call(name: str, guard: str = "") -> str:
 GUARD_SEPARATOR = "|"
 _ONCE, _NEEDS, _ROOM, _BOUND = 1, 2, 3, 4
 """Guard kinds (see the module docstring)."""
+_GUARD_KINDS = {"once": _ONCE, "needs": _NEEDS, "room": _ROOM}
 _Guard = tuple[int, int]
 """(kind, markers as bits: the `once` call's own, or the ones a `needs` or `room` call names)."""
 
 
 def _parse_guard(text: str, name: str) -> _Guard:
     """A call's guard text as (kind, marker bits); GrammarError names the call when malformed."""
+    if text == "bound":
+        return _BOUND, 0
     kind, _, value = text.partition("=")
-    try:
-        if kind in ("once", "needs", "room") and all(part.isdigit() for part in value.split(",")):
-            bits = sum({1 << int(part) for part in value.split(",")})
-            if kind == "once" and "," not in value:
-                return _ONCE, bits
-            if kind != "once":
-                return _NEEDS if kind == "needs" else _ROOM, bits
-        if text == "bound":
-            return _BOUND, 0
-    except ValueError:
-        pass
+    markers = value.split(",")
+    if kind in _GUARD_KINDS and all(m.isascii() and m.isdigit() for m in markers) and (
+            kind != "once" or len(markers) == 1):
+        return _GUARD_KINDS[kind], sum({1 << int(m) for m in markers})
     raise GrammarError(f"the call of {name!r} has a malformed guard {text!r} (once=K, needs=K,..., room=K,... or "
                        "bound)")
 
@@ -208,7 +205,7 @@ class PushdownGrammar:
         self._moves: dict[Config, tuple[tuple[Config, ...], tuple[Config, ...]]] = {}
         """Configuration at an exit → where its calls and returns lead (states that read nothing left out), and the
         configurations whose member families are taken whole (`_closure`)."""
-        self._families: dict[int, Any] = {}
+        self._families: dict[int, tuple[tuple[int, tuple[int, ...], int], ...] | None] = {}
         self._family_walks: dict[tuple[int, bytes | None], _Family] = {}
         self._silent: dict[int, bool] = {}
         self._ub = np.full(self.n_states, -1, dtype=np.int64)
@@ -724,14 +721,13 @@ class PushdownGrammar:
     def _family_of(self, state: int) -> tuple[tuple[int, tuple[int, ...], int], ...] | None:
         """The `once` calls of ``state`` as (callee's start, continuations pushed, marker bit), when every callee
         starts with bytes (no call, no return, no guard at its start): then a mask takes them as one family."""
-        family = self._families.get(state, False)
-        if family is False:
+        if state not in self._families:
             members = tuple((callee, push, bits) for callee, push, kind, bits in self._pushes.guarded[state]
                             if kind == _ONCE)  # fmt: skip
             plain = all(not self._pushes[callee] and callee not in self._pushes.guarded and not self._accepting[callee]
                         for callee, _, _ in members)  # fmt: skip
-            family = self._families[state] = members if members and plain else None
-        return family
+            self._families[state] = members if members and plain else None
+        return self._families[state]
 
     def _family_walk(self, state: int, roots: np.ndarray | None) -> _Family:
         """The walks of a family's members (`_family_of`) from their starts: over the whole trie (``roots`` None:
@@ -869,8 +865,8 @@ class PushdownGrammar:
                 bound = sum(ub for marker, ub in self._owed(state) if not marker & markers)
             else:  # every way on is a call: the cheapest one allowed, then what its continuation owes
                 bound = UNREACHABLE
-                moves = [(callee, push, 0) for callee, push in self._pushes[state]] + list(self._allowed(state, markers))
-                for callee, push, marked in moves:
+                plain = [(callee, push, 0) for callee, push in self._pushes[state]]
+                for callee, push, marked in plain + list(self._allowed(state, markers)):
                     after = self._marked_bound(push[0], marked or markers) if push else 0  # or a tail call
                     bound = min(bound, self.state_bound(callee) + after)
             self._frame_bounds = _bounded_put(self._frame_bounds, key, bound)
@@ -1190,12 +1186,12 @@ class _Family:
 
 class _Mask:
     """What a configuration set allows: parts (a state's inside mask, or the walk below one exit after a call or
-    return), each with the stack its tokens keep; the allowed set is their union."""
+    return), each with the stack its tokens keep, and member families (`_Family`); the allowed set is their union."""
 
     __slots__ = ("grammar", "parts", "families", "combined", "_budgeted", "_all")
 
     def __init__(self, grammar: PushdownGrammar, parts: list[tuple[Any, StateMask, tuple[int, ...]]],
-                 families: list[tuple[_Family, tuple[int, ...], int]] = ()) -> None:  # type: ignore[assignment]
+                 families: list[tuple[_Family, tuple[int, ...], int]]) -> None:
         self.grammar = grammar
         self.parts = parts
         self.families = families

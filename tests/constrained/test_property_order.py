@@ -19,7 +19,7 @@ from constrained.errors import BudgetTooSmallError, GrammarError
 from constrained.grammar import clear_memory_cache, compile_rules
 from constrained.pushdown import PushdownGrammar, call
 
-from .test_pushdown import _check_mask, _fitting, _greedy, _structural_ids
+from .test_pushdown import _checked_random_document, _greedy, _walk_checking_budgets
 
 CLOSED = {
     "type": "object",
@@ -127,22 +127,7 @@ def test_masks_equal_the_byte_level_definition_along_random_documents(llama3_voc
     """Along random documents (any member order the walk picks), every mask agrees with the byte-level definition
     on the structural tokens and a sample; none is empty before the end; the document validates, with no key
     twice, and closes within its budget."""
-    grammar = _grammar(name, llama3_vocab)
-    structural = _structural_ids(llama3_vocab)
-    normal = [t for t in llama3_vocab.normal_ids if t not in llama3_vocab.eos_token_ids and llama3_vocab.tokens[t]]
-    rng = random.Random(seed)
-    matcher = grammar.matcher(max_tokens=70)
-    text = b""
-    while not matcher.is_terminated():
-        _check_mask(matcher, llama3_vocab, structural + rng.sample(normal, 200))
-        allowed = matcher.allowed_token_ids().tolist()
-        assert allowed, "a live matcher never offers an empty mask"
-        keyish = [t for t in allowed if set(llama3_vocab.tokens[t]) & set(b'{},"')]
-        token_id = rng.choice(keyish if keyish and rng.random() < 0.7 else allowed)
-        assert matcher.advance(token_id)
-        if token_id in llama3_vocab.eos_token_ids:
-            break
-        text += llama3_vocab.tokens[token_id]
+    text, matcher = _checked_random_document(_grammar(name, llama3_vocab), llama3_vocab, 70, seed, b'{},"')
     jsonschema.validate(json.loads(text, object_pairs_hook=_no_repeats), SCHEMAS[name])
     assert matcher.tokens_consumed <= 70
 
@@ -152,15 +137,7 @@ def test_masks_equal_the_byte_level_definition_along_random_documents(llama3_voc
 def test_budgeted_masks_keep_exactly_the_tokens_whose_completion_fits(qwen2_vocab, name, seed):
     """The budget's bounds read the markers: a state owes the required members still out. Every budgeted mask
     equals the definition (the tokens whose next configuration, markers and all, can still finish in time)."""
-    grammar = _grammar(name, qwen2_vocab)
-    rng = random.Random(seed)
-    matcher = grammar.matcher(max_tokens=40)
-    while not matcher.is_terminated():
-        allowed = matcher.allowed_token_ids().tolist()
-        assert set(allowed) == _fitting(grammar, matcher.configurations, matcher.remaining_budget)
-        token_id = rng.choice(allowed)
-        assert matcher.advance(token_id)
-    assert matcher.is_accepting()
+    _walk_checking_budgets(_grammar(name, qwen2_vocab), 40, seed)
 
 
 @pytest.mark.parametrize("whitespace", ["compact", "spaced", "flexible"])

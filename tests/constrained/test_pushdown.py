@@ -68,6 +68,28 @@ shortcut's string-like states) right before calls of the any-value rule; "~x" ma
 state and the free string body disagree, below which tokens such as ``~":"`` cross into a call."""
 
 
+def _checked_random_document(grammar: PushdownGrammar, vocab, max_tokens: int, seed: int, marks: bytes
+                             ) -> tuple[bytes, PushdownMatcher]:
+    """A random document under ``max_tokens``, preferring tokens holding one of ``marks``: every mask is checked
+    against the definition on the structural tokens and a sample, and none is empty before the end."""
+    structural = _structural_ids(vocab)
+    normal = [t for t in vocab.normal_ids if t not in vocab.eos_token_ids and vocab.tokens[t]]
+    rng = random.Random(seed)
+    matcher = grammar.matcher(max_tokens=max_tokens)
+    text = b""
+    while not matcher.is_terminated():
+        _check_mask(matcher, vocab, structural + rng.sample(normal, 300))
+        allowed = matcher.allowed_token_ids().tolist()
+        assert allowed, "a live matcher never offers an empty mask"
+        preferred = [t for t in allowed if set(vocab.tokens[t]) & set(marks)]
+        token_id = rng.choice(preferred if preferred and rng.random() < 0.6 else allowed)
+        assert matcher.advance(token_id)
+        if token_id in vocab.eos_token_ids:
+            break
+        text += vocab.tokens[token_id]
+    return text, matcher
+
+
 def _grammar(name: str, vocab) -> PushdownGrammar:
     grammar = compile_rules(JSON_RULES, "value", vocab) if name == "json" else \
         compile_json_schema(OPEN, vocab, whitespace="flexible")  # fmt: skip
@@ -79,22 +101,7 @@ def _grammar(name: str, vocab) -> PushdownGrammar:
 @pytest.mark.parametrize("name", ["json", "open-object"])
 def test_masks_equal_the_byte_level_definition_along_random_documents(llama3_vocab, name, seed):
     grammar = _grammar(name, llama3_vocab)
-    structural = _structural_ids(llama3_vocab)
-    normal = [t for t in llama3_vocab.normal_ids if t not in llama3_vocab.eos_token_ids and llama3_vocab.tokens[t]]
-    rng = random.Random(seed)
-    matcher = grammar.matcher(max_tokens=60)
-    text = b""
-    while not matcher.is_terminated():
-        sample = structural + rng.sample(normal, 300)
-        _check_mask(matcher, llama3_vocab, sample)
-        allowed = matcher.allowed_token_ids().tolist()
-        assert allowed, "a live matcher never offers an empty mask"
-        nesting = [t for t in allowed if set(llama3_vocab.tokens[t]) & set(b'[{}]"')]  # deep documents, many exits
-        token_id = rng.choice(nesting if nesting and rng.random() < 0.6 else allowed)
-        assert matcher.advance(token_id)
-        if token_id in llama3_vocab.eos_token_ids:
-            break
-        text += llama3_vocab.tokens[token_id]
+    text, matcher = _checked_random_document(grammar, llama3_vocab, 60, seed, b'[{}]"')  # deep documents, many exits
     document = json.loads(text)  # budget-aware closing: always a complete document
     assert matcher.tokens_consumed <= 60 and grammar.accepts(text)
     if name == "open-object":
@@ -450,9 +457,13 @@ def test_budgeted_masks_keep_exactly_the_tokens_whose_completion_fits(qwen2_voca
     """A random walk rambles inside key and value strings until the budget bites: every budgeted mask — string
     bodies cut by the template state their tokens end in, exits by their own bound, cached per budget level —
     equals the token-by-token definition, at every budget the walk passes through."""
-    grammar = _grammar("open-object", qwen2_vocab)
+    _walk_checking_budgets(_grammar("open-object", qwen2_vocab), 30, seed)
+
+
+def _walk_checking_budgets(grammar: PushdownGrammar, max_tokens: int, seed: int) -> None:
+    """A random walk under ``max_tokens``: every budgeted mask equals `_fitting`, and the walk ends accepting."""
     rng = random.Random(seed)
-    matcher = grammar.matcher(max_tokens=30)
+    matcher = grammar.matcher(max_tokens=max_tokens)
     while not matcher.is_terminated():
         allowed = matcher.allowed_token_ids().tolist()
         assert set(allowed) == _fitting(grammar, matcher.configurations, matcher.remaining_budget)
