@@ -1,6 +1,6 @@
 """``property_order="any"``: an object's members in any order, each listed one at most once, the required ones all
 in (`constrained.pushdown`'s guarded calls). On real vocabularies: every key order of a valid instance is accepted,
-everything the grammar allows validates and has no repeated key, masks equal the byte-level definition and never
+everything the grammar allows validates with no listed key twice, masks equal the byte-level definition and never
 leave a matcher stranded, budgets close exactly, and the default keeps schema order."""
 
 from __future__ import annotations
