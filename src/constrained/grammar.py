@@ -112,6 +112,11 @@ class Grammar:
         """
         return Matcher(self, max_tokens)
 
+    def accepts(self, data: bytes) -> bool:
+        """Whether ``data`` (bytes only, no special tokens) is a complete document of the grammar (as
+        `PushdownGrammar.accepts`)."""
+        return self.dfa.accepts(data)
+
     def precompute(self) -> None:
         """Compute every state's mask now and persist them (e.g. ahead of serving)."""
         self.index.precompute()
