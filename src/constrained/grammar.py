@@ -238,8 +238,6 @@ def compile_json_schema(
         IncompatibleVocabularyError: the vocabulary cannot spell the grammar.
     """
     canonical = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False, separators=(",", ":"))
-    if property_order not in ("schema", "any"):
-        raise ValueError(f"property_order must be 'schema' or 'any', not {property_order!r}")
     schema_key = (canonical, whitespace, unknown_keywords, property_order)
     rules = _schema_rules.get(schema_key)
     rules_alias = None

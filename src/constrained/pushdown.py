@@ -266,20 +266,20 @@ class PushdownGrammar:
         call_cont: list[np.ndarray] = []
         call_guard: list[np.ndarray] = []
         guard_ids: dict[str, int] = {}
+        self._guard_kinds: list[_Guard] = []
         self._starts = {name: offsets[name] + dfa.initial for name, dfa in dfas.items()}
         for r, (name, dfa) in enumerate(dfas.items()):  # each rule's few class columns, offset into place
             base, n = offsets[name], dfa.n_states
             class_table = np.ascontiguousarray(dfa.class_table, dtype=np.int32)
             _kernel.place_rule(class_table, rule_classes[first_symbols, r], base, by_class[base:base + n])
             rule_accept[base:base + n] = dfa.accepting
-            src, callee, cont, guard = _rule_calls(dfa, self._starts, guard_ids)
+            src, callee, cont, guard = _rule_calls(dfa, self._starts, guard_ids, self._guard_kinds)
             call_src.append(src + base)
             call_callee.append(callee)
             call_cont.append(cont + base)
             call_guard.append(guard)
         self.guards = tuple(guard_ids)
         """The guard texts the rules' calls carry; a call move's guard is an index into them, -1 for none."""
-        self._guard_kinds = [_parse_guard(text, "?") for text in self.guards]
         none = np.zeros(0, dtype=np.int32)
         call_moves = tuple(np.concatenate([*part, none]).astype(np.int32)
                            for part in (call_src, call_callee, call_cont, call_guard))  # fmt: skip
@@ -564,14 +564,14 @@ class PushdownGrammar:
                     seen[moved] = None
                     todo.append(moved)
             if state in guarded:
-                marked = bool(stack) and stack[-1] < 0
+                markers, base = _split_markers(stack)
                 family = defer and self._family_of(state) is not None
                 if family:
                     deferred.append((state, stack))
-                for callee, push, bits in self._allowed(state, ~stack[-1] if marked else 0):
+                for callee, push, bits in self._allowed(state, markers):
                     if family and bits:
                         continue
-                    moved = (callee, (stack[:-1] if marked else stack) + (~bits, *push) if bits else stack + push)
+                    moved = (callee, base + (~bits, *push) if bits else stack + push)
                     if moved not in seen:
                         seen[moved] = None
                         todo.append(moved)
@@ -751,8 +751,7 @@ class PushdownGrammar:
     def _take_family(self, walk: _Family, stack: tuple[int, ...], parts: list, families: list) -> None:
         """A family's members not in the activation's markers yet: one part of the mask for their tokens, and the
         walks past their exits as usual."""
-        marked = bool(stack) and stack[-1] < 0
-        markers, base = (~stack[-1], stack[:-1]) if marked else (0, stack)
+        markers, base = _split_markers(stack)
         if len(walk.union(markers)):
             families.append((walk, base, markers))
         for bit, push, _, _, deeper in walk.members:
@@ -851,7 +850,7 @@ class PushdownGrammar:
 
     def _frame_bound(self, state: int, below: tuple[int, ...]) -> int:
         """UB of ``state`` in its activation, whose markers are on top of ``below`` (see the module docstring)."""
-        return self._marked_bound(state, _top_markers(below))
+        return self._marked_bound(state, _split_markers(below)[0])
 
     def _marked_bound(self, state: int, markers: int) -> int:
         """UB of ``state`` given its activation's markers (cached where they matter)."""
@@ -931,18 +930,18 @@ class PushdownGrammar:
         return forced
 
 
-def _rule_calls(dfa: fsm.DFA, starts: Mapping[str, int], guard_ids: dict[str, int]
+def _rule_calls(dfa: fsm.DFA, starts: Mapping[str, int], guard_ids: dict[str, int], guard_kinds: list[_Guard]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One rule's call moves (call states, callees' starts, continuations in the rule's numbering, guards: indices
-    into ``guard_ids``, which collects the texts, -1 for none), call by call in the order the rule names them,
-    states ascending. The table is read once, row by row: a dispatch over 276 tools has 276 call columns, and
-    reading them one by one crossed the whole table for each."""
+    into ``guard_ids``, which collects the texts, and ``guard_kinds``, which collects them parsed; -1 for none),
+    call by call in the order the rule names them, states ascending. The table is read once, row by row: a
+    dispatch over 276 tools has 276 call columns, and reading them one by one crossed the whole table for each."""
     calls, guards = [], []
     for k, special in enumerate(dfa.special_names):
         if special.startswith(CALL_PREFIX):
             name, guard = _callee(special)
             if guard and guard not in guard_ids:
-                _parse_guard(guard, name)  # a malformed guard is named with its call
+                guard_kinds.append(_parse_guard(guard, name))  # a malformed guard is named with its call
                 guard_ids[guard] = len(guard_ids)
             calls.append((k, starts[name]))
             guards.append(guard_ids[guard] if guard else -1)
@@ -1057,9 +1056,10 @@ class _CallMoves(dict):
         return range(bisect.bisect_left(self._src, state), bisect.bisect_right(self._src, state))
 
 
-def _top_markers(stack: tuple[int, ...]) -> int:
-    """The current activation's markers (bits): the stack's top entry when it is a marker entry, else none."""
-    return ~stack[-1] if stack and stack[-1] < 0 else 0
+def _split_markers(stack: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+    """(the current activation's markers as bits, the stack under them): the top entry when it is a marker entry
+    (see the module docstring), else no markers and the whole stack."""
+    return (~stack[-1], stack[:-1]) if stack and stack[-1] < 0 else (0, stack)
 
 
 @functools.lru_cache(maxsize=8)
