@@ -231,15 +231,32 @@ typedef struct {
     int32_t next;
 } pair_t;
 
+#define SORT_FEW 32
+
 /* Sort (id, next) pairs by id in place without comparisons (a comparison sort of a few thousand pairs cost more
  * than the walk that found them): the next states go into scratch[id] (int32[vsize], all -1, restored), then
  * one ordered pass emits them: over a bitset of the ids when they are few, over scratch itself when they are
- * many (a quarter of the vocabulary or more). 0, or 1 for an id out of range, 2 for no memory. */
+ * many (a quarter of the vocabulary or more); up to SORT_FEW pairs by insertion. 0, or 1 for an id out of range, 2
+ * for no memory. */
 static int
 sort_by_id(int32_t *oid, int32_t *onext, Py_ssize_t *count_io, int32_t *scr, Py_ssize_t vsize)
 {
     Py_ssize_t count = *count_io, n_words = (vsize + 31) / 32;
     uint32_t *seen = NULL;
+    if (count <= SORT_FEW) { /* a walk below a few exits: insertion sort, not a pass over a vocabulary's bits */
+        for (Py_ssize_t k = 0; k < count; k++) {
+            int32_t id = oid[k], next = onext[k];
+            if (id < 0 || id >= vsize) return 1;
+            Py_ssize_t j = k;
+            for (; j > 0 && oid[j - 1] > id; j--) {
+                oid[j] = oid[j - 1];
+                onext[j] = onext[j - 1];
+            }
+            oid[j] = id;
+            onext[j] = next;
+        }
+        return 0;
+    }
     if (count * 4 < vsize && !(seen = (uint32_t *)calloc((size_t)(n_words ? n_words : 1), sizeof(uint32_t)))) {
         return 2;
     }
@@ -2027,12 +2044,120 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(walk_family_doc,
+"walk_family(transitions, width, starts, boundary, roots, node_byte, node_depth, node_end, tok_start, tok_ids,\n"
+"            max_depth, out_member, out_ids, out_next, out_exit_member, out_exit_nodes, out_exit_states) -> (count, n_exits)\n\n"
+"`walk_rule` from each of several states (`starts`, int32: the first states of an object's members) below the\n"
+"same `roots`, in one pass over the trie: a node is visited while some member is still alive there, so members\n"
+"whose keys part after a byte or two cost that byte or two, not a walk each. Writes (member index, token id,\n"
+"state reached) per token a member's bytes keep in the table, in preorder (out_member/out_ids/out_next), and\n"
+"(member index, node, state) per exit (a node with children whose state is a boundary). When an output would\n"
+"overflow, nothing more is written and the counts returned exceed the capacity: call again with room for them.");
+
+static PyObject *
+walk_family(PyObject *self, PyObject *args)
+{
+    PyObject *o[15];
+    Py_ssize_t width, max_depth;
+    if (!PyArg_ParseTuple(args, "OnOOOOOOOOnOOOOOO", &o[0], &width, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &max_depth, &o[9], &o[10], &o[11], &o[12], &o[13], &o[14])) {
+        return NULL;
+    }
+    Py_buffer b[15];
+    const Py_ssize_t sizes[15] = {4, 4, 1, 4, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+    const int wr[15] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
+    const char *names[15] = {"transitions", "starts", "boundary", "roots", "node_byte", "node_depth", "node_end",
+                             "tok_start", "tok_ids", "out_member", "out_ids", "out_next", "out_exit_member",
+                             "out_exit_nodes", "out_exit_states"};
+    if (get_bufs(o, b, 15, sizes, wr, names) < 0) return NULL;
+    PyObject *result = NULL;
+    int32_t *alive = NULL;
+    const int32_t *T = (const int32_t *)b[0].buf, *starts = (const int32_t *)b[1].buf;
+    const uint8_t *bd = (const uint8_t *)b[2].buf, *nb = (const uint8_t *)b[4].buf;
+    const int32_t *roots = (const int32_t *)b[3].buf, *nd = (const int32_t *)b[5].buf, *ne = (const int32_t *)b[6].buf;
+    const int32_t *ts = (const int32_t *)b[7].buf, *ti = (const int32_t *)b[8].buf;
+    int32_t *omember = (int32_t *)b[9].buf, *oid = (int32_t *)b[10].buf, *onext = (int32_t *)b[11].buf;
+    int32_t *xmember = (int32_t *)b[12].buf, *xnode = (int32_t *)b[13].buf, *xstate = (int32_t *)b[14].buf;
+    Py_ssize_t n_states = width > 0 ? n_items(&b[0]) / width : 0, m = n_items(&b[1]);
+    Py_ssize_t n_roots = n_items(&b[3]), n_nodes = n_items(&b[4]);
+    Py_ssize_t cap = n_items(&b[10]), x_cap = n_items(&b[13]);
+    int bad = width < 256 || n_items(&b[0]) != n_states * width || n_items(&b[2]) != n_states || n_nodes < 1 ||
+              n_items(&b[5]) != n_nodes || n_items(&b[6]) != n_nodes || n_items(&b[7]) != n_nodes + 1 ||
+              n_items(&b[9]) != cap || n_items(&b[11]) != cap || n_items(&b[12]) != x_cap ||
+              n_items(&b[14]) != x_cap || max_depth < 0;
+    for (Py_ssize_t k = 0; !bad && k < m; k++) bad = starts[k] < 0 || starts[k] >= n_states;
+    for (Py_ssize_t k = 0; !bad && k < n_roots; k++) {  /* disjoint subtrees: each token is found at most once */
+        bad = roots[k] < 0 || roots[k] >= n_nodes || (k > 0 && roots[k] < ne[roots[k - 1]]);
+    }
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "walk_family: inconsistent array sizes, starts out of range, or roots not "
+                        "disjoint ascending");
+        goto done;
+    }
+    /* alive[d]: the members live at the current node of depth d, as (member, state) pairs; alive_n[d] of them */
+    alive = (int32_t *)malloc(sizeof(int32_t) * (size_t)(max_depth + 1) * (size_t)(2 * m + 1));
+    if (!alive) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t count = 0, n_exits = 0, stride = 2 * m + 1;
+    Py_BEGIN_ALLOW_THREADS
+    /* trie and table validated by `check` (see `walk`): depth in [1, max_depth], targets in [-1, n_states) */
+    for (Py_ssize_t k = 0; k < n_roots; k++) {
+        int32_t root = roots[k];
+        int32_t *top = alive + (Py_ssize_t)nd[root] * stride;
+        top[0] = (int32_t)m;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            top[1 + 2 * j] = (int32_t)j;
+            top[2 + 2 * j] = starts[j];
+        }
+        for (Py_ssize_t i = root + 1, end = ne[root]; i < end;) {
+            int32_t d = nd[i];
+            const int32_t *up = alive + (Py_ssize_t)(d - 1) * stride;
+            int32_t *here = alive + (Py_ssize_t)d * stride, n_here = 0;
+            int32_t k0 = ts[i], k1 = ts[i + 1];
+            for (int32_t j = 0; j < up[0]; j++) {
+                int32_t member = up[1 + 2 * j];
+                int32_t ns = T[(Py_ssize_t)up[2 + 2 * j] * width + nb[i]];
+                if (ns < 0) continue;
+                here[1 + 2 * n_here] = member;
+                here[2 + 2 * n_here] = ns;
+                n_here++;
+                for (int32_t t = k0; t < k1; t++, count++) {
+                    if (count < cap) {
+                        omember[count] = member;
+                        oid[count] = ti[t];
+                        onext[count] = ns;
+                    }
+                }
+                if (bd[ns] && ne[i] > i + 1) {
+                    if (n_exits < x_cap) {
+                        xmember[n_exits] = member;
+                        xnode[n_exits] = (int32_t)i;
+                        xstate[n_exits] = ns;
+                    }
+                    n_exits++;
+                }
+            }
+            here[0] = n_here;
+            i = n_here ? i + 1 : ne[i];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("nn", count, n_exits);
+done:
+    free(alive);
+    release_bufs(b, 15);
+    return result;
+}
+
 /* ---- module ---------------------------------------------------------------------------------- */
 
 static PyMethodDef kernel_methods[] = {
     {"build_trie", build_trie, METH_VARARGS, build_trie_doc},
     {"walk", walk, METH_VARARGS, walk_doc},
     {"walk_rule", walk_rule, METH_VARARGS, walk_rule_doc},
+    {"walk_family", walk_family, METH_VARARGS, walk_family_doc},
     {"rule_exits", rule_exits, METH_VARARGS, rule_exits_doc},
     {"subtree_deepest", subtree_deepest, METH_VARARGS, subtree_deepest_doc},
     {"check", check, METH_VARARGS, check_doc},

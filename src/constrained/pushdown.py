@@ -205,8 +205,10 @@ class PushdownGrammar:
         self._moves: dict[Config, tuple[tuple[Config, ...], tuple[Config, ...]]] = {}
         """Configuration at an exit → where its calls and returns lead (states that read nothing left out), and the
         configurations whose member families are taken whole (`_closure`)."""
+        self._relatives: dict[int, tuple[tuple[Config, ...], tuple[Config, ...], bool] | None] = {}
         self._families: dict[int, tuple[tuple[int, tuple[int, ...], int], ...] | None] = {}
         self._family_walks: dict[tuple[int, bytes | None], _Family] = {}
+        self._family_buffers: tuple[np.ndarray, ...] | None = None
         self._silent: dict[int, bool] = {}
         self._ub = np.full(self.n_states, -1, dtype=np.int64)
         self._ub_stacks: dict[tuple[int, ...], int] = {(): 0}
@@ -547,15 +549,21 @@ class PushdownGrammar:
 
     def closure(self, configs: Iterable[Config]) -> tuple[Config, ...]:
         """Every configuration reachable without consuming a symbol (calls entered, finished rules returned)."""
-        return self._closure(configs, False)[0]
+        closure = self._closure(configs, False)
+        assert closure is not None
+        return closure[0]
 
-    def _closure(self, configs: Iterable[Config], defer: bool) -> tuple[tuple[Config, ...], tuple[Config, ...]]:
+    def _closure(self, configs: Iterable[Config], defer: bool, relative: bool = False
+                 ) -> tuple[tuple[Config, ...], tuple[Config, ...], bool] | None:
         """`closure`; with ``defer``, the `once` calls of a state whose members start with bytes are not entered:
-        that configuration is listed second, for the mask to take its members as one family (`_Family`)."""
+        that configuration is listed second, for the mask to take its members as one family (`_Family`). With
+        ``relative``, a stack is what the configuration puts on an unknown stack below: the third item says whether
+        a return reaches that stack, and the closure is None where a guard would read the markers on it."""
         deferred = []
         seen = dict.fromkeys(configs)
         todo = list(seen)
         pushes, accept, guarded = self._pushes, self._accepting, self._pushes.guarded
+        returns = False
         while todo:
             state, stack = todo.pop()
             for callee, push in pushes[state]:
@@ -564,6 +572,8 @@ class PushdownGrammar:
                     seen[moved] = None
                     todo.append(moved)
             if state in guarded:
+                if relative and not stack:
+                    return None
                 markers, base = _split_markers(stack)
                 family = defer and self._family_of(state) is not None
                 if family:
@@ -575,14 +585,15 @@ class PushdownGrammar:
                     if moved not in seen:
                         seen[moved] = None
                         todo.append(moved)
-            if stack and accept[state]:
-                below = len(stack) - 2 if stack[-1] < 0 else len(stack) - 1  # the activation's markers go with it
-                if below >= 0:
-                    moved = (stack[below], stack[:below])
-                    if moved not in seen:
+            if accept[state]:
+                if stack:
+                    moved = _caller(stack)
+                    if moved is not None and moved not in seen:
                         seen[moved] = None
                         todo.append(moved)
-        return tuple(seen), tuple(deferred)
+                else:
+                    returns = relative
+        return tuple(seen), tuple(deferred), returns
 
     def step(self, configs: Iterable[Config], symbol: int) -> frozenset[Config]:
         """The configurations after one byte (or special symbol 256+i) from ``configs``."""
@@ -708,7 +719,7 @@ class PushdownGrammar:
         parts: list[tuple[Any, StateMask, tuple[int, ...]]] = []
         families: list[tuple[_Family, tuple[int, ...], int]] = []
         if configs != _DONE:
-            plain, deferred = self._closure(configs, True)
+            plain, deferred, _ = self._closure(configs, True)  # type: ignore[misc]
             for state, stack in plain:
                 inside, groups = self._inside_of(state)
                 if len(inside):
@@ -735,28 +746,118 @@ class PushdownGrammar:
         key = (state, None if roots is None else roots.tobytes())
         walk = self._family_walks.get(key)
         if walk is None:
-            members = []
-            for callee, push, bit in self._family_of(state):
-                if roots is None:
-                    mask, deeper = self._inside_of(callee)
-                    part_key: Any = callee
-                else:
-                    rkey, mask, deeper = self._subtree_of(callee, roots)
-                    part_key = (callee, rkey)
-                members.append((bit, push, part_key, mask, deeper))
+            family = self._family_of(state)
+            if roots is None:
+                members = [(bit, push, callee, *self._inside_of(callee)) for callee, push, bit in family]
+            else:
+                members = self._walk_family(family, roots)
             walk = _Family(members, self.trie.vocab_size)
             self._family_walks = _bounded_put(self._family_walks, key, walk)
         return walk
 
+    def _walk_family(self, family: tuple[tuple[int, tuple[int, ...], int], ...], roots: np.ndarray
+                     ) -> list[tuple[int, tuple[int, ...], Any, StateMask, list[tuple[int, np.ndarray]]]]:
+        """A family's members walked below ``roots`` in one pass of the trie (kernel `walk_family`): the members
+        with a token or an exit there, as `_Family` takes them (part keys (callee, roots) as `_subtree_of`'s)."""
+        trie = self.trie
+        starts = np.asarray([callee for callee, _, _ in family], dtype=np.int32)
+        for callee in starts.tolist():
+            self._ready(callee)
+        with self._lock:
+            while True:
+                buffers = self._family_buffers or _family_buffers(*_FAMILY_CAPACITY)
+                count, n_exits = _kernel.walk_family(
+                    self._table, self._width, starts, self._boundary, roots, trie.node_byte, trie.node_depth,
+                    trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, *buffers,
+                )  # fmt: skip
+                self._family_buffers = buffers
+                room, exit_room = buffers[0].shape[0], buffers[3].shape[0]
+                if count <= room and n_exits <= exit_room:
+                    break
+                self._family_buffers = _family_buffers(max(count, room), max(n_exits, exit_room))
+            if not count and not n_exits:
+                return []
+            owners, ids, nexts = (buffer[:count] for buffer in buffers[:3])
+            order = np.lexsort((ids, owners))  # copies: the buffers are the next walk's
+            owners, ids, nexts = owners[order], ids[order], nexts[order]
+            exits = zip(*(buffer[:n_exits].tolist() for buffer in buffers[3:]))
+        spans = {}
+        if count:
+            cuts = (np.flatnonzero(owners[1:] != owners[:-1]) + 1).tolist()
+            firsts = [0, *cuts]
+            spans = dict(zip(owners[firsts].tolist(), zip(firsts, [*cuts, count])))
+        exits_of: dict[int, tuple[list[int], list[int]]] = {}
+        for owner, node, state in exits:  # a few: keys that end within a token
+            nodes, states = exits_of.setdefault(owner, ([], []))
+            nodes.append(node)
+            states.append(state)
+        rkey = roots.tobytes()
+        members = []
+        for index in sorted(spans.keys() | exits_of.keys()):
+            callee, push, bit = family[index]
+            lo, hi = spans.get(index, (0, 0))
+            nodes, states = exits_of.get(index, ([], []))
+            deeper = self._groups(np.asarray(nodes, dtype=np.int32), np.asarray(states, dtype=np.int32)) if nodes else []
+            members.append((bit, push, (callee, rkey), StateMask(ids[lo:hi], nexts[lo:hi], trie.vocab_size), deeper))
+        return members
+
     def _take_family(self, walk: _Family, stack: tuple[int, ...], parts: list, families: list) -> None:
         """A family's members not in the activation's markers yet: one part of the mask for their tokens, and the
         walks past their exits as usual."""
+        if not walk.members:
+            return
         markers, base = _split_markers(stack)
         if len(walk.union(markers)):
             families.append((walk, base, markers))
         for bit, push, _, _, deeper in walk.members:
             if deeper and not bit & markers:
                 self._through(deeper, base + (~(markers | bit), *push), parts, families)
+
+    def _exit_moves(self, here: Config) -> tuple[tuple[Config, ...], tuple[Config, ...]]:
+        """Where the calls and returns at an exit lead (cached): the closure of ``here`` less ``here`` and the
+        states that read nothing, and the configurations whose member families are taken whole. Worked out from
+        each state's closure relative to its stack (`_relative_moves`) wherever no guard reads the markers there:
+        a stack with new markers under it (each member of an object adds one) costs a concatenation, not a closure;
+        and exits that return to one configuration (a separator's many whitespace exits) share its moves."""
+        moves = self._moves.get(here)
+        if moves is not None:
+            return moves
+        levels = []  # (configuration, its own moves); each level's caller is the next one
+        config: Config | None = here
+        while config is not None and config not in self._moves:
+            state, stack = config
+            relative = self._relative_moves(state)
+            if relative is None:  # a guard reads the markers on this stack: the closure itself, returns and all
+                plain, deferred, _ = self._closure((config,), True)  # type: ignore[misc]
+                levels.append((config, (tuple(m for m in plain if not self._is_silent(m[0])), deferred)))
+                config = None
+            else:
+                kept, deferred, returns = relative
+                levels.append((config, (tuple((s, stack + suffix) for s, suffix in kept),
+                                        tuple((s, stack + suffix) for s, suffix in deferred))))  # fmt: skip
+                config = _caller(stack) if returns and stack else None
+        below: tuple[tuple[Config, ...], tuple[Config, ...]] = ((), ())  # the caller (unless silent) and its moves
+        if config is not None:
+            known = self._moves[config]
+            below = ((() if self._is_silent(config[0]) else (config,)) + known[0], known[1])
+        for config, (kept, deferred) in reversed(levels):
+            moves = (tuple(m for m in dict.fromkeys(kept + below[0]) if m != config),
+                     tuple(dict.fromkeys(deferred + below[1])))  # fmt: skip
+            self._moves = _bounded_put(self._moves, config, moves)
+            below = ((() if self._is_silent(config[0]) else (config,)) + moves[0], moves[1])
+        return moves
+
+    def _relative_moves(self, state: int) -> tuple[tuple[Config, ...], tuple[Config, ...], bool] | None:
+        """The closure of ``state`` relative to its stack (`_closure`'s ``relative``), less the states that read
+        nothing and the state itself: (what it reaches, the family configurations, whether it returns); None where
+        a guard reads the markers on the stack (cached per state)."""
+        if state not in self._relatives:
+            closure = self._closure(((state, ()),), True, relative=True)
+            if closure is not None:
+                plain, deferred, returns = closure
+                closure = (tuple(m for m in plain if m != (state, ()) and not self._is_silent(m[0])), deferred, returns)
+            self._relatives[state] = closure
+        return self._relatives[state]
 
     def _groups(self, nodes: np.ndarray, states: np.ndarray) -> list[tuple[int, np.ndarray]]:
         return _exit_groups(nodes, states, self.trie.node_end) if nodes.shape[0] else []
@@ -769,12 +870,7 @@ class PushdownGrammar:
         are keyed (state, roots) for their cached walks and bounds."""
         subtree = self._subtree
         for state, roots in groups:
-            here = (state, stack)
-            moves = self._moves.get(here)
-            if moves is None:  # exits of one mask often return to one configuration: its moves once
-                plain, deferred = self._closure((here,), True)
-                moves = (tuple(moved for moved in plain if moved != here and not self._is_silent(moved[0])), deferred)
-                self._moves = _bounded_put(self._moves, here, moves)
+            moves = self._exit_moves((state, stack))
             rkey = roots.tobytes()
             for state_there, stack_there in moves[1]:
                 self._take_family(self._family_walk(state_there, roots), stack_there, parts, families)
@@ -979,6 +1075,15 @@ _NOT_YET = np.zeros((0, 0), dtype=np.int32)
 _EXPAND_WHOLE = 1 << 20
 """A table of at most this many cells (4 MiB) is expanded whole on its first read; a bigger one rule by rule."""
 _NO_MOVES = np.zeros(0, dtype=np.int64)
+_FAMILY_CAPACITY = (16_384, 4_096)
+"""Tokens and exits a family walk first makes room for (`PushdownGrammar._walk_family` grows them when short)."""
+
+
+def _family_buffers(capacity: int, exit_capacity: int) -> tuple[np.ndarray, ...]:
+    """Outputs of kernel `walk_family`: members, ids and next states of its tokens; members, nodes and states of
+    its exits."""
+    return (*(np.empty(capacity, dtype=np.int32) for _ in range(3)),
+            *(np.empty(exit_capacity, dtype=np.int32) for _ in range(3)))  # fmt: skip
 _FEW_CALLS = 8
 """Up to this many calls, a rule's call columns are gathered side by side (cheaper than the set-up of one pass)."""
 
@@ -1060,6 +1165,13 @@ def _split_markers(stack: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
     """(the current activation's markers as bits, the stack under them): the top entry when it is a marker entry
     (see the module docstring), else no markers and the whole stack."""
     return (~stack[-1], stack[:-1]) if stack and stack[-1] < 0 else (0, stack)
+
+
+def _caller(stack: tuple[int, ...]) -> Config | None:
+    """Where a return leads from an activation on ``stack``: its continuation, with the stack below it (the
+    activation's markers go with it); None for a stack of markers alone."""
+    below = len(stack) - 2 if stack[-1] < 0 else len(stack) - 1
+    return (stack[below], stack[:below]) if below >= 0 else None
 
 
 @functools.lru_cache(maxsize=8)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from constrained import compile_json_schema
 from constrained.errors import BudgetTooSmallError, GrammarError
 from constrained.grammar import clear_memory_cache, compile_rules
+from constrained import pushdown
 from constrained.pushdown import PushdownGrammar, call
 
 from .test_pushdown import _checked_random_document, _greedy, _walk_checking_budgets
@@ -163,6 +164,37 @@ def test_the_smallest_budget_always_finishes(qwen2_vocab, name, whitespace):
                 break
             text += qwen2_vocab.tokens[token_id]
         jsonschema.validate(json.loads(text, object_pairs_hook=_no_repeats), SCHEMAS[name])
+
+
+@pytest.mark.parametrize("capacity", [(16_384, 4_096), (1, 1)])
+def test_a_family_walk_finds_what_its_members_walked_one_by_one_find(llama3_vocab, monkeypatch, capacity):
+    """The kernel walks an object's members below the same trie nodes in one pass: it finds each member's tokens,
+    next states and exits exactly as the member's own walk does, also when its first buffers are too small."""
+    monkeypatch.setattr(pushdown, "_FAMILY_CAPACITY", capacity)
+    grammar = _grammar("closed", llama3_vocab)
+    family_states = [state for state in grammar._pushes.guarded if grammar._family_of(state)]
+    after_comma = grammar.step({(grammar._starts[next(name for name in grammar.rules if name.endswith("obj.s"))], ())},
+                               ord(","))  # fmt: skip
+    (state_after_comma, _), = after_comma
+    whitespace_exits = grammar._inside_of(state_after_comma)[1]  # a space, a newline and spaces, ...: many depths
+    roots_sets = [pushdown._root_children(grammar.trie)] + [roots for _, roots in whitespace_exits]
+    assert family_states and len(roots_sets) > 3
+    compared = 0
+    for state in family_states:
+        family = grammar._family_of(state)
+        for roots in roots_sets:
+            found = {bit: (mask, deeper) for bit, _, _, mask, deeper in grammar._walk_family(family, roots)}
+            for callee, _, bit in family:
+                _, mask, deeper = grammar._subtree_of(callee, roots)
+                if not len(mask) and not deeper:
+                    assert bit not in found
+                    continue
+                got_mask, got_deeper = found[bit]
+                assert got_mask.allowed.tolist() == mask.allowed.tolist()
+                assert got_mask.next_states.tolist() == mask.next_states.tolist()
+                assert [(s, r.tolist()) for s, r in got_deeper] == [(s, r.tolist()) for s, r in deeper]
+                compared += 1
+    assert compared > 10
 
 
 def test_a_loaded_rule_set_keeps_its_guards(qwen2_vocab):
