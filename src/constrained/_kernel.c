@@ -2045,31 +2045,39 @@ done:
 }
 
 PyDoc_STRVAR(walk_family_doc,
-"walk_family(transitions, width, starts, boundary, roots, node_byte, node_depth, node_end, tok_start, tok_ids,\n"
-"            max_depth, out_member, out_ids, out_next, out_exit_member, out_exit_nodes, out_exit_states) -> (count, n_exits)\n\n"
+"walk_family(class_table, symbol_class, starts, boundary, roots, node_byte, node_depth, node_end, tok_start,\n"
+"            tok_ids, max_depth, out_member, out_ids, out_next, out_exit_member, out_exit_nodes, out_exit_states)\n"
+"            -> (count, n_exits)\n\n"
 "`walk_rule` from each of several states (`starts`, int32: the first states of an object's members) below the\n"
 "same `roots`, in one pass over the trie: a node is visited while some member is still alive there, so members\n"
-"whose keys part after a byte or two cost that byte or two, not a walk each. Writes (member index, token id,\n"
-"state reached) per token a member's bytes keep in the table, in preorder (out_member/out_ids/out_next), and\n"
-"(member index, node, state) per exit (a node with children whose state is a boundary). When an output would\n"
-"overflow, nothing more is written and the counts returned exceed the capacity: call again with room for them.");
+"whose keys part after a byte or two cost that byte or two, not a walk each. The table is read in its class form\n"
+"(class_table[s, symbol_class[byte]], int32 [n_states, n_classes]): no member's rows need expanding. Writes\n"
+"(member index, token id, state reached) per token a member's bytes keep in the table, in preorder\n"
+"(out_member/out_ids/out_next), and (member index, node, state) per exit (a node with children whose state is a\n"
+"boundary). When an output would overflow, nothing more is written and the counts returned exceed the capacity:\n"
+"call again with room for them.");
 
 static PyObject *
 walk_family(PyObject *self, PyObject *args)
 {
     PyObject *o[15];
-    Py_ssize_t width, max_depth;
-    if (!PyArg_ParseTuple(args, "OnOOOOOOOOnOOOOOO", &o[0], &width, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
-                          &o[8], &max_depth, &o[9], &o[10], &o[11], &o[12], &o[13], &o[14])) {
+    PyObject *o_symbol_class;
+    Py_ssize_t max_depth;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOnOOOOOO", &o[0], &o_symbol_class, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &max_depth, &o[9], &o[10], &o[11], &o[12], &o[13], &o[14])) {
         return NULL;
     }
-    Py_buffer b[15];
+    Py_buffer b[15], sc_buf;
     const Py_ssize_t sizes[15] = {4, 4, 1, 4, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
     const int wr[15] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
-    const char *names[15] = {"transitions", "starts", "boundary", "roots", "node_byte", "node_depth", "node_end",
+    const char *names[15] = {"class_table", "starts", "boundary", "roots", "node_byte", "node_depth", "node_end",
                              "tok_start", "tok_ids", "out_member", "out_ids", "out_next", "out_exit_member",
                              "out_exit_nodes", "out_exit_states"};
-    if (get_bufs(o, b, 15, sizes, wr, names) < 0) return NULL;
+    if (get_buf(o_symbol_class, &sc_buf, 0, 4, "symbol_class") < 0) return NULL;
+    if (get_bufs(o, b, 15, sizes, wr, names) < 0) {
+        PyBuffer_Release(&sc_buf);
+        return NULL;
+    }
     PyObject *result = NULL;
     int32_t *alive = NULL;
     const int32_t *T = (const int32_t *)b[0].buf, *starts = (const int32_t *)b[1].buf;
@@ -2078,20 +2086,23 @@ walk_family(PyObject *self, PyObject *args)
     const int32_t *ts = (const int32_t *)b[7].buf, *ti = (const int32_t *)b[8].buf;
     int32_t *omember = (int32_t *)b[9].buf, *oid = (int32_t *)b[10].buf, *onext = (int32_t *)b[11].buf;
     int32_t *xmember = (int32_t *)b[12].buf, *xnode = (int32_t *)b[13].buf, *xstate = (int32_t *)b[14].buf;
-    Py_ssize_t n_states = width > 0 ? n_items(&b[0]) / width : 0, m = n_items(&b[1]);
+    const int32_t *sc = (const int32_t *)sc_buf.buf;
+    Py_ssize_t n_states = n_items(&b[2]), m = n_items(&b[1]);
+    Py_ssize_t width = n_states > 0 ? n_items(&b[0]) / n_states : 0; /* classes per state */
     Py_ssize_t n_roots = n_items(&b[3]), n_nodes = n_items(&b[4]);
     Py_ssize_t cap = n_items(&b[10]), x_cap = n_items(&b[13]);
-    int bad = width < 256 || n_items(&b[0]) != n_states * width || n_items(&b[2]) != n_states || n_nodes < 1 ||
+    int bad = width < 1 || n_items(&b[0]) != n_states * width || n_items(&sc_buf) < 256 || n_nodes < 1 ||
               n_items(&b[5]) != n_nodes || n_items(&b[6]) != n_nodes || n_items(&b[7]) != n_nodes + 1 ||
               n_items(&b[9]) != cap || n_items(&b[11]) != cap || n_items(&b[12]) != x_cap ||
               n_items(&b[14]) != x_cap || max_depth < 0;
     for (Py_ssize_t k = 0; !bad && k < m; k++) bad = starts[k] < 0 || starts[k] >= n_states;
+    for (Py_ssize_t c = 0; !bad && c < 256; c++) bad = sc[c] < 0 || sc[c] >= width;
     for (Py_ssize_t k = 0; !bad && k < n_roots; k++) {  /* disjoint subtrees: each token is found at most once */
         bad = roots[k] < 0 || roots[k] >= n_nodes || (k > 0 && roots[k] < ne[roots[k - 1]]);
     }
     if (bad) {
-        PyErr_SetString(PyExc_ValueError, "walk_family: inconsistent array sizes, starts out of range, or roots not "
-                        "disjoint ascending");
+        PyErr_SetString(PyExc_ValueError, "walk_family: inconsistent array sizes, states or classes out of range, or "
+                        "roots not disjoint ascending");
         goto done;
     }
     /* alive[d]: the members live at the current node of depth d, as (member, state) pairs; alive_n[d] of them */
@@ -2102,7 +2113,8 @@ walk_family(PyObject *self, PyObject *args)
     }
     Py_ssize_t count = 0, n_exits = 0, stride = 2 * m + 1;
     Py_BEGIN_ALLOW_THREADS
-    /* trie and table validated by `check` (see `walk`): depth in [1, max_depth], targets in [-1, n_states) */
+    /* trie validated by `check` (see `walk`): depth in [1, max_depth]; the class table's targets are in
+     * [-1, n_states) by construction, or checked where a stored one is adopted (pushdown `_adopt`) */
     for (Py_ssize_t k = 0; k < n_roots; k++) {
         int32_t root = roots[k];
         int32_t *top = alive + (Py_ssize_t)nd[root] * stride;
@@ -2118,7 +2130,7 @@ walk_family(PyObject *self, PyObject *args)
             int32_t k0 = ts[i], k1 = ts[i + 1];
             for (int32_t j = 0; j < up[0]; j++) {
                 int32_t member = up[1 + 2 * j];
-                int32_t ns = T[(Py_ssize_t)up[2 + 2 * j] * width + nb[i]];
+                int32_t ns = T[(Py_ssize_t)up[2 + 2 * j] * width + sc[nb[i]]];
                 if (ns < 0) continue;
                 here[1 + 2 * n_here] = member;
                 here[2 + 2 * n_here] = ns;
@@ -2148,6 +2160,7 @@ walk_family(PyObject *self, PyObject *args)
 done:
     free(alive);
     release_bufs(b, 15);
+    PyBuffer_Release(&sc_buf);
     return result;
 }
 

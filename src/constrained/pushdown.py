@@ -206,6 +206,7 @@ class PushdownGrammar:
         """Configuration at an exit → where its calls and returns lead (states that read nothing left out), and the
         configurations whose member families are taken whole (`_closure`)."""
         self._relatives: dict[int, tuple[tuple[Config, ...], tuple[Config, ...], bool] | None] = {}
+        """State → its closure relative to the stack (`_relative_moves`)."""
         self._families: dict[int, tuple[tuple[int, tuple[int, ...], int], ...] | None] = {}
         self._family_walks: dict[tuple[int, bytes | None], _Family] = {}
         self._family_buffers: tuple[np.ndarray, ...] | None = None
@@ -742,15 +743,16 @@ class PushdownGrammar:
 
     def _family_walk(self, state: int, roots: np.ndarray | None) -> _Family:
         """The walks of a family's members (`_family_of`) from their starts: over the whole trie (``roots`` None:
-        their inside masks) or below ``roots``; cached."""
+        their inside masks) or below ``roots``; cached. One pass of the trie for them all, unless the rules name
+        special tokens (which only the inside masks add)."""
         key = (state, None if roots is None else roots.tobytes())
         walk = self._family_walks.get(key)
         if walk is None:
             family = self._family_of(state)
-            if roots is None:
+            if roots is None and self.special_names:
                 members = [(bit, push, callee, *self._inside_of(callee)) for callee, push, bit in family]
             else:
-                members = self._walk_family(family, roots)
+                members = self._walk_family(family, _WHOLE_TRIE if roots is None else roots)
             walk = _Family(members, self.trie.vocab_size)
             self._family_walks = _bounded_put(self._family_walks, key, walk)
         return walk
@@ -761,20 +763,18 @@ class PushdownGrammar:
         with a token or an exit there, as `_Family` takes them (part keys (callee, roots) as `_subtree_of`'s)."""
         trie = self.trie
         starts = np.asarray([callee for callee, _, _ in family], dtype=np.int32)
-        for callee in starts.tolist():
-            self._ready(callee)
         with self._lock:
+            buffers = self._family_buffers or _family_buffers(*_FAMILY_CAPACITY)
             while True:
-                buffers = self._family_buffers or _family_buffers(*_FAMILY_CAPACITY)
                 count, n_exits = _kernel.walk_family(
-                    self._table, self._width, starts, self._boundary, roots, trie.node_byte, trie.node_depth,
+                    self._by_class, self._symbol_class, starts, self._boundary, roots, trie.node_byte, trie.node_depth,
                     trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, *buffers,
                 )  # fmt: skip
-                self._family_buffers = buffers
                 room, exit_room = buffers[0].shape[0], buffers[3].shape[0]
                 if count <= room and n_exits <= exit_room:
                     break
-                self._family_buffers = _family_buffers(max(count, room), max(n_exits, exit_room))
+                buffers = _family_buffers(max(count, room), max(n_exits, exit_room))
+            self._family_buffers = buffers
             if not count and not n_exits:
                 return []
             owners, ids, nexts = (buffer[:count] for buffer in buffers[:3])
@@ -797,7 +797,7 @@ class PushdownGrammar:
             callee, push, bit = family[index]
             lo, hi = spans.get(index, (0, 0))
             nodes, states = exits_of.get(index, ([], []))
-            deeper = self._groups(np.asarray(nodes, dtype=np.int32), np.asarray(states, dtype=np.int32)) if nodes else []
+            deeper = self._groups(np.asarray(nodes, dtype=np.int32), np.asarray(states, dtype=np.int32))
             members.append((bit, push, (callee, rkey), StateMask(ids[lo:hi], nexts[lo:hi], trie.vocab_size), deeper))
         return members
 
@@ -1078,14 +1078,15 @@ _NO_MOVES = np.zeros(0, dtype=np.int64)
 _FAMILY_CAPACITY = (16_384, 4_096)
 """Tokens and exits a family walk first makes room for (`PushdownGrammar._walk_family` grows them when short)."""
 
+_FEW_CALLS = 8
+"""Up to this many calls, a rule's call columns are gathered side by side (cheaper than the set-up of one pass)."""
+
 
 def _family_buffers(capacity: int, exit_capacity: int) -> tuple[np.ndarray, ...]:
     """Outputs of kernel `walk_family`: members, ids and next states of its tokens; members, nodes and states of
     its exits."""
     return (*(np.empty(capacity, dtype=np.int32) for _ in range(3)),
             *(np.empty(exit_capacity, dtype=np.int32) for _ in range(3)))  # fmt: skip
-_FEW_CALLS = 8
-"""Up to this many calls, a rule's call columns are gathered side by side (cheaper than the set-up of one pass)."""
 
 
 def _combined_classes(dfas: Iterable[fsm.DFA], specials: Mapping[str, int], width: int
