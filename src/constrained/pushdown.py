@@ -205,8 +205,6 @@ class PushdownGrammar:
         self._moves: dict[Config, tuple[tuple[Config, ...], tuple[Config, ...]]] = {}
         """Configuration at an exit → where its calls and returns lead (states that read nothing left out), and the
         configurations whose member families are taken whole (`_closure`)."""
-        self._relatives: dict[int, tuple[tuple[Config, ...], tuple[Config, ...], bool] | None] = {}
-        """State → its closure relative to the stack (`_relative_moves`)."""
         self._families: dict[int, tuple[tuple[int, tuple[int, ...], int], ...] | None] = {}
         self._family_walks: dict[tuple[int, bytes | None], _Family] = {}
         self._family_buffers: tuple[np.ndarray, ...] | None = None
@@ -550,21 +548,15 @@ class PushdownGrammar:
 
     def closure(self, configs: Iterable[Config]) -> tuple[Config, ...]:
         """Every configuration reachable without consuming a symbol (calls entered, finished rules returned)."""
-        closure = self._closure(configs, False)
-        assert closure is not None
-        return closure[0]
+        return self._closure(configs, False)[0]
 
-    def _closure(self, configs: Iterable[Config], defer: bool, relative: bool = False
-                 ) -> tuple[tuple[Config, ...], tuple[Config, ...], bool] | None:
+    def _closure(self, configs: Iterable[Config], defer: bool) -> tuple[tuple[Config, ...], tuple[Config, ...]]:
         """`closure`; with ``defer``, the `once` calls of a state whose members start with bytes are not entered:
-        that configuration is listed second, for the mask to take its members as one family (`_Family`). With
-        ``relative``, a stack is what the configuration puts on an unknown stack below: the third item says whether
-        a return reaches that stack, and the closure is None where a guard would read the markers on it."""
+        that configuration is listed second, for the mask to take its members as one family (`_Family`)."""
         deferred = []
         seen = dict.fromkeys(configs)
         todo = list(seen)
         pushes, accept, guarded = self._pushes, self._accepting, self._pushes.guarded
-        returns = False
         while todo:
             state, stack = todo.pop()
             for callee, push in pushes[state]:
@@ -573,8 +565,6 @@ class PushdownGrammar:
                     seen[moved] = None
                     todo.append(moved)
             if state in guarded:
-                if relative and not stack:
-                    return None
                 markers, base = _split_markers(stack)
                 family = defer and self._family_of(state) is not None
                 if family:
@@ -586,15 +576,14 @@ class PushdownGrammar:
                     if moved not in seen:
                         seen[moved] = None
                         todo.append(moved)
-            if accept[state]:
-                if stack:
-                    moved = _caller(stack)
-                    if moved is not None and moved not in seen:
+            if stack and accept[state]:
+                below = len(stack) - 2 if stack[-1] < 0 else len(stack) - 1  # the activation's markers go with it
+                if below >= 0:
+                    moved = (stack[below], stack[:below])
+                    if moved not in seen:
                         seen[moved] = None
                         todo.append(moved)
-                else:
-                    returns = relative
-        return tuple(seen), tuple(deferred), returns
+        return tuple(seen), tuple(deferred)
 
     def step(self, configs: Iterable[Config], symbol: int) -> frozenset[Config]:
         """The configurations after one byte (or special symbol 256+i) from ``configs``."""
@@ -720,7 +709,7 @@ class PushdownGrammar:
         parts: list[tuple[Any, StateMask, tuple[int, ...]]] = []
         families: list[tuple[_Family, tuple[int, ...], int]] = []
         if configs != _DONE:
-            plain, deferred, _ = self._closure(configs, True)  # type: ignore[misc]
+            plain, deferred = self._closure(configs, True)
             for state, stack in plain:
                 inside, groups = self._inside_of(state)
                 if len(inside):
@@ -813,52 +802,6 @@ class PushdownGrammar:
             if deeper and not bit & markers:
                 self._through(deeper, base + (~(markers | bit), *push), parts, families)
 
-    def _exit_moves(self, here: Config) -> tuple[tuple[Config, ...], tuple[Config, ...]]:
-        """Where the calls and returns at an exit lead (cached): the closure of ``here`` less ``here`` and the
-        states that read nothing, and the configurations whose member families are taken whole. Worked out from
-        each state's closure relative to its stack (`_relative_moves`) wherever no guard reads the markers there:
-        a stack with new markers under it (each member of an object adds one) costs a concatenation, not a closure;
-        and exits that return to one configuration (a separator's many whitespace exits) share its moves."""
-        moves = self._moves.get(here)
-        if moves is not None:
-            return moves
-        levels = []  # (configuration, its own moves); each level's caller is the next one
-        config: Config | None = here
-        while config is not None and config not in self._moves:
-            state, stack = config
-            relative = self._relative_moves(state)
-            if relative is None:  # a guard reads the markers on this stack: the closure itself, returns and all
-                plain, deferred, _ = self._closure((config,), True)  # type: ignore[misc]
-                levels.append((config, (tuple(m for m in plain if not self._is_silent(m[0])), deferred)))
-                config = None
-            else:
-                kept, deferred, returns = relative
-                levels.append((config, (tuple((s, stack + suffix) for s, suffix in kept),
-                                        tuple((s, stack + suffix) for s, suffix in deferred))))  # fmt: skip
-                config = _caller(stack) if returns and stack else None
-        below: tuple[tuple[Config, ...], tuple[Config, ...]] = ((), ())  # the caller (unless silent) and its moves
-        if config is not None:
-            known = self._moves[config]
-            below = ((() if self._is_silent(config[0]) else (config,)) + known[0], known[1])
-        for config, (kept, deferred) in reversed(levels):
-            moves = (tuple(m for m in dict.fromkeys(kept + below[0]) if m != config),
-                     tuple(dict.fromkeys(deferred + below[1])))  # fmt: skip
-            self._moves = _bounded_put(self._moves, config, moves)
-            below = ((() if self._is_silent(config[0]) else (config,)) + moves[0], moves[1])
-        return moves
-
-    def _relative_moves(self, state: int) -> tuple[tuple[Config, ...], tuple[Config, ...], bool] | None:
-        """The closure of ``state`` relative to its stack (`_closure`'s ``relative``), less the states that read
-        nothing and the state itself: (what it reaches, the family configurations, whether it returns); None where
-        a guard reads the markers on the stack (cached per state)."""
-        if state not in self._relatives:
-            closure = self._closure(((state, ()),), True, relative=True)
-            if closure is not None:
-                plain, deferred, returns = closure
-                closure = (tuple(m for m in plain if m != (state, ()) and not self._is_silent(m[0])), deferred, returns)
-            self._relatives[state] = closure
-        return self._relatives[state]
-
     def _groups(self, nodes: np.ndarray, states: np.ndarray) -> list[tuple[int, np.ndarray]]:
         return _exit_groups(nodes, states, self.trie.node_end) if nodes.shape[0] else []
 
@@ -870,7 +813,12 @@ class PushdownGrammar:
         are keyed (state, roots) for their cached walks and bounds."""
         subtree = self._subtree
         for state, roots in groups:
-            moves = self._exit_moves((state, stack))
+            here = (state, stack)
+            moves = self._moves.get(here)
+            if moves is None:  # exits of one mask often return to one configuration: its moves once
+                plain, deferred = self._closure((here,), True)
+                moves = (tuple(moved for moved in plain if moved != here and not self._is_silent(moved[0])), deferred)
+                self._moves = _bounded_put(self._moves, here, moves)
             rkey = roots.tobytes()
             for state_there, stack_there in moves[1]:
                 self._take_family(self._family_walk(state_there, roots), stack_there, parts, families)
@@ -1166,13 +1114,6 @@ def _split_markers(stack: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
     """(the current activation's markers as bits, the stack under them): the top entry when it is a marker entry
     (see the module docstring), else no markers and the whole stack."""
     return (~stack[-1], stack[:-1]) if stack and stack[-1] < 0 else (0, stack)
-
-
-def _caller(stack: tuple[int, ...]) -> Config | None:
-    """Where a return leads from an activation on ``stack``: its continuation, with the stack below it (the
-    activation's markers go with it); None for a stack of markers alone."""
-    below = len(stack) - 2 if stack[-1] < 0 else len(stack) - 1
-    return (stack[below], stack[:below]) if below >= 0 else None
 
 
 @functools.lru_cache(maxsize=8)

@@ -20,7 +20,7 @@ from constrained.grammar import clear_memory_cache, compile_rules
 from constrained import pushdown
 from constrained.pushdown import PushdownGrammar, call
 
-from .test_pushdown import JSON_RULES, _checked_random_document, _greedy, _walk_checking_budgets
+from .test_pushdown import _checked_random_document, _greedy, _walk_checking_budgets
 
 CLOSED = {
     "type": "object",
@@ -197,32 +197,6 @@ def test_a_family_walk_finds_what_its_members_walked_one_by_one_find(llama3_voca
                 assert [(s, r.tolist()) for s, r in got_deeper] == [(s, r.tolist()) for s, r in deeper]
                 compared += 1
     assert compared > 10
-
-
-@pytest.mark.parametrize("name", ["closed", "open", "json"])
-def test_the_moves_at_an_exit_are_its_closure(qwen2_vocab, name):
-    """Masks read an exit's moves from closures relative to the stack, shared along chains of returns
-    (`_exit_moves`): at every configuration a document passes through, markers and all, they are the closure itself
-    (less the exit and the states that read nothing) and the same member families. Also in a recursive grammar
-    without guards, where a value that may go on (a number) returns to an array that reads on."""
-    grammar = compile_rules(JSON_RULES, "value", qwen2_vocab) if name == "json" else _grammar(name, qwen2_vocab)
-    document = {"closed": b'{"tags": ["t"],\n "ok": true, "id": 3, "nick": "x"}',
-                "open": b'{"q": 1, "a": {"y": null, "x": 2}, "b": false, "r": 4}',
-                "json": b'[1,[22,{"a":[3]}],"b",-4]'}[name]  # fmt: skip
-    configs, checked = grammar.initial, 0
-    for byte in document:
-        for here in grammar.closure(configs):
-            plain, deferred, _ = grammar._closure((here,), True)
-            for cold in (True, False):  # worked out along the whole chain of returns, then with callers cached
-                if cold:
-                    grammar._moves = {}
-                kept, families = grammar._exit_moves(here)
-                assert set(kept) == {m for m in plain if m != here and not grammar._is_silent(m[0])}
-                assert set(families) == set(deferred)
-            checked += 1
-        configs = grammar.step(configs, byte)
-        assert configs
-    assert grammar.is_accepting(configs) and checked > len(document)
 
 
 def test_a_loaded_rule_set_keeps_its_guards(qwen2_vocab):
