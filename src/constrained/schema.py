@@ -1304,37 +1304,40 @@ class _Compiler:
         """An object whose members come in any order, each listed one at most once, the required ones all in, as a
         call of its own rule (its markers must be its own: `constrained.pushdown`'s guarded calls)::
 
-            { ws ( C0 | M ( S M )* C )     M: one member's rule      S = ws , ws      C0 = }      C = ws }
+            { ( C | M ( S M )* C )     M = ws "key" ws : ws value      S = ws ,      C = ws }
 
-        A listed member ``k`` is called ``once=k``; C0 and C need the required members; S has room while a listed
-        member is out (always, with extra keys). With required members, ``bound`` chains give the budget its
-        completion: the required members in schema order, then the brace, each piece under its member's marker."""
+        The whitespace before a key leads its member's rule, not the separator's: a separator then ends at its
+        comma, and a mask walks every member below that one exit in one pass (a separator of its own whitespace
+        would end in as many states as the whitespace has, each walked on its own). A listed member ``k`` is
+        called ``once=k``; C needs the required members; S has room while a listed member is out (always, with
+        extra keys). With required members, ``bound`` chains give the budget its completion: the required members
+        in schema order, then the brace, each piece under its member's marker."""
         assert self.rules is not None
         name = f"object{len(self.rules)}"
         n = len(members)
         listed = ",".join(map(str, range(n)))
-        for shared, body in (("obj.s", self.sep), ("obj.c0", r"\}"), ("obj.c", rf"{self.ws}\}}")):
+        lead, separator_body = (self.ws, f"{self.ws},") if self.sep == f"{self.ws},{self.ws}" else ("", self.sep)
+        for shared, body in (("obj.s", separator_body), ("obj.c", rf"{self.ws}\}}")):
             self.rules.setdefault(shared, body)
         alternatives = []
         for k, (pattern, _, _) in enumerate(members):
-            self.rules[f"{name}.m{k}"] = pattern
+            self.rules[f"{name}.m{k}"] = lead + pattern
             alternatives.append(_call(f"{name}.m{k}", f"once={k}"))
         if extra is not None:
-            self.rules[f"{name}.x"] = extra
+            self.rules[f"{name}.x"] = lead + extra
             alternatives.append(_call(f"{name}.x"))
         required = [k for k, (_, _, is_required) in enumerate(members) if is_required]
-        needs = f"needs={','.join(map(str, required))}" if required else ""
-        close_empty, close = _call("obj.c0", needs), _call("obj.c", needs)
+        close = _call("obj.c", f"needs={','.join(map(str, required))}" if required else "")
         if required:
             first, *rest = required
             owed = "".join(_call("obj.s", f"once={k}") + _call(f"{name}.m{k}", f"once={k}") for k in rest)
             self.rules[f"{name}.b0"] = _call(f"{name}.m{first}", f"once={first}") + owed + _call("obj.c")
             self.rules[f"{name}.b"] = _call("obj.s", f"once={first}") + self.rules[f"{name}.b0"]
-            close_empty += "|" + _call(f"{name}.b0", "bound")
-            close += "|" + _call(f"{name}.b", "bound")
+        close_empty = close + ("|" + _call(f"{name}.b0", "bound") if required else "")
+        close_after = close + ("|" + _call(f"{name}.b", "bound") if required else "")
         separator = _call("obj.s", "" if extra is not None else f"room={listed}")
         member = f"(?:{'|'.join(alternatives)})"
-        self.rules[name] = rf"\{{{self.ws}(?:{close_empty}|{member}(?:{separator}{member})*(?:{close}))"
+        self.rules[name] = rf"\{{(?:{close_empty}|{member}(?:{separator}{member})*(?:{close_after}))"
         return _call(name)
 
     def key_filter(self, flat: dict, path: str, trail: tuple[str, ...]) -> _kw.KeyFilter:

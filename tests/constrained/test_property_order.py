@@ -174,11 +174,8 @@ def test_a_family_walk_finds_what_its_members_walked_one_by_one_find(llama3_voca
     monkeypatch.setattr(pushdown, "_FAMILY_CAPACITY", capacity)
     grammar = _grammar("closed", llama3_vocab)
     family_states = [state for state in grammar._pushes.guarded if grammar._family_of(state)]
-    after_comma = grammar.step({(grammar._starts[next(name for name in grammar.rules if name.endswith("obj.s"))], ())},
-                               ord(","))  # fmt: skip
-    (state_after_comma, _), = after_comma
-    whitespace_exits = grammar._inside_of(state_after_comma)[1]  # a space, a newline and spaces, ...: many depths
-    roots_sets = [pushdown._WHOLE_TRIE, pushdown._root_children(grammar.trie)] + [r for _, r in whitespace_exits]
+    exits = [roots for start in grammar._starts.values() for _, roots in grammar._inside_of(start)[1]]
+    roots_sets = [pushdown._WHOLE_TRIE, pushdown._root_children(grammar.trie), *exits]  # at every depth a rule ends
     assert family_states and len(roots_sets) > 3
     compared = 0
     for state in family_states:
