@@ -1214,9 +1214,12 @@ class _Family:
     def union(self, markers: int) -> StateMask:
         """The tokens of the members not among ``markers`` (cached per marker set)."""
         union = self._unions.get(markers)
-        if union is None:
-            allowed = np.unique(self._ids[self._unused(markers)[self._owner]]) if markers else np.unique(self._ids)
-            union = StateMask(allowed, np.zeros(allowed.shape[0], dtype=np.int32), self.vocab_size)
+        if union is None:  # as bits: members share tokens (a lone quote), which a bitmask counts once
+            bits = np.empty(-(-self.vocab_size // 32), dtype=np.uint32)
+            _kernel.ids_to_bits(self._ids[self._unused(markers)[self._owner]] if markers else self._ids,
+                                self.vocab_size, bits)  # fmt: skip
+            count = int(np.bitwise_count(bits).sum())
+            union = StateMask.from_bits(bits, count, self.vocab_size, _NoLookup())  # type: ignore[arg-type]
             if len(self._unions) >= 256:
                 self._unions = {}
             self._unions[markers] = union
