@@ -2105,7 +2105,7 @@ walk_family(PyObject *self, PyObject *args)
                         "roots not disjoint ascending");
         goto done;
     }
-    /* alive[d]: the members live at the current node of depth d, as (member, state) pairs; alive_n[d] of them */
+    /* row d of alive: how many members are live at the current node of depth d, then their (member, state) pairs */
     alive = (int32_t *)malloc(sizeof(int32_t) * (size_t)(max_depth + 1) * (size_t)(2 * m + 1));
     if (!alive) {
         PyErr_NoMemory();

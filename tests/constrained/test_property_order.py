@@ -14,10 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrained import compile_json_schema
+from constrained import compile_json_schema, pushdown
 from constrained.errors import BudgetTooSmallError, GrammarError
 from constrained.grammar import clear_memory_cache, compile_rules
-from constrained import pushdown
 from constrained.pushdown import PushdownGrammar, call
 
 from .test_pushdown import _checked_random_document, _greedy, _walk_checking_budgets
