@@ -631,7 +631,7 @@ class PushdownGrammar:
         inside = self._inside.get(state)
         if inside is None:
             self._ready(state)  # the index and the exits below read the state's rule
-            if not self._top_accept[state] and (self._table[state] == DEAD).all():  # only calls or returns leave
+            if self._is_silent(state):  # only calls or returns leave
                 inside = (self._empty(), self._groups(*self._exits(state)))
             elif self._index.plan(state) is None:  # a plain walk: its exits come with it, in the same pass
                 ids, nexts, exit_nodes, exit_states = self._walk(state, _WHOLE_TRIE)
@@ -1218,8 +1218,7 @@ class _Family:
             bits = np.empty(-(-self.vocab_size // 32), dtype=np.uint32)
             _kernel.ids_to_bits(self._ids[self._unused(markers)[self._owner]] if markers else self._ids,
                                 self.vocab_size, bits)  # fmt: skip
-            count = int(np.bitwise_count(bits).sum())
-            union = StateMask.from_bits(bits, count, self.vocab_size, _NoLookup())  # type: ignore[arg-type]
+            union = _bits_mask(bits, self.vocab_size)
             if len(self._unions) >= 256:
                 self._unions = {}
             self._unions[markers] = union
@@ -1321,6 +1320,11 @@ def _union(masks: Sequence[StateMask], vocab_size: int) -> StateMask:
     bits = masks[0].bits.copy()
     for mask in masks[1:]:
         np.bitwise_or(bits, mask.bits, out=bits)
+    return _bits_mask(bits, vocab_size)
+
+
+def _bits_mask(bits: np.ndarray, vocab_size: int) -> StateMask:
+    """A union's mask from its bits (moves go through its parts, so it has no next-state lookup)."""
     count = int(np.bitwise_count(bits).sum())
     return StateMask.from_bits(bits, count, vocab_size, _NoLookup())  # type: ignore[arg-type]
 
