@@ -18,7 +18,8 @@
  *   apply_allowed / apply_disallowed / apply_bytemask   write -inf into float32 logits, in place.
  *   expand_runs  checks and decodes a run-length table read from the grammar cache, in one pass.
  *   expand_classes   a DFA's table by symbol from its class form (take along axis 1, at memory speed).
- *   place_rule   one rule's block of a pushdown table by combined class (its columns chosen, states offset).
+ *   lay_out_rules   a pushdown grammar's table by combined class from its rules' DFAs (classes combined, states
+ *                offset, call moves to a side table).
  *   row_classes  equal rows share a class, numbered by first appearance (symbol classes, hashed).
  *   predecessors  a table's reverse edges (CSR), built once for the two graph searches below.
  *   shortest_completions / bytes_to_boundary   the rule-table graph searches a pushdown grammar is
@@ -1445,29 +1446,17 @@ get_rows(PyObject *args, const char *kernel, const char *name, Py_buffer *b, Py_
     return 0;
 }
 
-PyDoc_STRVAR(row_classes_doc,
-"row_classes(rows, width) -> (class_of, first)\n\n"
-"Equal rows of an int32 [n, width] array share a class, numbered in order of first appearance: two bytes\n"
-"objects of int32, the class of each row [n] and each class's first row [classes]. How symbols are grouped\n"
-"into classes (a row is a symbol's column, or its class in each rule): one hashed pass, where sorting the rows\n"
-"as opaque keys cost most of a small grammar's class step.");
-
-static PyObject *
-row_classes(PyObject *self, PyObject *args)
+/* Equal rows of an int32 [n, width] array share a class, numbered in order of first appearance: class_of[n] and
+ * each class's first row (first[n] room). Returns the number of classes, or -1 with MemoryError set. */
+static Py_ssize_t
+classify_rows(const int32_t *R, Py_ssize_t n, Py_ssize_t width, int32_t *class_of, int32_t *first)
 {
-    Py_buffer b[1];
-    Py_ssize_t n, width;
-    if (get_rows(args, "row_classes", "rows", &b[0], &n, &width) < 0) return NULL;
-    const int32_t *R = (const int32_t *)b[0].buf;
     size_t slots = 2;
     while (slots < 2 * (size_t)n) slots <<= 1;
     int32_t *slot = (int32_t *)malloc(sizeof(int32_t) * slots);  /* a class (its first row) or -1 */
-    int32_t *class_of = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    int32_t *first = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    PyObject *result = NULL;
-    if (!slot || !class_of || !first) {
+    if (!slot) {
         PyErr_NoMemory();
-        goto done;
+        return -1;
     }
     memset(slot, 0xff, sizeof(int32_t) * slots);
     int32_t classes = 0;
@@ -1485,56 +1474,242 @@ row_classes(PyObject *self, PyObject *args)
         }
         class_of[i] = slot[at];
     }
-    result = Py_BuildValue("y#y#", (const char *)class_of, (Py_ssize_t)sizeof(int32_t) * n, (const char *)first,
-                           (Py_ssize_t)sizeof(int32_t) * classes);
-done:
     free(slot);
+    return classes;
+}
+
+PyDoc_STRVAR(row_classes_doc,
+"row_classes(rows, width) -> (class_of, first)\n\n"
+"Equal rows of an int32 [n, width] array share a class, numbered in order of first appearance: two bytes\n"
+"objects of int32, the class of each row [n] and each class's first row [classes]. How symbols are grouped\n"
+"into classes (a row is a symbol's column, or its class in each rule): one hashed pass, where sorting the rows\n"
+"as opaque keys cost most of a small grammar's class step.");
+
+static PyObject *
+row_classes(PyObject *self, PyObject *args)
+{
+    Py_buffer b[1];
+    Py_ssize_t n, width;
+    if (get_rows(args, "row_classes", "rows", &b[0], &n, &width) < 0) return NULL;
+    int32_t *class_of = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    int32_t *first = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    PyObject *result = NULL;
+    Py_ssize_t classes = -1;
+    if (!class_of || !first)
+        PyErr_NoMemory();
+    else
+        classes = classify_rows((const int32_t *)b[0].buf, n, width, class_of, first);
+    if (classes >= 0)
+        result = Py_BuildValue("y#y#", (const char *)class_of, (Py_ssize_t)sizeof(int32_t) * n, (const char *)first,
+                               (Py_ssize_t)sizeof(int32_t) * classes);
     free(class_of);
     free(first);
     release_bufs(b, 1);
     return result;
 }
 
-PyDoc_STRVAR(place_rule_doc,
-"place_rule(class_table, columns, base, out)\n\n"
-"One rule's block of a pushdown grammar's table by combined class: out[s, j] (int32 [n, k]) =\n"
-"class_table[s, columns[j]] + base, DEAD where that entry is DEAD or columns[j] is -1 (a class the rule has no\n"
-"column for). class_table is the rule's own (int32 [n, c], entries in [-1, n)); columns int32 [k] in [-1, c).\n"
-"ValueError otherwise, out untouched. One pass, no temporaries: what numpy took five array operations for.");
+/* One rule of `lay_out_rules`: its DFA in class form (n states, c classes, k special symbols), where its states
+ * start in the combined numbering, and its all-dead class (-1 if none). */
+typedef struct {
+    Py_ssize_t n, c, k;
+    const int32_t *table, *symbol_class, *columns;
+    const uint8_t *accepting;
+    int32_t base, dead;
+} RuleBlock;
+
+/* The class whose column is DEAD in every state, or -1. Byte 0xFF never occurs in UTF-8, so its class is tried
+ * first (classes are canonical: at most one is dead). */
+static int32_t
+dead_class(const RuleBlock *rule)
+{
+    int32_t guess = rule->symbol_class[0xFF];
+    for (int32_t col = -1; col < (int32_t)rule->c; col++) {
+        int32_t x = col < 0 ? guess : col;
+        if (col == guess) continue;
+        Py_ssize_t s = 0;
+        while (s < rule->n && rule->table[s * rule->c + x] == DEAD) s++;
+        if (s == rule->n) return x;
+    }
+    return -1;
+}
+
+/* Read and check one (n_states, class_table, symbol_class, accepting, columns) entry into `rule`, its buffers into
+ * b[0..4). Returns 0, or -1 with ValueError (or the buffer's error) set and nothing held. */
+static int
+read_rule_block(PyObject *item, Py_ssize_t width, RuleBlock *rule, Py_buffer *b)
+{
+    PyObject *o[4];
+    Py_ssize_t n;
+    if (!PyTuple_Check(item) || !PyArg_ParseTuple(item, "nOOOO", &n, &o[0], &o[1], &o[2], &o[3])) {
+        if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "lay_out_rules: a rule is not (n_states, class_table, symbol_class, "
+                                              "accepting, columns)");
+        }
+        return -1;
+    }
+    const Py_ssize_t sizes[4] = {0, 0, 0, 0};  /* bytes or int32 arrays alike: sizes are checked in bytes */
+    const int wr[4] = {0, 0, 0, 0};
+    const char *names[4] = {"class_table", "symbol_class", "accepting", "columns"};
+    if (get_bufs(o, b, 4, sizes, wr, names) < 0) return -1;
+    Py_ssize_t bytes[4] = {b[0].len, b[1].len, b[2].len, b[3].len};
+    rule->n = n;
+    rule->c = n > 0 ? bytes[0] / 4 / n : 0;
+    rule->k = bytes[1] / 4 - 256;
+    rule->table = (const int32_t *)b[0].buf;
+    rule->symbol_class = (const int32_t *)b[1].buf;
+    rule->accepting = (const uint8_t *)b[2].buf;
+    rule->columns = (const int32_t *)b[3].buf;
+    int bad = n < 1 || n >= INT32_MAX || rule->c < 1 || bytes[0] != 4 * n * rule->c || bytes[1] % 4 ||
+              rule->k < 0 || bytes[2] != n || bytes[3] != 4 * rule->k ||
+              table_out_of_range(rule->table, n * rule->c, n) ||
+              table_out_of_range(rule->symbol_class, 256 + rule->k, rule->c) ||
+              any_below(rule->symbol_class, 256 + rule->k, 0);
+    for (Py_ssize_t j = 0; !bad && j < rule->k; j++) bad = rule->columns[j] >= width || (rule->columns[j] >= 0 &&
+                                                                                        rule->columns[j] < 256);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "lay_out_rules: inconsistent shapes, a class, state or column out of range");
+        release_bufs(b, 4);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(lay_out_rules_doc,
+"lay_out_rules(rules, width)\n"
+"    -> (symbol_class, first_symbols, by_class, rule_accept, call_src, call_index, call_cont)\n\n"
+"A pushdown grammar's table from its rules' DFAs in class form, laid side by side (states numbered rule after\n"
+"rule). rules: a sequence of (n_states, class_table, symbol_class, accepting, columns): class_table int32 [n, c]\n"
+"with entries in [-1, n), symbol_class int32 [256 + k] in [0, c), accepting uint8 [n], and columns int32 [k]:\n"
+"each special symbol's combined column in [256, width), or -1 - j for call j (calls go to a side table).\n"
+"Returns int32 bytes unless said: each combined symbol's class [width] (two symbols share one exactly when they\n"
+"share a class in every rule; a symbol a rule lacks reads its all-dead column), numbered in order of first\n"
+"symbol; each class's first symbol; the table by combined class [total, classes] (a bytearray: the caller cuts\n"
+"it); rule_accept (uint8 [total], a bytearray); and every call move as call states, call indices j and\n"
+"continuations, rule by rule, call by call in the rule's order, states ascending. ValueError on anything out\n"
+"of range. One pass over the rules where numpy took a dozen small array operations per rule.");
 
 static PyObject *
-place_rule(PyObject *self, PyObject *args)
+lay_out_rules(PyObject *self, PyObject *args)
 {
-    PyObject *o[3];
-    Py_ssize_t base;
-    if (!PyArg_ParseTuple(args, "OOnO", &o[0], &o[1], &base, &o[2])) return NULL;
-    Py_buffer b[3];
-    const Py_ssize_t sizes[3] = {4, 4, 4};
-    const int wr[3] = {0, 0, 1};
-    const char *names[3] = {"class_table", "columns", "out"};
-    if (get_bufs(o, b, 3, sizes, wr, names) < 0) return NULL;
-    const int32_t *C = (const int32_t *)b[0].buf, *col = (const int32_t *)b[1].buf;
-    int32_t *out = (int32_t *)b[2].buf;
-    Py_ssize_t classes = b[0].ndim == 2 ? b[0].shape[1] : 0, k = n_items(&b[1]);
-    Py_ssize_t n = classes ? n_items(&b[0]) / classes : 0;
-    int bad = b[0].ndim != 2 || n_items(&b[2]) != n * k || base < 0 || base > INT32_MAX - n ||
-              table_out_of_range(C, n * classes, n) || table_out_of_range(col, k, classes);
-    if (bad) {
-        PyErr_SetString(PyExc_ValueError, "place_rule: inconsistent shapes, a column or a state out of range");
-        release_bufs(b, 3);
+    PyObject *rules_obj;
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "On", &rules_obj, &width)) return NULL;
+    if (width < 256 || width > INT32_MAX / 2) {
+        PyErr_SetString(PyExc_ValueError, "lay_out_rules: width out of range");
         return NULL;
     }
-    const int32_t shift = (int32_t)base;
-    for (Py_ssize_t s = 0; s < n; s++) {
-        const int32_t *row = C + s * classes;
-        int32_t *to = out + s * k;
-        for (Py_ssize_t j = 0; j < k; j++) {
-            int32_t t = col[j] < 0 ? DEAD : row[col[j]];
-            to[j] = t < 0 ? DEAD : t + shift;
+    PyObject *seq = PySequence_Fast(rules_obj, "lay_out_rules: rules must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n_rules = PySequence_Fast_GET_SIZE(seq), held = 0, total = 0, classes = 0;
+    PyObject *result = NULL, *by_class = NULL, *accept = NULL;
+    RuleBlock *rules = (RuleBlock *)calloc((size_t)(n_rules ? n_rules : 1), sizeof(RuleBlock));
+    Py_buffer *bufs = (Py_buffer *)calloc((size_t)(4 * n_rules + 1), sizeof(Py_buffer));
+    int32_t *matrix = NULL, *class_of = NULL, *first = NULL, *column = NULL, *calls = NULL;
+    if (!rules || !bufs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!n_rules) {
+        PyErr_SetString(PyExc_ValueError, "lay_out_rules: no rules");
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < n_rules; r++) {
+        if (read_rule_block(PySequence_Fast_GET_ITEM(seq, r), width, &rules[r], bufs + held) < 0) goto done;
+        held += 4;
+        if (total > INT32_MAX - 1 - rules[r].n) {
+            PyErr_SetString(PyExc_ValueError, "lay_out_rules: more states than int32 numbers");
+            goto done;
+        }
+        rules[r].base = (int32_t)total;
+        rules[r].dead = dead_class(&rules[r]);
+        total += rules[r].n;
+    }
+    /* each symbol's class in every rule: a row per symbol, a column per rule */
+    matrix = (int32_t *)malloc(sizeof(int32_t) * (size_t)(width * n_rules));
+    class_of = (int32_t *)malloc(sizeof(int32_t) * (size_t)width);
+    first = (int32_t *)malloc(sizeof(int32_t) * (size_t)width);
+    column = (int32_t *)malloc(sizeof(int32_t) * (size_t)width);
+    if (!matrix || !class_of || !first || !column) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < n_rules; r++) {
+        const RuleBlock *rule = &rules[r];
+        for (Py_ssize_t x = 0; x < width; x++) matrix[x * n_rules + r] = x < 256 ? rule->symbol_class[x] : rule->dead;
+        for (Py_ssize_t j = 0; j < rule->k; j++) {
+            if (rule->columns[j] >= 0) matrix[rule->columns[j] * n_rules + r] = rule->symbol_class[256 + j];
         }
     }
-    release_bufs(b, 3);
-    Py_RETURN_NONE;
+    classes = classify_rows(matrix, width, n_rules, class_of, first);
+    if (classes < 0) goto done;
+    if (total > PY_SSIZE_T_MAX / 4 / classes) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    by_class = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)sizeof(int32_t) * total * classes);
+    accept = PyByteArray_FromStringAndSize(NULL, total);
+    if (!by_class || !accept) goto done;
+    int32_t *out = (int32_t *)PyByteArray_AS_STRING(by_class);
+    uint8_t *acc = (uint8_t *)PyByteArray_AS_STRING(accept);
+    Py_ssize_t moves = 0;
+    for (Py_ssize_t r = 0; r < n_rules; r++) {
+        const RuleBlock *rule = &rules[r];
+        for (Py_ssize_t j = 0; j < classes; j++) column[j] = matrix[(Py_ssize_t)first[j] * n_rules + r];
+        for (Py_ssize_t s = 0; s < rule->n; s++) {
+            const int32_t *row = rule->table + s * rule->c;
+            int32_t *to = out + (rule->base + s) * classes;
+            for (Py_ssize_t j = 0; j < classes; j++) {
+                int32_t t = column[j] < 0 ? DEAD : row[column[j]];
+                to[j] = t < 0 ? DEAD : t + rule->base;
+            }
+            acc[rule->base + s] = rule->accepting[s] != 0;
+        }
+        for (Py_ssize_t j = 0; j < rule->k; j++) {
+            if (rule->columns[j] >= 0) continue;
+            int32_t x = rule->symbol_class[256 + j];
+            for (Py_ssize_t s = 0; s < rule->n; s++) moves += rule->table[s * rule->c + x] >= 0;
+        }
+    }
+    calls = (int32_t *)malloc(sizeof(int32_t) * (size_t)(3 * moves + 1));
+    if (!calls) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t m = 0;
+    for (Py_ssize_t r = 0; r < n_rules; r++) {
+        const RuleBlock *rule = &rules[r];
+        for (Py_ssize_t j = 0; j < rule->k; j++) {
+            if (rule->columns[j] >= 0) continue;
+            int32_t x = rule->symbol_class[256 + j], index = -1 - rule->columns[j];
+            for (Py_ssize_t s = 0; s < rule->n; s++) {
+                int32_t t = rule->table[s * rule->c + x];
+                if (t < 0) continue;
+                calls[m] = rule->base + (int32_t)s;
+                calls[moves + m] = index;
+                calls[2 * moves + m] = rule->base + t;
+                m++;
+            }
+        }
+    }
+    Py_ssize_t word = (Py_ssize_t)sizeof(int32_t);
+    result = Py_BuildValue("y#y#OOy#y#y#", (const char *)class_of, word * width, (const char *)first,
+                           word * classes, by_class, accept, (const char *)calls, word * moves,
+                           (const char *)(calls + moves), word * moves, (const char *)(calls + 2 * moves),
+                           word * moves);
+done:
+    Py_XDECREF(by_class);
+    Py_XDECREF(accept);
+    free(matrix);
+    free(class_of);
+    free(first);
+    free(column);
+    free(calls);
+    release_bufs(bufs, (int)held);
+    free(bufs);
+    free(rules);
+    Py_DECREF(seq);
+    return result;
 }
 
 /* The distinct predecessors of every state (CSR: into[start[t] .. start[t+1]) are the sources s with an edge
@@ -2187,7 +2362,7 @@ static PyMethodDef kernel_methods[] = {
     {"apply_bytemask", apply_bytemask, METH_VARARGS, apply_bytemask_doc},
     {"expand_runs", expand_runs, METH_VARARGS, expand_runs_doc},
     {"expand_classes", expand_classes, METH_VARARGS, expand_classes_doc},
-    {"place_rule", place_rule, METH_VARARGS, place_rule_doc},
+    {"lay_out_rules", lay_out_rules, METH_VARARGS, lay_out_rules_doc},
     {"row_classes", row_classes, METH_VARARGS, row_classes_doc},
     {"predecessors", predecessors, METH_VARARGS, predecessors_doc},
     {"shortest_completions", shortest_completions, METH_VARARGS, shortest_completions_doc},

@@ -36,6 +36,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -55,8 +56,8 @@ from constrained.regex import (
     utf8_sequences,
 )
 
-__all__ = ["DEAD", "DFA", "MAX_DFA_STATES", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "compile_dfa",
-           "compile_dfa_reference", "next_hop", "intersection", "difference", "automaton"]
+__all__ = ["DEAD", "DFA", "MAX_DFA_STATES", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "ClassForm", "compile_class_form",
+           "compile_dfa", "compile_dfa_reference", "next_hop", "intersection", "difference", "automaton"]
 
 DEAD = -1
 """Transition target meaning "no continuation": the byte is not allowed here."""
@@ -177,6 +178,22 @@ class DFA:
         return state != DEAD and bool(self.accepting[state])
 
 
+class ClassForm(NamedTuple):
+    """A compiled pattern as the native compiler returns it, before it becomes a `DFA`: what a pushdown grammar
+    lays out by the hundred, where wrapping each rule in arrays cost as much as compiling a small one."""
+
+    n_states: int
+    accepting: bytes
+    """uint8 [n_states]."""
+    distance: bytes
+    """int32 [n_states]."""
+    symbol_class: bytes
+    """int32 [256 + len(special_names)]."""
+    class_table: bytes
+    """int32 [n_states, classes]."""
+    special_names: tuple[str, ...]
+
+
 def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = MAX_DFA_STATES) -> DFA:
     """Compile a dialect pattern (full-match) into its minimal trimmed byte DFA.
 
@@ -190,6 +207,18 @@ def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = 
         GrammarTooLargeError: the NFA, the subset construction or the DFA exceeds its budget.
         EmptyLanguageError: the pattern accepts no string at all.
     """
+    form = compile_class_form(pattern, allow_special=allow_special, max_states=max_states)
+    return DFA.from_classes(
+        np.frombuffer(form.symbol_class, dtype=np.int32),
+        np.frombuffer(form.class_table, dtype=np.int32).reshape(form.n_states, -1),
+        accepting=np.frombuffer(form.accepting, dtype=np.bool_),
+        distance=np.frombuffer(form.distance, dtype=np.int32),
+        special_names=form.special_names,
+    )
+
+
+def compile_class_form(pattern: str, *, allow_special: bool = False, max_states: int = MAX_DFA_STATES) -> ClassForm:
+    """`compile_dfa` up to the native compiler's output (same arguments, same errors)."""
     native = _pattern.program(pattern, allow_special)  # the same program, parsed natively
     if native is not None:
         code, templates, offsets = (memoryview(buffer).cast("i") for buffer in native[:3])
@@ -209,14 +238,7 @@ def compile_dfa(pattern: str, *, allow_special: bool = False, max_states: int = 
         if result == _NATIVE_EMPTY:
             raise EmptyLanguageError(pattern)
         raise AssertionError(f"unexpected outcome {result} from constrained._fsm.compile")
-    n_states, accepting, distance, symbol_class, class_table = result
-    return DFA.from_classes(
-        np.frombuffer(symbol_class, dtype=np.int32),
-        np.frombuffer(class_table, dtype=np.int32).reshape(n_states, -1),
-        accepting=np.frombuffer(accepting, dtype=np.bool_),
-        distance=np.frombuffer(distance, dtype=np.int32),
-        special_names=names,
-    )
+    return ClassForm(*result, tuple(names))
 
 
 def compile_dfa_reference(pattern: str, *, allow_special: bool = False,

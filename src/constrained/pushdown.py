@@ -7,9 +7,9 @@ are laid side by side in one table; a call is a move (push the continuation, ent
 reaching an accepting state of a called rule allows a return (pop). Recursion is unbounded: depth is the token
 budget's business, not the compiler's.
 
-    Rules {name: body} ──compile_dfa each──► table T [states, 256 + specials]   (all rules, one numbering)
-                                             calls[state] = ((callee start, continuation), ...)
-                                             boundary[state]: the state can call or return
+    Rules {name: body} ──compile_class_form──► table T [states, 256 + specials] (all rules, one numbering)
+                                               calls[state] = ((callee start, continuation), ...)
+                                               boundary[state]: the state can call or return
     configuration = (state, stack of continuation states);  a matcher holds a set of them (ambiguity is allowed)
     mask(config)  = inside(state)         kernel walk of the whole trie in T (cached per state): tokens that stay
                                           in the rule, plus the trie nodes where the walk sits on a boundary
@@ -41,6 +41,7 @@ continuation owes with that call's marker in.
 
 from __future__ import annotations
 
+import array
 import bisect
 import functools
 import hashlib
@@ -228,67 +229,73 @@ class PushdownGrammar:
             raise GrammarError(f"the start rule {start!r} is not defined")
         for name in rules:
             call(name)  # validates the name
-        dfas: dict[str, fsm.DFA] = {}
+        forms: dict[str, fsm.ClassForm] = {}
         for name, body in rules.items():
             try:
-                dfas[name] = fsm.compile_dfa(body, allow_special=True)
+                forms[name] = fsm.compile_class_form(body, allow_special=True)
             except EmptyLanguageError:
                 raise GrammarError(f"rule {name!r} matches nothing") from None
-        called = {_callee(s)[0] for d in dfas.values() for s in d.special_names if s.startswith(CALL_PREFIX)}
-        undefined = sorted(called - set(rules))
+        callees = {s: _callee(s) for form in forms.values() for s in form.special_names if s.startswith(CALL_PREFIX)}
+        undefined = sorted({name for name, _ in callees.values()} - set(rules))
         if undefined:
             raise GrammarError(f"rules call undefined rules {undefined}")
         self._start_rule = start
-        if start in called:  # the start rule must never be on a stack: EOS is allowed only at its end
-            self._start_rule = "\0start"
-            dfas = {self._start_rule: fsm.compile_dfa(call(start), allow_special=True), **dfas}
+        if any(name == start for name, _ in callees.values()):  # the start rule must never be on a stack: EOS is
+            self._start_rule = "\0start"  # allowed only at its end
+            forms = {self._start_rule: fsm.compile_class_form(call(start), allow_special=True), **forms}
         specials: dict[str, int] = {}
-        for name, dfa in dfas.items():
-            for symbol in dfa.special_names:
-                if not symbol.startswith(CALL_PREFIX):
+        for name, form in forms.items():
+            for symbol in form.special_names:
+                if symbol not in callees:
                     if not self.allow_special:
                         raise GrammarError(f"rule {name!r} names the special token {symbol!r}; pass allow_special=True")
                     specials.setdefault(symbol, len(specials))
         self.special_names = tuple(specials)
         """Special tokens the rules name; symbol ``256 + i`` is ``special_names[i]``."""
         self._width = 256 + len(specials)
-        offsets: dict[str, int] = {}
+        self._starts = {}
         total = 0
-        for name, dfa in dfas.items():
-            offsets[name] = total
-            total += dfa.n_states
+        for name, form in forms.items():  # each rule's initial state is its first
+            self._starts[name] = total
+            total += form.n_states
         self.n_states = total
         """States of all rules together."""
-        self._symbol_class, first_symbols, rule_classes = _combined_classes(dfas.values(), specials, self._width)
-        by_class = np.empty((total, first_symbols.shape[0]), dtype=np.int32)
-        rule_accept = np.zeros(total, dtype=bool)
-        call_src: list[np.ndarray] = []
-        call_callee: list[np.ndarray] = []
-        call_cont: list[np.ndarray] = []
-        call_guard: list[np.ndarray] = []
+        call_index: dict[str, int] = {}  # a call's special name → its place in call_callee and call_guard
+        call_callee: list[int] = []
+        call_guard: list[int] = []
         guard_ids: dict[str, int] = {}
         self._guard_kinds: list[_Guard] = []
-        self._starts = {name: offsets[name] + dfa.initial for name, dfa in dfas.items()}
-        for r, (name, dfa) in enumerate(dfas.items()):  # each rule's few class columns, offset into place
-            base, n = offsets[name], dfa.n_states
-            class_table = np.ascontiguousarray(dfa.class_table, dtype=np.int32)
-            _kernel.place_rule(class_table, rule_classes[first_symbols, r], base, by_class[base:base + n])
-            rule_accept[base:base + n] = dfa.accepting
-            src, callee, cont, guard = _rule_calls(dfa, self._starts, guard_ids, self._guard_kinds)
-            call_src.append(src + base)
-            call_callee.append(callee)
-            call_cont.append(cont + base)
-            call_guard.append(guard)
+        blocks = []
+        for form in forms.values():
+            columns = array.array("i")  # each special symbol's column in the table, or -1 - its call's index
+            for symbol in form.special_names:
+                if symbol in specials:
+                    columns.append(256 + specials[symbol])
+                    continue
+                if symbol not in call_index:
+                    name, guard = callees[symbol]
+                    if guard and guard not in guard_ids:
+                        self._guard_kinds.append(_parse_guard(guard, name))  # a malformed guard is named with its call
+                        guard_ids[guard] = len(guard_ids)
+                    call_index[symbol] = len(call_callee)
+                    call_callee.append(self._starts[name])
+                    call_guard.append(guard_ids[guard] if guard else -1)
+                columns.append(-1 - call_index[symbol])
+            blocks.append((form.n_states, form.class_table, form.symbol_class, form.accepting, columns))
+        symbol_class, first_symbols, by_class, rule_accept, call_src, which, call_cont = _kernel.lay_out_rules(
+            blocks, self._width)
         self.guards = tuple(guard_ids)
         """The guard texts the rules' calls carry; a call move's guard is an index into them, -1 for none."""
-        none = np.zeros(0, dtype=np.int32)
-        call_moves = tuple(np.concatenate([*part, none]).astype(np.int32)
-                           for part in (call_src, call_callee, call_cont, call_guard))  # fmt: skip
-        self._rule_accept = rule_accept
+        self._symbol_class = np.frombuffer(symbol_class, dtype=np.int32)
+        which = np.frombuffer(which, dtype=np.int32)
+        call_moves = (np.frombuffer(call_src, dtype=np.int32), np.asarray(call_callee, dtype=np.int32)[which],
+                      np.frombuffer(call_cont, dtype=np.int32), np.asarray(call_guard, dtype=np.int32)[which])
+        self._rule_accept = np.frombuffer(rule_accept, dtype=np.bool_)
         self._top_accept = np.zeros(total, dtype=bool)
-        top = offsets[self._start_rule]
-        self._top_accept[top:top + dfas[self._start_rule].n_states] = dfas[self._start_rule].accepting
-        return by_class, first_symbols, call_moves
+        top, top_form = self._starts[self._start_rule], forms[self._start_rule]
+        self._top_accept[top:top + top_form.n_states] = np.frombuffer(top_form.accepting, dtype=np.bool_)
+        by_class = np.frombuffer(by_class, dtype=np.int32).reshape(total, -1)  # writable: `_shortest` cuts it
+        return by_class, np.frombuffer(first_symbols, dtype=np.int32), call_moves
 
     def _shortest(self, by_class: np.ndarray, first_symbols: np.ndarray, call_moves: tuple[np.ndarray, ...]) -> None:
         """Shortest completion of every state within its rule (bytes and specials weigh 1, a call the callee's
@@ -974,41 +981,6 @@ class PushdownGrammar:
         return forced
 
 
-def _rule_calls(dfa: fsm.DFA, starts: Mapping[str, int], guard_ids: dict[str, int], guard_kinds: list[_Guard]
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One rule's call moves (call states, callees' starts, continuations in the rule's numbering, guards: indices
-    into ``guard_ids``, which collects the texts, and ``guard_kinds``, which collects them parsed; -1 for none),
-    call by call in the order the rule names them, states ascending. The table is read once, row by row: a
-    dispatch over 276 tools has 276 call columns, and reading them one by one crossed the whole table for each."""
-    calls, guards = [], []
-    for k, special in enumerate(dfa.special_names):
-        if special.startswith(CALL_PREFIX):
-            name, guard = _callee(special)
-            if guard and guard not in guard_ids:
-                guard_kinds.append(_parse_guard(guard, name))  # a malformed guard is named with its call
-                guard_ids[guard] = len(guard_ids)
-            calls.append((k, starts[name]))
-            guards.append(guard_ids[guard] if guard else -1)
-    if not calls:
-        return _NO_MOVES, _NO_MOVES, _NO_MOVES, _NO_MOVES
-    table = dfa.class_table
-    if len(calls) <= _FEW_CALLS:  # the call columns side by side, read call by call (states ascending in each)
-        columns = table[:, dfa.symbol_classes[256 + np.array([k for k, _ in calls])]]
-        which, src = np.nonzero(columns.T >= 0)
-        return (src, np.array([start for _, start in calls])[which], columns[src, which],
-                np.array(guards)[which])  # fmt: skip
-    classes = dfa.symbol_classes[256 + np.array([k for k, _ in calls])]
-    first = int(classes.min())
-    states, columns = np.divmod(np.flatnonzero(table[:, first:] >= 0), table.shape[1] - first)
-    order = np.argsort(columns, kind="stable")  # by class, states ascending within each
-    states, columns = states[order], columns[order] + first
-    begin, end = np.searchsorted(columns, classes, side="left"), np.searchsorted(columns, classes, side="right")
-    picked = np.concatenate([np.arange(b, e) for b, e in zip(begin.tolist(), end.tolist())])
-    src = states[picked]
-    callee = np.repeat(np.array([start for _, start in calls]), end - begin)
-    return src, callee, table[src, columns[picked]], np.repeat(np.array(guards), end - begin)
-
-
 def _zeros(shape: tuple[int, int]) -> np.ndarray:
     """int32 zeros whose pages cost nothing until written. A big table is anonymous memory of its own, in 4 KiB
     pages: numpy asks for huge pages above 4 MiB, and on a host that compacts memory for them on demand, writing
@@ -1026,45 +998,11 @@ _NO_MOVES = np.zeros(0, dtype=np.int64)
 _FAMILY_CAPACITY = (16_384, 4_096)
 """Tokens and exits a family walk first makes room for (`PushdownGrammar._walk_family` grows them when short)."""
 
-_FEW_CALLS = 8
-"""Up to this many calls, a rule's call columns are gathered side by side (cheaper than the set-up of one pass)."""
-
-
 def _family_buffers(capacity: int, exit_capacity: int) -> tuple[np.ndarray, ...]:
     """Outputs of kernel `walk_family`: members, ids and next states of its tokens; members, nodes and states of
     its exits."""
     return (*(np.empty(capacity, dtype=np.int32) for _ in range(3)),
             *(np.empty(exit_capacity, dtype=np.int32) for _ in range(3)))  # fmt: skip
-
-
-def _combined_classes(dfas: Iterable[fsm.DFA], specials: Mapping[str, int], width: int
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The symbol classes of the rules' table laid side by side, from each rule's own classes: two symbols have
-    equal columns there exactly when they do in every rule (a symbol a rule lacks is its all-dead column).
-    Numbered in order of first symbol; no column of the big table is compared. Returns the class of each symbol,
-    each class's first symbol, and each rule's own class of every symbol ([width, rules]; the rule's dead class,
-    or -1 where it has none, for a symbol it lacks)."""
-    keys = []
-    for dfa in dfas:
-        ids = np.full(width, _dead_class(dfa), dtype=np.int32)
-        ids[:256] = dfa.symbol_classes[:256]
-        for k, name in enumerate(dfa.special_names):
-            if not name.startswith(CALL_PREFIX):  # calls live in the side table: their columns are not in it
-                ids[256 + specials[name]] = dfa.symbol_classes[256 + k]
-        keys.append(ids)
-    matrix = np.ascontiguousarray(np.stack(keys, axis=1))  # [width, rules]
-    class_of, first = fsm.classes_of_rows(matrix)
-    return class_of, first, matrix
-
-
-def _dead_class(dfa: fsm.DFA) -> int:
-    """The class whose column is dead in every state, or -1 if none. Byte 0xFF never occurs in UTF-8, so its
-    class is tried first: one column read, not the whole table (classes are canonical: at most one is dead)."""
-    guess = int(dfa.symbol_classes[0xFF])
-    if (dfa.class_table[:, guess] == DEAD).all():
-        return guess
-    dead = np.flatnonzero((dfa.class_table == DEAD).all(axis=0))
-    return int(dead[0]) if dead.shape[0] else -1
 
 
 class _CallMoves(dict):

@@ -1,4 +1,4 @@
-"""The rule-table kernels (`_kernel.place_rule`, `_kernel.row_classes`, `_kernel.predecessors`,
+"""The rule-table kernels (`_kernel.lay_out_rules`, `_kernel.row_classes`, `_kernel.predecessors`,
 `_kernel.shortest_completions`, `_kernel.bytes_to_boundary`) agree with plain Python definitions of the same
 blocks, classes, graph and searches, on random arrays and rule tables and on the tables of real schema grammars;
 the symbol classes a pushdown table gets from its rules' classes are the table's own."""
@@ -16,7 +16,6 @@ from constrained import _kernel, fsm
 from constrained.fsm import DEAD
 from constrained.grammar import compile_rules
 from constrained.index import UNREACHABLE
-from constrained.pushdown import _dead_class
 from constrained.schema import schema_to_rules
 
 from .test_pushdown import JSON_RULES, TREE
@@ -129,47 +128,88 @@ def test_row_classes_refuses_rows_that_are_not_a_matrix():
             _kernel.row_classes(rows, width)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.data())
-def test_place_rule_is_the_rules_columns_offset_into_place(data):
-    n, c, base = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 4)), data.draw(st.integers(0, 1000))
-    table = np.asarray(data.draw(st.lists(st.lists(st.integers(-1, n - 1), min_size=c, max_size=c), min_size=n,
-                                          max_size=n)), dtype=np.int32)  # fmt: skip
-    chosen = np.asarray(data.draw(st.lists(st.integers(-1, c - 1), max_size=6)), dtype=np.int32)
-    shifted = np.where(table >= 0, table + base, DEAD)  # the definition: numpy's five steps
-    expected = shifted[:, np.maximum(chosen, 0)] if chosen.shape[0] else np.zeros((table.shape[0], 0), np.int32)
-    expected[:, chosen < 0] = DEAD
-    out = np.empty((table.shape[0], chosen.shape[0]), dtype=np.int32)
-    _kernel.place_rule(table, chosen, base, out)
-    assert out.tolist() == expected.tolist()
+@st.composite
+def rule_blocks(draw):
+    """Rules in class form as `lay_out_rules` takes them, with special symbols of a combined width and calls."""
+    width = 256 + draw(st.integers(0, 3))
+    blocks = []
+    for _ in range(draw(st.integers(1, 4))):
+        n = draw(st.integers(1, 4))
+        column = st.lists(st.integers(-1, n - 1), min_size=n, max_size=n).map(tuple)
+        columns = draw(st.lists(column, min_size=1, max_size=4, unique=True))  # canonical: classes differ
+        if draw(st.booleans()) and (DEAD,) * n not in columns:  # a dead class, as most rules have
+            columns.insert(draw(st.integers(0, len(columns))), (DEAD,) * n)
+        table, c = np.asarray(columns, dtype=np.int32).T.copy(), len(columns)
+        specials = draw(st.lists(st.sampled_from(range(256, width)), unique=True)) if width > 256 else []
+        calls = draw(st.lists(st.integers(0, 5), unique=True, max_size=3))
+        special_columns = draw(st.permutations([*specials, *(-1 - j for j in calls)]))
+        k = len(special_columns)
+        symbol_class = np.asarray(draw(st.lists(st.integers(0, c - 1), min_size=256 + k, max_size=256 + k)),
+                                  dtype=np.int32)  # fmt: skip
+        accepting = bytes(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)))
+        blocks.append((n, table.tobytes(), symbol_class, accepting, np.asarray(special_columns, dtype=np.int32)))
+    return blocks, width
 
 
-def test_place_rule_refuses_a_column_or_state_out_of_range():
-    table, out = np.asarray([[1, -1], [0, 1]], dtype=np.int32), np.empty((2, 1), dtype=np.int32)
-    for bad_table, column in ((table, 2), (table, -2), (np.asarray([[2, -1], [0, 1]], dtype=np.int32), 0)):
-        with pytest.raises(ValueError, match="place_rule"):
-            _kernel.place_rule(bad_table, np.asarray([column], dtype=np.int32), 0, out)
-    with pytest.raises(ValueError, match="place_rule"):
-        _kernel.place_rule(table, np.asarray([0], dtype=np.int32), 2**31 - 2, out)  # states past int32
+def _lay_out_reference(blocks, width):
+    """The definition: a symbol's class in every rule (its all-dead class where the rule lacks it) is its key; keys
+    numbered by first symbol; each rule's block offset into place; calls rule by rule, call by call, states up."""
+    keys, tables, base = [], [], 0
+    for n, table, symbol_class, _, columns in blocks:
+        table = np.frombuffer(table, dtype=np.int32).reshape(n, -1)
+        dead = [c for c in range(table.shape[1]) if (table[:, c] == DEAD).all()]
+        key = [int(symbol_class[x]) for x in range(256)] + [dead[0] if dead else -1] * (width - 256)
+        for k, column in enumerate(columns.tolist()):
+            if column >= 0:
+                key[column] = int(symbol_class[256 + k])
+        keys.append(key)
+        tables.append((base, table))
+        base += n
+    numbered: dict[tuple[int, ...], int] = {}
+    class_of = [numbered.setdefault(tuple(key[x] for key in keys), len(numbered)) for x in range(width)]
+    first = [class_of.index(c) for c in range(len(numbered))]
+    rows, calls = [], []
+    for (base, table), key, (_, _, symbol_class, _, columns) in zip(tables, keys, blocks):
+        for row in table.tolist():
+            rows.append([DEAD if key[x] < 0 or row[key[x]] < 0 else row[key[x]] + base for x in first])
+        for k, column in enumerate(columns.tolist()):
+            if column < 0:
+                calls += [(base + s, -1 - column, base + int(t)) for s, t in
+                          enumerate(table[:, symbol_class[256 + k]].tolist()) if t >= 0]  # fmt: skip
+    accept = [a for block in blocks for a in block[3]]
+    return class_of, first, rows, accept, calls
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.integers(1, 4).flatmap(lambda n: st.lists(
-    st.dictionaries(st.sampled_from([0, 1, 0x41, 0xC0, 0xFE, 0xFF]), st.integers(0, n - 1), max_size=6),
-    min_size=n, max_size=n)), st.booleans())
-def test_a_rules_dead_class_is_the_class_of_its_all_dead_columns(live, every_byte):
-    """The 0xFF shortcut and its fallback: 0xFF live or dead, some other dead column or none."""
-    n = len(live)
-    table = np.full((n, 256), DEAD, dtype=np.int32)
-    for state, moves in enumerate(live):
-        if every_byte:
-            table[state, :] = 0
-        for byte, target in moves.items():
-            table[state, byte] = target
-    dfa = fsm.DFA.from_table(table, accepting=np.ones(n, dtype=bool), distance=np.zeros(n, dtype=np.int64),
-                             special_names=())  # fmt: skip
-    dead = [dfa.symbol_classes[b] for b in range(256) if (table[:, b] == DEAD).all()]
-    assert _dead_class(dfa) == (dead[0] if dead else -1)
+@settings(max_examples=300, deadline=None)
+@given(rule_blocks())
+def test_lay_out_rules_matches_the_definition(case):
+    blocks, width = case
+    class_of, first, by_class, accept, src, index, cont = _kernel.lay_out_rules(blocks, width)
+    ints = [np.frombuffer(part, dtype=np.int32).tolist() for part in (class_of, first, by_class, src, index, cont)]
+    expected_class_of, expected_first, rows, expected_accept, calls = _lay_out_reference(blocks, width)
+    assert ints[:2] == [expected_class_of, expected_first]
+    assert ints[2] == [x for row in rows for x in row]
+    assert list(accept) == expected_accept
+    assert list(zip(*ints[3:])) == calls
+
+
+def test_lay_out_rules_refuses_a_rule_it_could_not_trust():
+    table, classes, accepting = np.asarray([1, -1, 0, 1], dtype=np.int32), np.zeros(257, np.int32), b"\0\1"
+    call = np.asarray([-1], dtype=np.int32)
+    good = (2, table, classes, accepting, call)
+    assert _kernel.lay_out_rules([good], 256)  # the baseline the forgeries below depart from
+    forged = [(2, np.asarray([2, -1, 0, 1], dtype=np.int32), classes, accepting, call),  # a state past the rule
+              (2, table, np.full(257, 2, np.int32), accepting, call),  # a class past the table
+              (2, table, classes, accepting, np.asarray([7], dtype=np.int32)),  # a special column among the bytes
+              (2, table, classes, accepting, np.asarray([256], dtype=np.int32)),  # a column past the width
+              (2, table, classes, b"\0", call),  # acceptance of one state short
+              (3, table, classes, accepting, call),  # states that do not divide the table
+              (2, table, classes, accepting)]  # a field short
+    for rule in forged:
+        with pytest.raises(ValueError, match="lay_out_rules"):
+            _kernel.lay_out_rules([good, rule], 256)
+    with pytest.raises(ValueError, match="lay_out_rules"):
+        _kernel.lay_out_rules([], 256)
 
 
 @settings(max_examples=300, deadline=None)
