@@ -19,9 +19,8 @@
  *   expand_runs  checks and decodes a run-length table read from the grammar cache, in one pass.
  *   expand_classes   a DFA's table by symbol from its class form (take along axis 1, at memory speed).
  *   lay_out_rules   a pushdown grammar's table by combined class from its rules' DFAs (classes combined, states
- *                offset, call moves to a side table).
+ *                offset, call moves to a side table) and its reverse edges (CSR) for the graph searches below.
  *   row_classes  equal rows share a class, numbered by first appearance (symbol classes, hashed).
- *   predecessors  a table's reverse edges (CSR), built once for the two graph searches below.
  *   shortest_completions / bytes_to_boundary   the rule-table graph searches a pushdown grammar is
  *                laid out with (Dijkstra over symbols and calls; backward BFS to call/return states).
  *
@@ -1515,7 +1514,64 @@ typedef struct {
     const int32_t *table, *symbol_class, *columns;
     const uint8_t *accepting;
     int32_t base, dead;
+    int32_t *edges;     /* the classes that are moves: a byte's or a special token's (a call's is no edge) */
+    Py_ssize_t n_edges;
 } RuleBlock;
+
+/* The distinct predecessors of every state of blocks side by side (CSR: into[start[t] .. start[t+1]) are the
+ * sources s with an edge s -> t on some symbol, each once, ascending), reading each block's table through its edge
+ * classes only. Returns 0, or -1 with MemoryError set. */
+static int
+reverse_edges(const RuleBlock *blocks, Py_ssize_t n_blocks, Py_ssize_t n, int32_t **start_out, int32_t **into_out)
+{
+    int32_t *start = (int32_t *)calloc((size_t)n + 1, sizeof(int32_t));
+    int32_t *mark = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    int32_t *into = NULL;
+    if (!start || !mark) goto fail;
+    for (Py_ssize_t t = 0; t < n; t++) mark[t] = -1;
+    for (Py_ssize_t b = 0; b < n_blocks; b++) {
+        const RuleBlock *block = &blocks[b];
+        for (Py_ssize_t s = 0; s < block->n; s++) {
+            const int32_t *row = block->table + s * block->c;
+            int32_t source = block->base + (int32_t)s;
+            for (Py_ssize_t i = 0; i < block->n_edges; i++) {
+                int32_t t = row[block->edges[i]];
+                if (t >= 0 && mark[t + block->base] != source) {
+                    mark[t + block->base] = source;
+                    start[t + block->base + 1]++;
+                }
+            }
+        }
+    }
+    for (Py_ssize_t t = 0; t < n; t++) start[t + 1] += start[t];
+    into = (int32_t *)malloc(sizeof(int32_t) * (size_t)(start[n] ? start[n] : 1));
+    if (!into) goto fail;
+    int32_t *fill = mark; /* reused: next free slot per target */
+    for (Py_ssize_t t = 0; t < n; t++) fill[t] = start[t];
+    for (Py_ssize_t b = 0; b < n_blocks; b++) {
+        const RuleBlock *block = &blocks[b];
+        for (Py_ssize_t s = 0; s < block->n; s++) {
+            const int32_t *row = block->table + s * block->c;
+            int32_t source = block->base + (int32_t)s;
+            for (Py_ssize_t i = 0; i < block->n_edges; i++) {
+                int32_t t = row[block->edges[i]];
+                if (t < 0) continue;
+                t += block->base;
+                if (fill[t] == start[t] || into[fill[t] - 1] != source) into[fill[t]++] = source;
+            }
+        }
+    }
+    free(mark);
+    *start_out = start;
+    *into_out = into;
+    return 0;
+fail:
+    free(start);
+    free(mark);
+    free(into);
+    PyErr_NoMemory();
+    return -1;
+}
 
 /* The class whose column is DEAD in every state, or -1. Byte 0xFF never occurs in UTF-8, so its class is tried
  * first (classes are canonical: at most one is dead). */
@@ -1577,7 +1633,7 @@ read_rule_block(PyObject *item, Py_ssize_t width, RuleBlock *rule, Py_buffer *b)
 
 PyDoc_STRVAR(lay_out_rules_doc,
 "lay_out_rules(rules, width)\n"
-"    -> (symbol_class, first_symbols, by_class, rule_accept, call_src, call_index, call_cont)\n\n"
+"    -> (symbol_class, first_symbols, by_class, rule_accept, call_src, call_index, call_cont, pred_start, pred)\n\n"
 "A pushdown grammar's table from its rules' DFAs in class form, laid side by side (states numbered rule after\n"
 "rule). rules: a sequence of (n_states, class_table, symbol_class, accepting, columns): class_table int32 [n, c]\n"
 "with entries in [-1, n), symbol_class int32 [256 + k] in [0, c), accepting uint8 [n], and columns int32 [k]:\n"
@@ -1585,9 +1641,11 @@ PyDoc_STRVAR(lay_out_rules_doc,
 "Returns int32 bytes unless said: each combined symbol's class [width] (two symbols share one exactly when they\n"
 "share a class in every rule; a symbol a rule lacks reads its all-dead column), numbered in order of first\n"
 "symbol; each class's first symbol; the table by combined class [total, classes] (a bytearray: the caller cuts\n"
-"it); rule_accept (uint8 [total], a bytearray); and every call move as call states, call indices j and\n"
-"continuations, rule by rule, call by call in the rule's order, states ascending. ValueError on anything out\n"
-"of range. One pass over the rules where numpy took a dozen small array operations per rule.");
+"it); rule_accept (uint8 [total], a bytearray); every call move as call states, call indices j and\n"
+"continuations, rule by rule, call by call in the rule's order, states ascending; and the table's predecessors\n"
+"(pred_start, pred: into[start[t] .. start[t+1]) are the sources s with an edge s -> t on some symbol, each once,\n"
+"ascending), read from each rule's own few classes. ValueError on anything out of range. One pass over the\n"
+"rules where numpy took a dozen small array operations per rule.");
 
 static PyObject *
 lay_out_rules(PyObject *self, PyObject *args)
@@ -1601,11 +1659,13 @@ lay_out_rules(PyObject *self, PyObject *args)
     }
     PyObject *seq = PySequence_Fast(rules_obj, "lay_out_rules: rules must be a sequence");
     if (!seq) return NULL;
-    Py_ssize_t n_rules = PySequence_Fast_GET_SIZE(seq), held = 0, total = 0, classes = 0;
+    Py_ssize_t n_rules = PySequence_Fast_GET_SIZE(seq), held = 0, total = 0, classes = 0, rule_classes = 0;
     PyObject *result = NULL, *by_class = NULL, *accept = NULL;
     RuleBlock *rules = (RuleBlock *)calloc((size_t)(n_rules ? n_rules : 1), sizeof(RuleBlock));
     Py_buffer *bufs = (Py_buffer *)calloc((size_t)(4 * n_rules + 1), sizeof(Py_buffer));
-    int32_t *matrix = NULL, *class_of = NULL, *first = NULL, *column = NULL, *calls = NULL;
+    int32_t *matrix = NULL, *class_of = NULL, *first = NULL, *column = NULL, *calls = NULL, *edges = NULL;
+    int32_t *pred_start = NULL, *pred_into = NULL;
+    uint8_t *is_edge = NULL;
     if (!rules || !bufs) {
         PyErr_NoMemory();
         goto done;
@@ -1624,6 +1684,25 @@ lay_out_rules(PyObject *self, PyObject *args)
         rules[r].base = (int32_t)total;
         rules[r].dead = dead_class(&rules[r]);
         total += rules[r].n;
+        rule_classes += rules[r].c;
+    }
+    edges = (int32_t *)malloc(sizeof(int32_t) * (size_t)rule_classes);  /* every rule's edge classes, in a row */
+    is_edge = (uint8_t *)malloc((size_t)rule_classes);
+    if (!edges || !is_edge) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t r = 0, at = 0; r < n_rules; r++) {
+        RuleBlock *rule = &rules[r];
+        memset(is_edge, 0, (size_t)rule->c);
+        for (Py_ssize_t x = 0; x < 256 + rule->k; x++) {
+            is_edge[rule->symbol_class[x]] |= x < 256 || rule->columns[x - 256] >= 0;
+        }
+        rule->edges = edges + at;
+        for (int32_t c = 0; c < (int32_t)rule->c; c++) {
+            if (is_edge[c]) edges[at + rule->n_edges++] = c;
+        }
+        at += rule->n_edges;
     }
     /* each symbol's class in every rule: a row per symbol, a column per rule */
     matrix = (int32_t *)malloc(sizeof(int32_t) * (size_t)(width * n_rules));
@@ -1676,6 +1755,7 @@ lay_out_rules(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
+    if (reverse_edges(rules, n_rules, total, &pred_start, &pred_into) < 0) goto done;
     Py_ssize_t m = 0;
     for (Py_ssize_t r = 0; r < n_rules; r++) {
         const RuleBlock *rule = &rules[r];
@@ -1693,10 +1773,11 @@ lay_out_rules(PyObject *self, PyObject *args)
         }
     }
     Py_ssize_t word = (Py_ssize_t)sizeof(int32_t);
-    result = Py_BuildValue("y#y#OOy#y#y#", (const char *)class_of, word * width, (const char *)first,
+    result = Py_BuildValue("y#y#OOy#y#y#y#y#", (const char *)class_of, word * width, (const char *)first,
                            word * classes, by_class, accept, (const char *)calls, word * moves,
                            (const char *)(calls + moves), word * moves, (const char *)(calls + 2 * moves),
-                           word * moves);
+                           word * moves, (const char *)pred_start, word * (total + 1), (const char *)pred_into,
+                           word * pred_start[total]);
 done:
     Py_XDECREF(by_class);
     Py_XDECREF(accept);
@@ -1705,55 +1786,15 @@ done:
     free(first);
     free(column);
     free(calls);
+    free(edges);
+    free(is_edge);
+    free(pred_start);
+    free(pred_into);
     release_bufs(bufs, (int)held);
     free(bufs);
     free(rules);
     Py_DECREF(seq);
     return result;
-}
-
-/* The distinct predecessors of every state (CSR: into[start[t] .. start[t+1]) are the sources s with an edge
- * s -> t on some symbol, each once, ascending). Returns 0, or -1 with MemoryError set. */
-static int
-reverse_edges(const int32_t *T, Py_ssize_t n, Py_ssize_t width, int32_t **start_out, int32_t **into_out)
-{
-    int32_t *start = (int32_t *)calloc((size_t)n + 1, sizeof(int32_t));
-    int32_t *mark = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    int32_t *into = NULL;
-    if (!start || !mark) goto fail;
-    for (Py_ssize_t t = 0; t < n; t++) mark[t] = -1;
-    for (Py_ssize_t s = 0; s < n; s++) {
-        const int32_t *row = T + s * width;
-        for (Py_ssize_t c = 0; c < width; c++) {
-            int32_t t = row[c];
-            if (t >= 0 && mark[t] != (int32_t)s) {
-                mark[t] = (int32_t)s;
-                start[t + 1]++;
-            }
-        }
-    }
-    for (Py_ssize_t t = 0; t < n; t++) start[t + 1] += start[t];
-    into = (int32_t *)malloc(sizeof(int32_t) * (size_t)(start[n] ? start[n] : 1));
-    if (!into) goto fail;
-    int32_t *fill = mark; /* reused: next free slot per target */
-    for (Py_ssize_t t = 0; t < n; t++) fill[t] = start[t];
-    for (Py_ssize_t s = 0; s < n; s++) {
-        const int32_t *row = T + s * width;
-        for (Py_ssize_t c = 0; c < width; c++) {
-            int32_t t = row[c];
-            if (t >= 0 && (fill[t] == start[t] || into[fill[t] - 1] != (int32_t)s)) into[fill[t]++] = (int32_t)s;
-        }
-    }
-    free(mark);
-    *start_out = start;
-    *into_out = into;
-    return 0;
-fail:
-    free(start);
-    free(mark);
-    free(into);
-    PyErr_NoMemory();
-    return -1;
 }
 
 /* Whether (start, into) is not the CSR of a graph over n states: start[0 .. n] from 0, never decreasing, ending
@@ -1765,34 +1806,6 @@ csr_out_of_range(const int32_t *start, Py_ssize_t n_start, const int32_t *into, 
     int bad = 0;
     for (Py_ssize_t t = 0; t < n; t++) bad |= start[t + 1] < start[t];
     return bad || any_below(into, edges, 0) || table_out_of_range(into, edges, n);
-}
-
-PyDoc_STRVAR(predecessors_doc,
-"predecessors(transitions, width) -> (start, into)\n\n"
-"The distinct predecessors of every state of a table (int32 [n, width], entries in [-1, n); ValueError\n"
-"otherwise) as CSR, two bytes objects of int32: into[start[t] .. start[t+1]) are the sources s with an edge\n"
-"s -> t on some symbol, each once, ascending. What shortest_completions and bytes_to_boundary search: built\n"
-"once for both (most of their cost was scanning the table for it).");
-
-static PyObject *
-predecessors(PyObject *self, PyObject *args)
-{
-    Py_buffer b[1];
-    Py_ssize_t n, width;
-    if (get_rows(args, "predecessors", "transitions", &b[0], &n, &width) < 0) return NULL;
-    const int32_t *T = (const int32_t *)b[0].buf;
-    PyObject *result = NULL;
-    int32_t *start = NULL, *into = NULL;
-    if (table_out_of_range(T, n * width, n)) {
-        PyErr_SetString(PyExc_ValueError, "predecessors: a state out of range");
-    } else if (reverse_edges(T, n, width, &start, &into) == 0) {
-        result = Py_BuildValue("y#y#", (const char *)start, (Py_ssize_t)sizeof(int32_t) * (n + 1),
-                               (const char *)into, (Py_ssize_t)sizeof(int32_t) * start[n]);
-    }
-    free(start);
-    free(into);
-    release_bufs(b, 1);
-    return result;
 }
 
 /* Group calls by one of their endpoints (CSR over states; entries are call indices, ascending). */
@@ -1885,13 +1898,13 @@ hop_before(int kind, int32_t a, int32_t b, int ok, int32_t oa, int32_t ob)
 PyDoc_STRVAR(shortest_completions_doc,
 "shortest_completions(pred_start, pred, rule_accept, call_src, call_callee, call_cont, unreachable,\n"
 "                     dist, final, hop_kind, hop_a, hop_b)\n\n"
-"Shortest completion of every state of a rule table (given as its `predecessors`; n = len(rule_accept)) within\n"
-"its rule: Knuth's generalisation of Dijkstra, where a symbol edge weighs 1 and a call s -> (callee, cont)\n"
-"weighs dist[callee] + dist[cont]. Accepting states (rule_accept uint8[n]) are at 0. Outputs, each [n]: dist\n"
-"int64 (`unreachable` where no completion), final uint8 (1 where finished), hop_kind uint8 (0 none, 1 symbol:\n"
-"hop_a = the target state, 2 call: hop_a = callee, hop_b = continuation), hop_a / hop_b int32. Among equal\n"
-"distances the canonical hop wins (a call before a symbol, then the smaller target / (callee, continuation));\n"
-"states are finished in (dist, state) order, so the result is deterministic.");
+"Shortest completion of every state of a rule table (given as its predecessors from `lay_out_rules`;\n"
+"n = len(rule_accept)) within its rule: Knuth's generalisation of Dijkstra, where a symbol edge weighs 1 and\n"
+"a call s -> (callee, cont) weighs dist[callee] + dist[cont]. Accepting states (rule_accept uint8[n]) are at\n"
+"0. Outputs, each [n]: dist int64 (`unreachable` where no completion), final uint8 (1 where finished),\n"
+"hop_kind uint8 (0 none, 1 symbol: hop_a = the target state, 2 call: hop_a = callee, hop_b = continuation),\n"
+"hop_a / hop_b int32. Among equal distances the canonical hop wins (a call before a symbol, then the smaller\n"
+"target / (callee, continuation)); states are finished in (dist, state) order, so the result is deterministic.");
 
 static PyObject *
 shortest_completions(PyObject *self, PyObject *args)
@@ -1988,7 +2001,8 @@ done:
 PyDoc_STRVAR(bytes_to_boundary_doc,
 "bytes_to_boundary(pred_start, pred, boundary, cap, reach)\n\n"
 "Fewest symbols from every state to a boundary state (boundary uint8[n] non-zero), by a backward\n"
-"breadth-first search over a table's `predecessors`; reach int32[n] is filled, `cap` where it is cap or more.");
+"breadth-first search over a table's predecessors (`lay_out_rules`); reach int32[n] is filled, `cap` where it\n"
+"is cap or more.");
 
 static PyObject *
 bytes_to_boundary(PyObject *self, PyObject *args)
@@ -2364,7 +2378,6 @@ static PyMethodDef kernel_methods[] = {
     {"expand_classes", expand_classes, METH_VARARGS, expand_classes_doc},
     {"lay_out_rules", lay_out_rules, METH_VARARGS, lay_out_rules_doc},
     {"row_classes", row_classes, METH_VARARGS, row_classes_doc},
-    {"predecessors", predecessors, METH_VARARGS, predecessors_doc},
     {"shortest_completions", shortest_completions, METH_VARARGS, shortest_completions_doc},
     {"bytes_to_boundary", bytes_to_boundary, METH_VARARGS, bytes_to_boundary_doc},
     {NULL, NULL, 0, NULL},

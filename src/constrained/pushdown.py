@@ -221,10 +221,11 @@ class PushdownGrammar:
     # -- construction ----------------------------------------------------------------------------------------------
 
     def _layout(self, rules: Mapping[str, str], start: str
-                ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+                ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...], tuple[np.ndarray, np.ndarray]]:
         """Compile every body and lay the DFAs side by side; calls go to a side table. Returns the table by
-        combined symbol class (what the graph searches scan), each class's first symbol (its column c is that
-        symbol's column) and every call move as arrays (call states, callees' starts, continuations, guards)."""
+        combined symbol class, each class's first symbol (its column c is that symbol's column), every call move
+        as arrays (call states, callees' starts, continuations, guards) and the table's predecessors (CSR, what the
+        graph searches scan)."""
         if start not in rules:
             raise GrammarError(f"the start rule {start!r} is not defined")
         for name in rules:
@@ -282,8 +283,8 @@ class PushdownGrammar:
                     call_guard.append(guard_ids[guard] if guard else -1)
                 columns.append(-1 - call_index[symbol])
             blocks.append((form.n_states, form.class_table, form.symbol_class, form.accepting, columns))
-        symbol_class, first_symbols, by_class, rule_accept, call_src, which, call_cont = _kernel.lay_out_rules(
-            blocks, self._width)
+        (symbol_class, first_symbols, by_class, rule_accept, call_src, which, call_cont,
+         *predecessors) = _kernel.lay_out_rules(blocks, self._width)
         self.guards = tuple(guard_ids)
         """The guard texts the rules' calls carry; a call move's guard is an index into them, -1 for none."""
         self._symbol_class = np.frombuffer(symbol_class, dtype=np.int32)
@@ -295,9 +296,11 @@ class PushdownGrammar:
         top, top_form = self._starts[self._start_rule], forms[self._start_rule]
         self._top_accept[top:top + top_form.n_states] = np.frombuffer(top_form.accepting, dtype=np.bool_)
         by_class = np.frombuffer(by_class, dtype=np.int32).reshape(total, -1)  # writable: `_shortest` cuts it
-        return by_class, np.frombuffer(first_symbols, dtype=np.int32), call_moves
+        return (by_class, np.frombuffer(first_symbols, dtype=np.int32), call_moves,
+                tuple(np.frombuffer(part, dtype=np.int32) for part in predecessors))
 
-    def _shortest(self, by_class: np.ndarray, first_symbols: np.ndarray, call_moves: tuple[np.ndarray, ...]) -> None:
+    def _shortest(self, by_class: np.ndarray, first_symbols: np.ndarray, call_moves: tuple[np.ndarray, ...],
+                  predecessors: tuple[np.ndarray, np.ndarray]) -> None:
         """Shortest completion of every state within its rule (bytes and specials weigh 1, a call the callee's
         shortest document): Knuth's generalisation of Dijkstra, since a call's weight is itself a distance (kernel
         `shortest_completions`). It sees no `needs` call (a `bound` call stands for it). States that cannot finish
@@ -313,8 +316,6 @@ class PushdownGrammar:
         hop_kind = np.empty(n, dtype=np.uint8)
         hop_a = np.empty(n, dtype=np.int32)
         hop_b = np.empty(n, dtype=np.int32)
-        predecessors = [np.frombuffer(part, dtype=np.int32)
-                        for part in _kernel.predecessors(by_class, by_class.shape[1])]  # fmt: skip
         _kernel.shortest_completions(*predecessors, self._rule_accept.astype(np.uint8), call_src, call_callee,
                                      call_cont, UNREACHABLE, dist, final, hop_kind, hop_a, hop_b)  # fmt: skip
         by_symbol = np.flatnonzero(hop_kind == _HOP_SYMBOL)

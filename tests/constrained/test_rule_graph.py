@@ -1,4 +1,4 @@
-"""The rule-table kernels (`_kernel.lay_out_rules`, `_kernel.row_classes`, `_kernel.predecessors`,
+"""The rule-table kernels (`_kernel.lay_out_rules`, `_kernel.row_classes`,
 `_kernel.shortest_completions`, `_kernel.bytes_to_boundary`) agree with plain Python definitions of the same
 blocks, classes, graph and searches, on random arrays and rule tables and on the tables of real schema grammars;
 the symbol classes a pushdown table gets from its rules' classes are the table's own."""
@@ -78,8 +78,10 @@ def _reach_reference(table: np.ndarray, boundary: np.ndarray, cap: int) -> list[
 
 
 def _predecessors(table: np.ndarray) -> list[np.ndarray]:
-    return [np.frombuffer(part, dtype=np.int32)
-            for part in _kernel.predecessors(np.ascontiguousarray(table, dtype=np.int32), table.shape[1])]
+    """The CSR the graph kernels search: into[start[t]:start[t + 1]] are t's distinct sources, ascending."""
+    into = [sorted({s for s in range(table.shape[0]) if (table[s] == t).any()}) for t in range(table.shape[0])]
+    start = np.cumsum([0] + [len(sources) for sources in into])
+    return [start.astype(np.int32), np.asarray([s for sources in into for s in sources], dtype=np.int32)]
 
 
 def _kernel_shortest(table, accept, calls):
@@ -144,8 +146,9 @@ def rule_blocks(draw):
         calls = draw(st.lists(st.integers(0, 5), unique=True, max_size=3))
         special_columns = draw(st.permutations([*specials, *(-1 - j for j in calls)]))
         k = len(special_columns)
-        symbol_class = np.asarray(draw(st.lists(st.integers(0, c - 1), min_size=256 + k, max_size=256 + k)),
-                                  dtype=np.int32)  # fmt: skip
+        byte_classes = draw(st.integers(1, c))  # fewer than c: a class only special tokens (or calls) have
+        symbol_class = np.asarray(draw(st.lists(st.integers(0, byte_classes - 1), min_size=256, max_size=256))
+                                  + draw(st.lists(st.integers(0, c - 1), min_size=k, max_size=k)), dtype=np.int32)
         accepting = bytes(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)))
         blocks.append((n, table.tobytes(), symbol_class, accepting, np.asarray(special_columns, dtype=np.int32)))
     return blocks, width
@@ -184,13 +187,15 @@ def _lay_out_reference(blocks, width):
 @given(rule_blocks())
 def test_lay_out_rules_matches_the_definition(case):
     blocks, width = case
-    class_of, first, by_class, accept, src, index, cont = _kernel.lay_out_rules(blocks, width)
-    ints = [np.frombuffer(part, dtype=np.int32).tolist() for part in (class_of, first, by_class, src, index, cont)]
+    class_of, first, by_class, accept, *moves = _kernel.lay_out_rules(blocks, width)
+    ints = [np.frombuffer(part, dtype=np.int32).tolist() for part in (class_of, first, by_class, *moves)]
     expected_class_of, expected_first, rows, expected_accept, calls = _lay_out_reference(blocks, width)
     assert ints[:2] == [expected_class_of, expected_first]
     assert ints[2] == [x for row in rows for x in row]
     assert list(accept) == expected_accept
-    assert list(zip(*ints[3:])) == calls
+    assert list(zip(*ints[3:6])) == calls
+    table = np.asarray(rows, dtype=np.int32).reshape(len(rows), -1)
+    assert ints[6:] == [part.tolist() for part in _predecessors(table)]  # read from the rules' own classes
 
 
 def test_lay_out_rules_refuses_a_rule_it_could_not_trust():
@@ -212,22 +217,8 @@ def test_lay_out_rules_refuses_a_rule_it_could_not_trust():
         _kernel.lay_out_rules([], 256)
 
 
-@settings(max_examples=300, deadline=None)
-@given(rule_tables())
-def test_predecessors_are_each_states_distinct_sources_ascending(case):
-    table = case[0]
-    start, into = _predecessors(table)
-    n = table.shape[0]
-    assert start[0] == 0 and start[-1] == into.shape[0] and start.shape[0] == n + 1
-    for t in range(n):
-        assert into[start[t]:start[t + 1]].tolist() == sorted({s for s in range(n) if (table[s] == t).any()})
-
-
 def test_the_graph_kernels_refuse_a_table_or_graph_they_could_not_trust():
     table = np.asarray([[1, -1], [0, 1]], dtype=np.int32)
-    for bad in (np.asarray([[2, -1], [0, 1]], dtype=np.int32), np.asarray([[-2, -1], [0, 1]], dtype=np.int32)):
-        with pytest.raises(ValueError, match="predecessors"):
-            _kernel.predecessors(bad, 2)
     start, into = _predecessors(table)
     accept, reach = np.ones(2, dtype=np.uint8), np.empty(2, dtype=np.int32)
     none = np.zeros(0, dtype=np.int32)
