@@ -1526,40 +1526,33 @@ reverse_edges(const RuleBlock *blocks, Py_ssize_t n_blocks, Py_ssize_t n, int32_
 {
     int32_t *start = (int32_t *)calloc((size_t)n + 1, sizeof(int32_t));
     int32_t *mark = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
-    int32_t *into = NULL;
+    int32_t *into = NULL, *fill = mark; /* the second pass reuses mark: the next free slot per target */
     if (!start || !mark) goto fail;
     for (Py_ssize_t t = 0; t < n; t++) mark[t] = -1;
-    for (Py_ssize_t b = 0; b < n_blocks; b++) {
-        const RuleBlock *block = &blocks[b];
-        for (Py_ssize_t s = 0; s < block->n; s++) {
-            const int32_t *row = block->table + s * block->c;
-            int32_t source = block->base + (int32_t)s;
-            for (Py_ssize_t i = 0; i < block->n_edges; i++) {
-                int32_t t = row[block->edges[i]];
-                if (t >= 0 && mark[t + block->base] != source) {
-                    mark[t + block->base] = source;
-                    start[t + block->base + 1]++;
+    for (int pass = 0; pass < 2; pass++) { /* count each state's sources, then write them */
+        for (Py_ssize_t b = 0; b < n_blocks; b++) {
+            const RuleBlock *block = &blocks[b];
+            for (Py_ssize_t s = 0; s < block->n; s++) {
+                const int32_t *row = block->table + s * block->c;
+                int32_t source = block->base + (int32_t)s;
+                for (Py_ssize_t i = 0; i < block->n_edges; i++) {
+                    int32_t t = row[block->edges[i]];
+                    if (t < 0) continue;
+                    t += block->base;
+                    if (!pass && mark[t] != source) {
+                        mark[t] = source;
+                        start[t + 1]++;
+                    } else if (pass && (fill[t] == start[t] || into[fill[t] - 1] != source)) {
+                        into[fill[t]++] = source;
+                    }
                 }
             }
         }
-    }
-    for (Py_ssize_t t = 0; t < n; t++) start[t + 1] += start[t];
-    into = (int32_t *)malloc(sizeof(int32_t) * (size_t)(start[n] ? start[n] : 1));
-    if (!into) goto fail;
-    int32_t *fill = mark; /* reused: next free slot per target */
-    for (Py_ssize_t t = 0; t < n; t++) fill[t] = start[t];
-    for (Py_ssize_t b = 0; b < n_blocks; b++) {
-        const RuleBlock *block = &blocks[b];
-        for (Py_ssize_t s = 0; s < block->n; s++) {
-            const int32_t *row = block->table + s * block->c;
-            int32_t source = block->base + (int32_t)s;
-            for (Py_ssize_t i = 0; i < block->n_edges; i++) {
-                int32_t t = row[block->edges[i]];
-                if (t < 0) continue;
-                t += block->base;
-                if (fill[t] == start[t] || into[fill[t] - 1] != source) into[fill[t]++] = source;
-            }
-        }
+        if (pass) break;
+        for (Py_ssize_t t = 0; t < n; t++) start[t + 1] += start[t];
+        into = (int32_t *)malloc(sizeof(int32_t) * (size_t)(start[n] ? start[n] : 1));
+        if (!into) goto fail;
+        for (Py_ssize_t t = 0; t < n; t++) fill[t] = start[t];
     }
     free(mark);
     *start_out = start;
