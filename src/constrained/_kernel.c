@@ -1614,8 +1614,9 @@ read_rule_block(PyObject *item, Py_ssize_t width, RuleBlock *rule, Py_buffer *b)
               table_out_of_range(rule->table, n * rule->c, n) ||
               table_out_of_range(rule->symbol_class, 256 + rule->k, rule->c) ||
               any_below(rule->symbol_class, 256 + rule->k, 0);
-    for (Py_ssize_t j = 0; !bad && j < rule->k; j++) bad = rule->columns[j] >= width || (rule->columns[j] >= 0 &&
-                                                                                        rule->columns[j] < 256);
+    for (Py_ssize_t j = 0; !bad && j < rule->k; j++) {  /* a combined special column, or a call (negative) */
+        bad = rule->columns[j] >= width || (rule->columns[j] >= 0 && rule->columns[j] < 256);
+    }
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "lay_out_rules: inconsistent shapes, a class, state or column out of range");
         release_bufs(b, 4);
