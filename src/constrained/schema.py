@@ -429,14 +429,6 @@ def _ascii_names_complement(trie: dict) -> str:
     name has, then anything. Each node carries one byte class instead of a whole UNIT: half the pattern, and of
     the native compiler's time on it, for the same language."""
     def walk(node: dict) -> tuple[str | None, str, str]:  # (prefixes that are no name, ASCII exits, all prefixes)
-        if len(node) == 1:  # a name's end or a link of a chain (most nodes): the general case's text, directly
-            (ch, child), = node.items()
-            if not ch:
-                return None, _ascii_plain_except(""), ""
-            child_inside, child_left, child_prefixes = walk(child)
-            unit = _lit(ch)
-            return ("" if child_inside is None else f"(?:|{unit}{child_inside})",
-                    f"(?:{_ascii_plain_except(ch)}|{unit}{child_left})", f"(?:|{unit}{child_prefixes})")
         chars = [c for c in node if c]
         inside: list[str] = [] if "" in node else [""]
         left, prefixes = [_ascii_plain_except("".join(sorted(chars)))], [""]
