@@ -1494,13 +1494,15 @@ row_classes(PyObject *self, PyObject *args)
     int32_t *first = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
     PyObject *result = NULL;
     Py_ssize_t classes = -1;
-    if (!class_of || !first)
+    if (!class_of || !first) {
         PyErr_NoMemory();
-    else
+    } else {
         classes = classify_rows((const int32_t *)b[0].buf, n, width, class_of, first);
-    if (classes >= 0)
+    }
+    if (classes >= 0) {
         result = Py_BuildValue("y#y#", (const char *)class_of, (Py_ssize_t)sizeof(int32_t) * n, (const char *)first,
                                (Py_ssize_t)sizeof(int32_t) * classes);
+    }
     free(class_of);
     free(first);
     release_bufs(b, 1);
@@ -1566,18 +1568,25 @@ fail:
     return -1;
 }
 
+/* Whether the rule's column `x` is DEAD in every state. */
+static int
+column_dead(const RuleBlock *rule, int32_t x)
+{
+    for (Py_ssize_t s = 0; s < rule->n; s++) {
+        if (rule->table[s * rule->c + x] != DEAD) return 0;
+    }
+    return 1;
+}
+
 /* The class whose column is DEAD in every state, or -1. Byte 0xFF never occurs in UTF-8, so its class is tried
  * first (classes are canonical: at most one is dead). */
 static int32_t
 dead_class(const RuleBlock *rule)
 {
     int32_t guess = rule->symbol_class[0xFF];
-    for (int32_t col = -1; col < (int32_t)rule->c; col++) {
-        int32_t x = col < 0 ? guess : col;
-        if (col == guess) continue;
-        Py_ssize_t s = 0;
-        while (s < rule->n && rule->table[s * rule->c + x] == DEAD) s++;
-        if (s == rule->n) return x;
+    if (column_dead(rule, guess)) return guess;
+    for (int32_t x = 0; x < (int32_t)rule->c; x++) {
+        if (x != guess && column_dead(rule, x)) return x;
     }
     return -1;
 }

@@ -241,8 +241,8 @@ class PushdownGrammar:
         if undefined:
             raise GrammarError(f"rules call undefined rules {undefined}")
         self._start_rule = start
-        if any(name == start for name, _ in callees.values()):  # the start rule must never be on a stack: EOS is
-            self._start_rule = "\0start"  # allowed only at its end
+        if any(name == start for name, _ in callees.values()):
+            self._start_rule = "\0start"  # the start rule must never be on a stack: EOS is allowed only at its end
             forms = {self._start_rule: fsm.compile_class_form(call(start), allow_special=True), **forms}
         specials: dict[str, int] = {}
         for name, form in forms.items():
@@ -998,6 +998,7 @@ _EXPAND_WHOLE = 1 << 20
 _NO_MOVES = np.zeros(0, dtype=np.int64)
 _FAMILY_CAPACITY = (16_384, 4_096)
 """Tokens and exits a family walk first makes room for (`PushdownGrammar._walk_family` grows them when short)."""
+
 
 def _family_buffers(capacity: int, exit_capacity: int) -> tuple[np.ndarray, ...]:
     """Outputs of kernel `walk_family`: members, ids and next states of its tokens; members, nodes and states of
