@@ -747,17 +747,16 @@ class PushdownGrammar:
         if walk is None:
             family = self._family_of(state)
             if roots is None and self.special_names:
-                members = [(bit, push, callee, *self._inside_of(callee)) for callee, push, bit in family]
+                walk = _Family.of_masks([(bit, push, callee, *self._inside_of(callee)) for callee, push, bit in family],
+                                        self.trie.vocab_size)  # fmt: skip
             else:
-                members = self._walk_family(family, _WHOLE_TRIE if roots is None else roots)
-            walk = _Family(members, self.trie.vocab_size)
+                walk = self._walk_family(family, _WHOLE_TRIE if roots is None else roots)
             self._family_walks = _bounded_put(self._family_walks, key, walk)
         return walk
 
-    def _walk_family(self, family: tuple[tuple[int, tuple[int, ...], int], ...], roots: np.ndarray
-                     ) -> list[tuple[int, tuple[int, ...], Any, StateMask, list[tuple[int, np.ndarray]]]]:
+    def _walk_family(self, family: tuple[tuple[int, tuple[int, ...], int], ...], roots: np.ndarray) -> _Family:
         """A family's members walked below ``roots`` in one pass of the trie (kernel `walk_family`): the members
-        with a token or an exit there, as `_Family` takes them (part keys (callee, roots) as `_subtree_of`'s)."""
+        with a token or an exit there (part keys (callee, roots) as `_subtree_of`'s)."""
         trie = self.trie
         starts = np.asarray([callee for callee, _, _ in family], dtype=np.int32)
         with self._lock:
@@ -772,31 +771,29 @@ class PushdownGrammar:
                     break
                 buffers = _family_buffers(max(count, room), max(n_exits, exit_room))
             self._family_buffers = buffers
-            if not count and not n_exits:
-                return []
             owners, ids, nexts = (buffer[:count] for buffer in buffers[:3])
             order = np.lexsort((ids, owners))  # copies: the buffers are the next walk's
             owners, ids, nexts = owners[order], ids[order], nexts[order]
             exits = zip(*(buffer[:n_exits].tolist() for buffer in buffers[3:]))
-        spans = {}
-        if count:
-            cuts = (np.flatnonzero(owners[1:] != owners[:-1]) + 1).tolist()
-            firsts = [0, *cuts]
-            spans = dict(zip(owners[firsts].tolist(), zip(firsts, [*cuts, count])))
         exits_of: dict[int, tuple[list[int], list[int]]] = {}
         for owner, node, state in exits:  # a few: keys that end within a token
             nodes, states = exits_of.setdefault(owner, ([], []))
             nodes.append(node)
             states.append(state)
+        counts = np.bincount(owners, minlength=len(family))
+        present = np.flatnonzero(counts)
+        if exits_of:
+            present = np.union1d(present, list(exits_of))
         rkey = roots.tobytes()
         members = []
-        for index in sorted(spans.keys() | exits_of.keys()):
+        for index in present.tolist():
             callee, push, bit = family[index]
-            lo, hi = spans.get(index, (0, 0))
-            nodes, states = exits_of.get(index, ([], []))
-            deeper = self._groups(np.asarray(nodes, dtype=np.int32), np.asarray(states, dtype=np.int32))
-            members.append((bit, push, (callee, rkey), StateMask(ids[lo:hi], nexts[lo:hi], trie.vocab_size), deeper))
-        return members
+            nodes, states = exits_of.get(index, _NO_EXITS)
+            deeper = self._groups(np.asarray(nodes, dtype=np.int32), np.asarray(states, dtype=np.int32)) if nodes else []
+            members.append((bit, push, (callee, rkey), deeper))
+        place = np.zeros(len(family), dtype=np.int64)
+        place[present] = np.arange(present.shape[0])
+        return _Family(members, ids, nexts, place[owners], counts[present], trie.vocab_size)
 
     def _take_family(self, walk: _Family, stack: tuple[int, ...], parts: list, families: list) -> None:
         """A family's members not in the activation's markers yet: one part of the mask for their tokens, and the
@@ -806,7 +803,7 @@ class PushdownGrammar:
         markers, base = _split_markers(stack)
         if len(walk.union(markers)):
             families.append((walk, base, markers))
-        for bit, push, _, _, deeper in walk.members:
+        for bit, push, _, deeper in walk.members:
             if deeper and not bit & markers:
                 self._through(deeper, base + (~(markers | bit), *push), parts, families)
 
@@ -995,7 +992,8 @@ _NOT_YET = np.zeros((0, 0), dtype=np.int32)
 """`PushdownGrammar._table` before the first read."""
 _EXPAND_WHOLE = 1 << 20
 """A table of at most this many cells (4 MiB) is expanded whole on its first read; a bigger one rule by rule."""
-_NO_MOVES = np.zeros(0, dtype=np.int64)
+_NO_IDS = np.zeros(0, dtype=np.int32)
+_NO_EXITS: tuple[list[int], list[int]] = ([], [])
 _FAMILY_CAPACITY = (16_384, 4_096)
 """Tokens and exits a family walk first makes room for (`PushdownGrammar._walk_family` grows them when short)."""
 
@@ -1132,23 +1130,46 @@ _FEW_PARTS = 4
 class _Family:
     """The walks of one state's `once` calls from the same trie nodes: an object's members after ``{`` or a
     separator. A mask takes the members its activation has not used as one part (`union`), so n members cost one
-    union of a few tokens each, not n parts; moves and budgets ask for the members themselves (`moves`, `parts`)."""
+    union of a few tokens each, not n parts; moves and budgets ask for the members themselves (`moves`, `parts`).
+    The members' tokens stay in one set of arrays, member after member: a member's own mask is built only when a
+    budget asks for it."""
 
-    __slots__ = ("members", "vocab_size", "_ids", "_owner", "_unions")
+    __slots__ = ("members", "vocab_size", "_ids", "_nexts", "_owner", "_offsets", "_masks", "_unions")
 
-    def __init__(self, members: list[tuple[int, tuple[int, ...], Any, StateMask, list]], vocab_size: int) -> None:
+    def __init__(self, members: list[tuple[int, tuple[int, ...], Any, list]], ids: np.ndarray, nexts: np.ndarray,
+                 owner: np.ndarray, counts: np.ndarray, vocab_size: int) -> None:
         self.members = members
-        """(marker bit, continuations pushed, part key, the member's walk, its exits grouped) per member."""
+        """(marker bit, continuations pushed, part key, its exits grouped) per member."""
         self.vocab_size = vocab_size
-        walks = [mask.allowed for _, _, _, mask, _ in members]
-        self._ids = np.concatenate([*walks, _NO_MOVES]).astype(np.int32)
-        """Every member's tokens, member after member; ``_owner``: whose each is."""
-        self._owner = np.repeat(np.arange(len(members)), [walk.shape[0] for walk in walks])
+        self._ids, self._nexts, self._owner = ids, nexts, owner
+        """Every member's tokens (ascending within a member), where each leads, whose each is."""
+        self._offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        self._masks: dict[int, StateMask] = {}
         self._unions: dict[int, StateMask] = {}
+
+    @classmethod
+    def of_masks(cls, members: list[tuple[int, tuple[int, ...], Any, StateMask, list]], vocab_size: int) -> _Family:
+        """A family from its members' masks: (marker bit, continuations pushed, part key, mask, exits grouped)."""
+        masks = [mask for _, _, _, mask, _ in members]
+        counts = np.asarray([len(mask) for mask in masks], dtype=np.int64)
+        family = cls([(bit, push, key, deeper) for bit, push, key, _, deeper in members],
+                     np.concatenate([*(mask.allowed for mask in masks), _NO_IDS]),
+                     np.concatenate([*(mask.next_states for mask in masks), _NO_IDS]),
+                     np.repeat(np.arange(len(masks)), counts), counts, vocab_size)  # fmt: skip
+        family._masks = dict(enumerate(masks))
+        return family
+
+    def mask(self, index: int) -> StateMask:
+        """Member ``index``'s own mask."""
+        mask = self._masks.get(index)
+        if mask is None:
+            lo, hi = self._offsets[index], self._offsets[index + 1]
+            mask = self._masks[index] = StateMask(self._ids[lo:hi], self._nexts[lo:hi], self.vocab_size)
+        return mask
 
     def _unused(self, markers: int) -> np.ndarray:
         """bool per member: its marker is not among ``markers``."""
-        return np.fromiter((not bit & markers for bit, _, _, _, _ in self.members), dtype=bool,
+        return np.fromiter((not bit & markers for bit, _, _, _ in self.members), dtype=bool,
                            count=len(self.members))  # fmt: skip
 
     def union(self, markers: int) -> StateMask:
@@ -1166,16 +1187,18 @@ class _Family:
 
     def parts(self, base: tuple[int, ...], markers: int) -> list[tuple[Any, StateMask, tuple[int, ...]]]:
         """The members not among ``markers`` as ordinary parts, each with the stack its tokens keep."""
-        return [(key, mask, base + (~(markers | bit), *push))
-                for bit, push, key, mask, _ in self.members if not bit & markers and len(mask)]  # fmt: skip
+        offsets = self._offsets
+        return [(key, self.mask(index), base + (~(markers | bit), *push))
+                for index, (bit, push, key, _) in enumerate(self.members)
+                if not bit & markers and offsets[index + 1] > offsets[index]]  # fmt: skip
 
     def moves(self, token_id: int, base: tuple[int, ...], markers: int) -> list[Config]:
         """Where ``token_id`` leads through the members not among ``markers``."""
         found = []
-        for index in self._owner[self._ids == token_id].tolist():
-            bit, push, _, mask, _ = self.members[index]
+        at = np.flatnonzero(self._ids == token_id)
+        for index, target in zip(self._owner[at].tolist(), self._nexts[at].tolist()):
+            bit, push, _, _ = self.members[index]
             if not bit & markers:
-                target = mask.next_state(token_id)
                 found.append((target, () if target == TERMINAL else base + (~(markers | bit), *push)))
         return found
 

@@ -180,7 +180,8 @@ def test_a_family_walk_finds_what_its_members_walked_one_by_one_find(llama3_voca
     for state in family_states:
         family = grammar._family_of(state)
         for roots in roots_sets:
-            found = {bit: (mask, deeper) for bit, _, _, mask, deeper in grammar._walk_family(family, roots)}
+            walk = grammar._walk_family(family, roots)
+            found = {bit: (walk.mask(index), deeper) for index, (bit, _, _, deeper) in enumerate(walk.members)}
             for callee, _, bit in family:
                 whole = roots is pushdown._WHOLE_TRIE  # the member's inside mask
                 mask, deeper = grammar._inside_of(callee) if whole else grammar._subtree_of(callee, roots)[1:]
