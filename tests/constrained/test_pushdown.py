@@ -4,6 +4,7 @@ budgets close, and rule sets that cannot be grammars are refused."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 
@@ -413,10 +414,10 @@ twice) and narrow ones (dates, which stay inline)."""
 
 
 def test_rule_mode_shares_a_wide_string_lexeme_and_keeps_its_language(llama3_vocab):
-    from constrained.schema import schema_to_rules
+    from constrained.schema import FLEXIBLE_WS, schema_to_rules
 
     rules, start = schema_to_rules(SHARED_URLS, whitespace="flexible")
-    shared = {name: rules[name] for name in rules if name.startswith("s")}
+    shared = {name: rules[name].removeprefix(f"{FLEXIBLE_WS}(?:") for name in rules if name.startswith("s")}
     assert sorted(body[:11] for body in shared.values()) == ['"[A-Za-z0-9', '"[A-Za-z][A'], shared  # email, URI
     assert all(rules[start].count(call(name)) >= 2 for name in shared)
     assert "[1-9][0-9]{3}-" in rules[start]  # the dates, inline
@@ -439,6 +440,85 @@ def test_rule_mode_shares_a_wide_string_lexeme_and_keeps_its_language(llama3_voc
         assert matcher.advance(best)
         position += len(llama3_vocab.tokens[best])
     assert matcher.is_accepting()
+
+
+def test_rule_mode_moves_the_whitespace_before_a_value_into_the_values_rule():
+    """A rule every call of which follows a whitespace slot, unguarded, takes the slot into its body; a rule called
+    once without the slot or with a guard, the start rule, and a rule that already leads with the slot keep theirs."""
+    from constrained.schema import FLEXIBLE_WS as ws
+    from constrained.schema import _hoist_whitespace
+
+    rules = {
+        "root": rf"\[{ws}{call('v')},{ws}{call('v')},{ws}{call('w')},{call('w')},{ws}{call('g', 'once=0')}\]",
+        "v": f"1|{ws}{call('lead')}", "w": "2", "g": "3", "lead": f"{ws}4",
+    }  # fmt: skip
+    hoisted = _hoist_whitespace(rules, "root", ws)
+    assert hoisted["v"] == f"{ws}(?:1|{ws}{call('lead')})"
+    assert hoisted["root"] == rf"\[{call('v')},{call('v')},{ws}{call('w')},{call('w')},{ws}{call('g', 'once=0')}\]"
+    assert {name: hoisted[name] for name in ("w", "g", "lead")} == {name: rules[name] for name in ("w", "g", "lead")}
+    assert _hoist_whitespace(hoisted, "root", ws) == hoisted
+    assert _hoist_whitespace(rules, "root", "") is rules
+
+
+NESTED = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "owner": {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array"}}},
+        "rows": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}},
+        "meta": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "integer"}}},
+    },
+}
+"""Values that are rules of their own after a colon, as array items and as extra properties' values."""
+
+
+def _spaced(value, blank) -> str:
+    """``value`` as JSON with ``blank()`` in every whitespace slot."""
+    if isinstance(value, dict):
+        items = [f"{blank()}{json.dumps(k)}{blank()}:{blank()}{_spaced(v, blank)}{blank()}" for k, v in value.items()]
+        return "{" + ",".join(items) + "}" if items else "{" + blank() + "}"
+    if isinstance(value, list):
+        items = [f"{blank()}{_spaced(v, blank)}{blank()}" for v in value]
+        return "[" + ",".join(items) + "]" if items else "[" + blank() + "]"
+    return json.dumps(value)
+
+
+def _one_odd_slot(value, rng: random.Random) -> str:
+    """``value`` with flexible whitespace in every slot but one, which gets any of a few blanks, some of them more
+    than a slot allows (two spaces, a tab, a space before a newline)."""
+    slots = itertools.count()
+    _spaced(value, lambda: str(next(slots)))
+    odd, slot = rng.randrange(next(slots)), itertools.count()
+    return _spaced(value, lambda: rng.choice(["  ", "\t", " \n", "", " ", "\n  "] if next(slot) == odd else
+                                             ["", " ", "\n", "\n    "]))  # fmt: skip
+
+
+def test_moving_whitespace_into_value_rules_keeps_the_language(llama3_vocab, monkeypatch):
+    """The rules with each value's leading whitespace in its own rule accept exactly the documents the rules with
+    the whitespace at its callers accept, on documents with whitespace of every kind in every slot."""
+    from constrained import schema
+    from constrained.schema import schema_to_rules
+
+    hoisted = schema_to_rules(NESTED, whitespace="flexible", property_order="any")
+    monkeypatch.setattr(schema, "_hoist_whitespace", lambda rules, start, ws: rules)
+    kept = schema_to_rules(NESTED, whitespace="flexible", property_order="any")
+    assert hoisted != kept and sum(body.count(FLEXIBLE_WS_CALL) for body in kept[0].values()) > 4
+    grammars = [compile_rules(rules, start, llama3_vocab) for rules, start in (hoisted, kept)]
+    documents = [{"id": 1, "owner": {"name": "a", "tags": [1, {"x": [None]}, []]}, "rows": [{"k": "b"}, {}],
+                  "meta": {"p": [1, 2], "q": []}}, {"rows": [], "meta": {}}, {}]  # fmt: skip
+    rng, accepted = random.Random(7), 0
+    for document in documents:
+        assert all(grammar.accepts(json.dumps(document, indent=2).encode()) for grammar in grammars)
+        for _ in range(40):
+            text = _one_odd_slot(document, rng).encode()
+            verdicts = {grammar.accepts(text) for grammar in grammars}
+            assert len(verdicts) == 1, text
+            accepted += verdicts.pop()
+    assert 0 < accepted < 120  # both verdicts occur
+
+
+FLEXIBLE_WS_CALL = "]{0,20})?(?&="
+"""The end of a flexible whitespace slot right before a call."""
 
 
 def _fitting(grammar: PushdownGrammar, configs, remaining: int) -> set[int]:
