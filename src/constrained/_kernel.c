@@ -17,6 +17,7 @@
  *                the bounds of the calls they stop at.
  *   apply_allowed / apply_disallowed / apply_bytemask   write -inf into float32 logits, in place.
  *   expand_runs  checks and decodes a run-length table read from the grammar cache, in one pass.
+ *   or_bits      the union of bitmasks and its count (a pushdown mask's parts, combined).
  *   expand_classes   a DFA's table by symbol from its class form (take along axis 1, at memory speed).
  *   lay_out_rules   a pushdown grammar's table by combined class from its rules' DFAs (classes combined, states
  *                offset, call moves to a side table) and its reverse edges (CSR) for the graph searches below.
@@ -1065,6 +1066,53 @@ ids_to_bits(PyObject *self, PyObject *args)
 done:
     PyBuffer_Release(&bo);
     PyBuffer_Release(&bi);
+    return result;
+}
+
+PyDoc_STRVAR(or_bits_doc,
+"or_bits(masks, out) -> int\n\n"
+"The union of bitmasks: out (uint32) is the bitwise OR of every array in the sequence masks (each as long as\n"
+"out; out may be the first of them), and the count of its set bits is returned. One call where a union of a\n"
+"dozen parts cost a dozen numpy calls and a count.");
+
+static PyObject *
+or_bits(PyObject *self, PyObject *args)
+{
+    PyObject *o_masks, *o_out;
+    if (!PyArg_ParseTuple(args, "OO", &o_masks, &o_out)) return NULL;
+    PyObject *masks = PySequence_Fast(o_masks, "or_bits: masks must be a sequence");
+    if (masks == NULL) return NULL;
+    Py_buffer bo;
+    if (get_buf(o_out, &bo, 1, 4, "out") < 0) {
+        Py_DECREF(masks);
+        return NULL;
+    }
+    uint32_t *out = (uint32_t *)bo.buf;
+    Py_ssize_t n_words = n_items(&bo), n_masks = PySequence_Fast_GET_SIZE(masks);
+    PyObject *result = NULL;
+    for (Py_ssize_t m = 0; m < n_masks; m++) {
+        Py_buffer bm;
+        if (get_buf(PySequence_Fast_GET_ITEM(masks, m), &bm, 0, 4, "masks") < 0) goto done;
+        if (n_items(&bm) != n_words) {
+            PyBuffer_Release(&bm);
+            PyErr_SetString(PyExc_ValueError, "or_bits: every mask must be as long as out");
+            goto done;
+        }
+        const uint32_t *bits = (const uint32_t *)bm.buf;
+        if (m == 0) {
+            memmove(out, bits, sizeof(uint32_t) * (size_t)n_words);
+        } else {
+            for (Py_ssize_t k = 0; k < n_words; k++) out[k] |= bits[k];
+        }
+        PyBuffer_Release(&bm);
+    }
+    if (n_masks == 0) memset(out, 0, sizeof(uint32_t) * (size_t)n_words);
+    Py_ssize_t count = 0;
+    for (Py_ssize_t k = 0; k < n_words; k++) count += popcount32(out[k]);
+    result = PyLong_FromSsize_t(count);
+done:
+    PyBuffer_Release(&bo);
+    Py_DECREF(masks);
     return result;
 }
 
@@ -2371,6 +2419,7 @@ static PyMethodDef kernel_methods[] = {
     {"walk_template", walk_template, METH_VARARGS, walk_template_doc},
     {"bits_to_ids", bits_to_ids, METH_VARARGS, bits_to_ids_doc},
     {"ids_to_bits", ids_to_bits, METH_VARARGS, ids_to_bits_doc},
+    {"or_bits", or_bits, METH_VARARGS, or_bits_doc},
     {"min_tokenization", min_tokenization, METH_VARARGS, min_tokenization_doc},
     {"follow_hops", follow_hops, METH_VARARGS, follow_hops_doc},
     {"completion_bounds", completion_bounds, METH_VARARGS, completion_bounds_doc},

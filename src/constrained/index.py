@@ -378,7 +378,7 @@ class StateMask:
                 _clear_ids(bits, self.allowed[over], self.vocab_size)
             else:
                 bits = _id_bits(self.allowed[~over], self.vocab_size)
-        count = int(np.bitwise_count(bits).sum())
+        count = _kernel.or_bits((bits,), bits)
         return StateMask.from_bits(bits, count, self.vocab_size, RestrictedLookup(self))
 
     def token_bounds(self, bounds_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -454,6 +454,8 @@ class TokenIndex:
             the disk cache, which passed it when compiled; a failing state still raises when its mask is computed).
         table_checked: the caller has already checked every transition target is in [-1, n_states) (the disk-cache
             loader does, on the table's run-length form); otherwise it is checked here, since the kernels trust it.
+        bits_only: the masks are read as bitmasks only (a pushdown grammar's, joined into unions): the forms that
+            write logits are not built with each mask, only if one is applied.
 
     Raises:
         IncompatibleVocabularyError: the DFA names a special token the vocabulary lacks, or some state
@@ -468,8 +470,10 @@ class TokenIndex:
         masks: Mapping[int, tuple[np.ndarray, np.ndarray]] | None = None,
         preflight: bool = True,
         table_checked: bool = False,
+        bits_only: bool = False,
     ) -> None:
         self.dfa = dfa
+        self._bits_only = bits_only
         self.vocab = vocab
         self.trie = token_trie(vocab)
         self._width = dfa.n_symbols
@@ -591,7 +595,7 @@ class TokenIndex:
             lookup = BitsLookup(listed_ids=ids, listed_next=next_states, embedding=plan.embedding,
                                 pure_state=plan.pure_state, pure_groups=plan.pure_groups)  # fmt: skip
             mask = StateMask.from_bits(bits, n_normal + int(extra_ids.shape[0]), trie.vocab_size, lookup)
-        if mask.form == "disallowed":  # build the mask forms now (once per state), not on the first apply
+        if mask.form == "disallowed" and not self._bits_only:  # the mask forms now (once per state), not on apply
             mask.disallowed  # noqa: B018
         mask.bits  # noqa: B018 - the keep-vector of a "bytemask" mask unpacks from these bits on first apply
         return mask

@@ -192,7 +192,7 @@ class PushdownGrammar:
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
         self._eos = tuple(sorted(vocab.eos_token_ids))
-        self._index = TokenIndex(table_dfa, vocab, preflight=False, table_checked=True)
+        self._index = TokenIndex(table_dfa, vocab, preflight=False, table_checked=True, bits_only=True)
         """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
         of the start rule); calls and returns are this module's business. The table is in range by construction
         or checked by `_adopt`, and is expanded from its class form rule by rule (`_ready`)."""
@@ -689,9 +689,9 @@ class PushdownGrammar:
     def _is_silent(self, state: int) -> bool:
         """Whether no byte or special token moves from ``state`` (it only calls, returns or ends the document)."""
         silent = self._silent.get(state)
-        if silent is None:
-            self._ready(state)
-            silent = self._silent[state] = not self._top_accept[state] and bool((self._table[state] == DEAD).all())
+        if silent is None:  # read in the class form: every class is some symbol's, and DEAD is the least entry
+            moves = int(self._by_class[state].max(initial=DEAD)) != DEAD
+            silent = self._silent[state] = not self._top_accept[state] and not moves
         return silent
 
     def _subtree_of(self, state: int, roots: np.ndarray) -> tuple[bytes, StateMask, list[tuple[int, np.ndarray]]]:
@@ -1179,7 +1179,7 @@ class _Family:
             bits = np.empty(-(-self.vocab_size // 32), dtype=np.uint32)
             _kernel.ids_to_bits(self._ids[self._unused(markers)[self._owner]] if markers else self._ids,
                                 self.vocab_size, bits)  # fmt: skip
-            union = _bits_mask(bits, self.vocab_size)
+            union = _bits_mask(bits, _kernel.or_bits((bits,), bits), self.vocab_size)
             if len(self._unions) >= 256:
                 self._unions = {}
             self._unions[markers] = union
@@ -1280,15 +1280,13 @@ def _union(masks: Sequence[StateMask], vocab_size: int) -> StateMask:
         return masks[0]
     if not masks:
         return StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), vocab_size)
-    bits = masks[0].bits.copy()
-    for mask in masks[1:]:
-        np.bitwise_or(bits, mask.bits, out=bits)
-    return _bits_mask(bits, vocab_size)
+    bits = np.empty(-(-vocab_size // 32), dtype=np.uint32)
+    return _bits_mask(bits, _kernel.or_bits([mask.bits for mask in masks], bits), vocab_size)
 
 
-def _bits_mask(bits: np.ndarray, vocab_size: int) -> StateMask:
-    """A union's mask from its bits (moves go through its parts, so it has no next-state lookup)."""
-    count = int(np.bitwise_count(bits).sum())
+def _bits_mask(bits: np.ndarray, count: int, vocab_size: int) -> StateMask:
+    """A union's mask from its bits, ``count`` of them set (moves go through its parts, so it has no next-state
+    lookup)."""
     return StateMask.from_bits(bits, count, vocab_size, _NoLookup())  # type: ignore[arg-type]
 
 

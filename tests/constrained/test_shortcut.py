@@ -208,3 +208,19 @@ def test_bits_to_ids_reads_either_value_and_ignores_padding():
         _kernel.bits_to_ids(bits, 40, 1, np.empty(2, dtype=np.int32))
     with pytest.raises(ValueError, match="one bit per id"):
         _kernel.bits_to_ids(bits, 80, 1, out)
+
+
+@given(st.lists(st.lists(st.integers(0, 2**32 - 1), min_size=3, max_size=3), max_size=6))
+def test_or_bits_is_the_union_and_its_count(words):
+    """Against numpy's OR and bit count; out may be the first mask (a count of one mask in place)."""
+    masks = [np.asarray(w, dtype=np.uint32) for w in words]
+    out = np.full(3, 0xFFFFFFFF, dtype=np.uint32)
+    expected = np.bitwise_or.reduce(masks) if masks else np.zeros(3, dtype=np.uint32)
+    assert _kernel.or_bits(masks, out) == int(np.bitwise_count(expected).sum())
+    assert out.tolist() == expected.tolist()
+    if masks:
+        first = masks[0].copy()
+        assert _kernel.or_bits((first,), first) == int(np.bitwise_count(masks[0]).sum())
+        assert first.tolist() == masks[0].tolist()
+    with pytest.raises(ValueError, match="as long as out"):
+        _kernel.or_bits([np.zeros(2, dtype=np.uint32)], out)
