@@ -98,6 +98,21 @@ popcount32(uint32_t x)
     return (int)((x * 0x01010101u) >> 24);
 }
 
+/* Whether a class-form table is consistent: `classes` (int32 [n_states, n_classes], 2-D) with every entry of
+ * `sc` (the class of each symbol; at least the 256 bytes) a column of it. Sets *n_states and *n_classes. */
+static int
+class_form_ok(Py_buffer *classes, Py_buffer *sc, Py_ssize_t *n_states, Py_ssize_t *n_classes)
+{
+    Py_ssize_t ncls = classes->ndim == 2 ? classes->shape[1] : 0;
+    *n_classes = ncls;
+    *n_states = ncls ? n_items(classes) / ncls : 0;
+    if (!ncls || n_items(classes) != *n_states * ncls || n_items(sc) < 256) return 0;
+    const int32_t *c = (const int32_t *)sc->buf;
+    int bad = 0;
+    for (Py_ssize_t j = 0; j < n_items(sc); j++) bad |= (c[j] < 0) | (c[j] >= ncls);
+    return !bad;
+}
+
 /* ---- build_trie ------------------------------------------------------------------------------ */
 
 static const uint8_t *sort_blob;  /* qsort context; build_trie holds the GIL throughout */
@@ -413,10 +428,12 @@ done:
 }
 
 PyDoc_STRVAR(walk_rule_doc,
-"walk_rule(transitions, width, state, boundary, roots, node_byte, node_depth, node_end, tok_start, tok_ids,\n"
+"walk_rule(classes, symbol_class, state, boundary, roots, node_byte, node_depth, node_end, tok_start, tok_ids,\n"
 "          max_depth, out_ids, out_next, out_exit_nodes, out_exit_states, scratch) -> (count, n_exits)\n\n"
 "`walk` over the subtrees of the trie nodes `roots` (int32, ascending, none inside another's subtree; [0] = the\n"
-"whole trie), each from `state`, for a pushdown grammar's combined rule table: every token below a root whose\n"
+"whole trie), each from `state`, for a pushdown grammar's combined rule table in its class form (the state\n"
+"after byte x from s is classes[s, symbol_class[x]]; classes int32 [n_states, n_classes], symbol_class int32\n"
+"[at least 256], each a column of classes: no rule's rows are expanded by symbol): every token below a root whose\n"
 "remaining bytes stay in the table is written to out_ids/out_next (ascending ids); every node below a root that\n"
 "has children and whose state is a BOUNDARY (boundary[state] != 0: the state can call a rule or return from\n"
 "one) is written to out_exit_nodes/out_exit_states, in preorder, so the caller continues those subtrees through\n"
@@ -425,22 +442,22 @@ PyDoc_STRVAR(walk_rule_doc,
 static PyObject *
 walk_rule(PyObject *self, PyObject *args)
 {
-    PyObject *o[13];
-    Py_ssize_t width, state, max_depth;
-    if (!PyArg_ParseTuple(args, "OnnOOOOOOOnOOOOO", &o[0], &width, &state, &o[1], &o[12], &o[2], &o[3], &o[4],
+    PyObject *o[14];
+    Py_ssize_t state, max_depth;
+    if (!PyArg_ParseTuple(args, "OOnOOOOOOOnOOOOO", &o[0], &o[13], &state, &o[1], &o[12], &o[2], &o[3], &o[4],
                           &o[5], &o[6], &max_depth, &o[7], &o[8], &o[9], &o[10], &o[11])) {
         return NULL;
     }
-    Py_buffer b[13];
-    const Py_ssize_t sizes[13] = {4, 1, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
-    const int wr[13] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0};
-    const char *names[13] = {"transitions", "boundary", "node_byte", "node_depth", "node_end", "tok_start",
+    Py_buffer b[14];
+    const Py_ssize_t sizes[14] = {4, 1, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+    const int wr[14] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0};
+    const char *names[14] = {"classes", "boundary", "node_byte", "node_depth", "node_end", "tok_start",
                              "tok_ids", "out_ids", "out_next", "out_exit_nodes", "out_exit_states", "scratch",
-                             "roots"};
+                             "roots", "symbol_class"};
     int got = 0;
     PyObject *result = NULL;
     int32_t *states = NULL;
-    for (; got < 13; got++) {
+    for (; got < 14; got++) {
         if (get_buf(o[got], &b[got], wr[got], sizes[got], names[got]) < 0) goto done;
     }
     const int32_t *T = (const int32_t *)b[0].buf;
@@ -456,12 +473,14 @@ walk_rule(PyObject *self, PyObject *args)
     int32_t *xstate = (int32_t *)b[10].buf;
     int32_t *scr = (int32_t *)b[11].buf;
     const int32_t *roots = (const int32_t *)b[12].buf;
-    Py_ssize_t n_states = width > 0 ? n_items(&b[0]) / width : 0;
+    const int32_t *sc = (const int32_t *)b[13].buf;
+    Py_ssize_t n_states, ncls;
+    int form_ok = class_form_ok(&b[0], &b[13], &n_states, &ncls);
     Py_ssize_t n_nodes = n_items(&b[2]);
     Py_ssize_t n_tok = n_items(&b[6]);
     Py_ssize_t vsize = n_items(&b[11]);
     Py_ssize_t n_roots = n_items(&b[12]);
-    int bad = width < 256 || n_items(&b[0]) != n_states * width || state < 0 || state >= n_states ||
+    int bad = !form_ok || state < 0 || state >= n_states ||
               n_items(&b[1]) != n_states || n_items(&b[3]) != n_nodes || n_items(&b[4]) != n_nodes ||
               n_items(&b[5]) != n_nodes + 1 || n_items(&b[7]) < n_tok || n_items(&b[8]) < n_tok ||
               n_items(&b[9]) < n_nodes || n_items(&b[10]) < n_nodes || max_depth < 0 || n_nodes < 1;
@@ -485,7 +504,7 @@ walk_rule(PyObject *self, PyObject *args)
         states[nd[root]] = (int32_t)state;
         for (Py_ssize_t i = root + 1, end = ne[root]; i < end;) {
             int32_t d = nd[i];
-            int32_t ns = T[(Py_ssize_t)states[d - 1] * width + nb[i]];
+            int32_t ns = T[(Py_ssize_t)states[d - 1] * ncls + sc[nb[i]]];
             if (ns < 0) {
                 i = ne[i];
                 continue;
@@ -521,8 +540,9 @@ done:
 }
 
 PyDoc_STRVAR(rule_exits_doc,
-"rule_exits(transitions, width, boundary, reach, starts, start_states, node_byte, node_depth, node_end, deepest,\n"
-"           max_depth, out_exit_nodes, out_exit_states) -> n_exits\n\n"
+"rule_exits(classes, symbol_class, boundary, reach, starts, start_states, node_byte, node_depth, node_end,\n"
+"           deepest, max_depth, out_exit_nodes, out_exit_states) -> n_exits\n\n"
+"(The table in its class form, as for `walk_rule`.) "
 "The exits of `walk_rule` (nodes with children whose state is a boundary) in the subtrees rooted AT each\n"
 "starts[k] (the node itself included), walked from start_states[k] at its parent. A subtree is skipped when its\n"
 "deepest node is too shallow for the state to reach a boundary (reach: int32[n_states], fewest bytes to a\n"
@@ -531,21 +551,22 @@ PyDoc_STRVAR(rule_exits_doc,
 static PyObject *
 rule_exits(PyObject *self, PyObject *args)
 {
-    PyObject *o[11];
-    Py_ssize_t width, max_depth;
-    if (!PyArg_ParseTuple(args, "OnOOOOOOOOnOO", &o[0], &width, &o[1], &o[9], &o[2], &o[3], &o[4], &o[5], &o[6],
+    PyObject *o[12];
+    Py_ssize_t max_depth;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOnOO", &o[0], &o[11], &o[1], &o[9], &o[2], &o[3], &o[4], &o[5], &o[6],
                           &o[10], &max_depth, &o[7], &o[8])) {
         return NULL;
     }
-    Py_buffer b[11];
-    const Py_ssize_t sizes[11] = {4, 1, 4, 4, 1, 4, 4, 4, 4, 4, 4};
-    const int wr[11] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0};
-    const char *names[11] = {"transitions", "boundary", "starts", "start_states", "node_byte", "node_depth",
-                             "node_end", "out_exit_nodes", "out_exit_states", "reach", "deepest"};
+    Py_buffer b[12];
+    const Py_ssize_t sizes[12] = {4, 1, 4, 4, 1, 4, 4, 4, 4, 4, 4, 4};
+    const int wr[12] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0};
+    const char *names[12] = {"classes", "boundary", "starts", "start_states", "node_byte", "node_depth",
+                             "node_end", "out_exit_nodes", "out_exit_states", "reach", "deepest",
+                             "symbol_class"};
     int got = 0;
     PyObject *result = NULL;
     int32_t *states = NULL;
-    for (; got < 11; got++) {
+    for (; got < 12; got++) {
         if (get_buf(o[got], &b[got], wr[got], sizes[got], names[got]) < 0) goto done;
     }
     const int32_t *T = (const int32_t *)b[0].buf;
@@ -559,10 +580,12 @@ rule_exits(PyObject *self, PyObject *args)
     int32_t *xstate = (int32_t *)b[8].buf;
     const int32_t *reach = (const int32_t *)b[9].buf;
     const int32_t *deepest = (const int32_t *)b[10].buf;
-    Py_ssize_t n_states = width > 0 ? n_items(&b[0]) / width : 0;
+    const int32_t *sc = (const int32_t *)b[11].buf;
+    Py_ssize_t n_states, ncls;
+    int form_ok = class_form_ok(&b[0], &b[11], &n_states, &ncls);
     Py_ssize_t n_nodes = n_items(&b[4]);
     Py_ssize_t n_starts = n_items(&b[2]);
-    if (width < 256 || n_items(&b[0]) != n_states * width || n_items(&b[1]) != n_states ||
+    if (!form_ok || n_items(&b[1]) != n_states ||
         n_items(&b[9]) != n_states || n_items(&b[10]) != n_nodes ||
         n_items(&b[3]) != n_starts || n_items(&b[5]) != n_nodes || n_items(&b[6]) != n_nodes ||
         n_items(&b[7]) < n_nodes || n_items(&b[8]) < n_nodes || max_depth < 0 || n_nodes < 1) {
@@ -587,7 +610,7 @@ rule_exits(PyObject *self, PyObject *args)
         states[nd[start] - 1] = ss[k];
         for (Py_ssize_t i = start; i < end;) {
             int32_t d = nd[i];
-            int32_t ns = T[(Py_ssize_t)states[d - 1] * width + nb[i]];
+            int32_t ns = T[(Py_ssize_t)states[d - 1] * ncls + sc[nb[i]]];
             if (ns < 0) {
                 i = ne[i];
                 continue;
@@ -736,34 +759,42 @@ done:
 }
 
 PyDoc_STRVAR(template_map_doc,
-"template_map(transitions, width, state, template, template_width, template_start, out_map) -> bool\n\n"
-"Whether the template DFA embeds at `state`: a map h (template state -> DFA state, h[start] = state)\n"
-"such that every live template transition b -x-> b2 has transitions[h[b], x] == h[b2] (bytes only; a target\n"
+"template_map(classes, symbol_class, state, template, template_width, template_start, out_map) -> bool\n\n"
+"Whether the template DFA embeds at `state` of a DFA in its class form (as for `walk_rule`): a map h\n"
+"(template state -> DFA state, h[start] = state) such that every live template transition b -x-> b2 has\n"
+"classes[h[b], symbol_class[x]] == h[b2] (bytes only; a target\n"
 "past the template's last row counts as dead, so the first rows of a bigger template are a template too).\n"
 "Fills out_map int32[template states] (-1 where unreachable) and returns True, or returns False.");
 
 static PyObject *
 template_map(PyObject *self, PyObject *args)
 {
-    PyObject *o_t, *o_tt, *o_map;
-    Py_ssize_t width, state, twidth, tstart;
-    if (!PyArg_ParseTuple(args, "OnnOnnO", &o_t, &width, &state, &o_tt, &twidth, &tstart, &o_map)) return NULL;
-    Py_buffer bt, btt, bm;
-    if (get_buf(o_t, &bt, 0, 4, "transitions") < 0) return NULL;
+    PyObject *o_t, *o_sc, *o_tt, *o_map;
+    Py_ssize_t state, twidth, tstart;
+    if (!PyArg_ParseTuple(args, "OOnOnnO", &o_t, &o_sc, &state, &o_tt, &twidth, &tstart, &o_map)) return NULL;
+    Py_buffer bt, bsc, btt, bm;
+    if (get_buf(o_t, &bt, 0, 4, "classes") < 0) return NULL;
+    if (get_buf(o_sc, &bsc, 0, 4, "symbol_class") < 0) {
+        PyBuffer_Release(&bt);
+        return NULL;
+    }
     if (get_buf(o_tt, &btt, 0, 4, "template") < 0) {
+        PyBuffer_Release(&bsc);
         PyBuffer_Release(&bt);
         return NULL;
     }
     if (get_buf(o_map, &bm, 1, 4, "out_map") < 0) {
         PyBuffer_Release(&btt);
+        PyBuffer_Release(&bsc);
         PyBuffer_Release(&bt);
         return NULL;
     }
     PyObject *result = NULL;
     int32_t *queue = NULL;
-    Py_ssize_t n_states = width > 0 ? n_items(&bt) / width : 0;
+    Py_ssize_t n_states, ncls;
+    int form_ok = class_form_ok(&bt, &bsc, &n_states, &ncls);
     Py_ssize_t n_tmpl = twidth > 0 ? n_items(&btt) / twidth : 0;
-    if (width < 256 || twidth < 256 || n_items(&bt) != n_states * width || n_items(&btt) != n_tmpl * twidth ||
+    if (!form_ok || twidth < 256 || n_items(&btt) != n_tmpl * twidth ||
         state < 0 || state >= n_states || tstart < 0 || tstart >= n_tmpl || n_items(&bm) != n_tmpl) {
         PyErr_SetString(PyExc_ValueError, "template_map: inconsistent array sizes");
         goto done;
@@ -773,7 +804,7 @@ template_map(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    const int32_t *T = (const int32_t *)bt.buf, *TT = (const int32_t *)btt.buf;
+    const int32_t *T = (const int32_t *)bt.buf, *TT = (const int32_t *)btt.buf, *sc = (const int32_t *)bsc.buf;
     int32_t *h = (int32_t *)bm.buf;
     for (Py_ssize_t b = 0; b < n_tmpl; b++) h[b] = -1;
     h[tstart] = (int32_t)state;
@@ -782,11 +813,11 @@ template_map(PyObject *self, PyObject *args)
     int ok = 1;
     while (ok && head < tail) {
         int32_t b = queue[head++];
-        const int32_t *trow = TT + (Py_ssize_t)b * twidth, *row = T + (Py_ssize_t)h[b] * width;
+        const int32_t *trow = TT + (Py_ssize_t)b * twidth, *row = T + (Py_ssize_t)h[b] * ncls;
         for (int x = 0; x < 256; x++) {
             int32_t b2 = trow[x];
             if (b2 < 0 || b2 >= n_tmpl) continue; /* dead, or past the template's last row: dead too */
-            int32_t g = row[x];
+            int32_t g = row[sc[x]];
             if (g < 0 || g >= n_states) {
                 ok = 0;
                 break;
@@ -805,36 +836,38 @@ done:
     free(queue);
     PyBuffer_Release(&bm);
     PyBuffer_Release(&btt);
+    PyBuffer_Release(&bsc);
     PyBuffer_Release(&bt);
     return result;
 }
 
 PyDoc_STRVAR(walk_template_doc,
-"walk_template(transitions, width, state, template, map, pure_bits, exit_nodes, exit_tstate, node_byte,\n"
+"walk_template(classes, symbol_class, state, template, map, pure_bits, exit_nodes, exit_tstate, node_byte,\n"
 "              node_depth, node_end, tok_start, tok_ids, max_depth, vocab_size, out_bits, out_ids, out_next,\n"
 "              scratch) -> (n_found, count)\n\n"
-"`walk(state)` as a bitmask, using a template DFA (int32[n_template, 256], start 0; targets past its last row\n"
-"are dead, as in template_map) that embeds at some\n"
+"`walk(state)` of a DFA in its class form (as for `walk_rule`) as a bitmask, using a template DFA\n"
+"(int32[n_template, 256], start 0; targets past its last row are dead, as in template_map) that embeds at some\n"
 "state t (map = template_map at t: template state -> DFA state). out_bits starts as pure_bits (the tokens\n"
 "whose bytes all stay inside the template, as uint32 words: bit i%32 of word i/32 = token i). The trie is\n"
 "walked jointly from (state, template start); a node where the DFA state equals map[template state] is\n"
 "SYNCHRONIZED: from there on the DFA follows the template, so its pure tokens are right as they are and\n"
 "the walk skips the subtree, except below the template's exits inside it (exit_nodes / exit_tstate, see\n"
-"walk_exits), walked from transitions[map[tstate], byte]. Elsewhere tokens are decided the plain way (their\n"
-"pure bits cleared first). Tokens found by walking (none of them kept pure bits) go to out_ids[:n_found]\n"
+"walk_exits), walked from the move on that byte from map[tstate]. Elsewhere tokens are decided the plain way\n"
+"(their pure bits cleared first). Tokens found by walking (none of them kept pure bits) go to out_ids[:n_found]\n"
 "(ascending) with their states in out_next; count = bits set in out_bits. scratch: int32[vocab_size] all\n"
 "-1 (restored). The trie must have passed `check`; everything else that indexes memory is checked here.");
 
 /* Walk the subtree of node x, whose own state is ns, appending (token, state) pairs to found. */
 static Py_ssize_t
-walk_subtree(Py_ssize_t x, int32_t ns, const int32_t *T, Py_ssize_t width, const uint8_t *nb, const int32_t *nd,
-             const int32_t *ne, const int32_t *ts, const int32_t *ti, int32_t *states, pair_t *found, Py_ssize_t n)
+walk_subtree(Py_ssize_t x, int32_t ns, const int32_t *T, Py_ssize_t ncls, const int32_t *sc, const uint8_t *nb,
+             const int32_t *nd, const int32_t *ne, const int32_t *ts, const int32_t *ti, int32_t *states,
+             pair_t *found, Py_ssize_t n)
 {
     states[nd[x]] = ns;
     for (int32_t t = ts[x]; t < ts[x + 1]; t++) found[n++] = (pair_t){ti[t], ns};
     for (Py_ssize_t i = x + 1; i < ne[x];) {
         int32_t d = nd[i];
-        int32_t s2 = T[(Py_ssize_t)states[d - 1] * width + nb[i]];
+        int32_t s2 = T[(Py_ssize_t)states[d - 1] * ncls + sc[nb[i]]];
         if (s2 < 0) {
             i = ne[i];
             continue;
@@ -851,20 +884,20 @@ walk_subtree(Py_ssize_t x, int32_t ns, const int32_t *T, Py_ssize_t width, const
 static PyObject *
 walk_template(PyObject *self, PyObject *args)
 {
-    enum { NB = 15 };
+    enum { NB = 16 };
     PyObject *o[NB];
-    Py_ssize_t width, state, max_depth, vsize;
-    if (!PyArg_ParseTuple(args, "OnnOOOOOOOOOOnnOOOO", &o[0], &width, &state, &o[1], &o[2], &o[3], &o[4], &o[5],
+    Py_ssize_t state, max_depth, vsize;
+    if (!PyArg_ParseTuple(args, "OOnOOOOOOOOOOnnOOOO", &o[0], &o[15], &state, &o[1], &o[2], &o[3], &o[4], &o[5],
                           &o[6], &o[7], &o[8], &o[9], &o[10], &max_depth, &vsize, &o[11], &o[12], &o[13], &o[14])) {
         return NULL;
     }
-    Py_buffer bt, btt, bm, bpb, ben, bet, bb, bd, be, bs, bi, bob, boi, bon, bsc;
-    Py_buffer *bufs[NB] = {&bt, &btt, &bm, &bpb, &ben, &bet, &bb, &bd, &be, &bs, &bi, &bob, &boi, &bon, &bsc};
-    const Py_ssize_t sizes[NB] = {4, 4, 4, 4, 4, 4, 1, 4, 4, 4, 4, 4, 4, 4, 4};
-    const int wr[NB] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1};
-    const char *names[NB] = {"transitions", "template", "map", "pure_bits", "exit_nodes", "exit_tstate",
+    Py_buffer bt, btt, bm, bpb, ben, bet, bb, bd, be, bs, bi, bob, boi, bon, bsc, bsym;
+    Py_buffer *bufs[NB] = {&bt, &btt, &bm, &bpb, &ben, &bet, &bb, &bd, &be, &bs, &bi, &bob, &boi, &bon, &bsc, &bsym};
+    const Py_ssize_t sizes[NB] = {4, 4, 4, 4, 4, 4, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+    const int wr[NB] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0};
+    const char *names[NB] = {"classes", "template", "map", "pure_bits", "exit_nodes", "exit_tstate",
                              "node_byte", "node_depth", "node_end", "tok_start", "tok_ids", "out_bits", "out_ids",
-                             "out_next", "scratch"};
+                             "out_next", "scratch", "symbol_class"};
     int got = 0;
     PyObject *result = NULL;
     int32_t *gs = NULL, *bst = NULL, *states = NULL, *sync = NULL;
@@ -873,10 +906,11 @@ walk_template(PyObject *self, PyObject *args)
     for (; got < NB; got++) {
         if (get_buf(o[got], bufs[got], wr[got], sizes[got], names[got]) < 0) goto done;
     }
-    Py_ssize_t n_states = width > 0 ? n_items(&bt) / width : 0, n_tmpl = n_items(&bm);
+    Py_ssize_t n_states, ncls, n_tmpl = n_items(&bm);
+    int form_ok = class_form_ok(&bt, &bsym, &n_states, &ncls);
     Py_ssize_t n_nodes = n_items(&bb), n_tok = n_items(&bi), n_exit = n_items(&ben);
     Py_ssize_t n_words = (vsize + 31) / 32;
-    if (width < 256 || n_items(&bt) != n_states * width || state < 0 || state >= n_states ||
+    if (!form_ok || state < 0 || state >= n_states ||
         n_items(&btt) != n_tmpl * 256 || n_tmpl < 1 || n_items(&bet) != n_exit || n_items(&bd) != n_nodes ||
         n_items(&be) != n_nodes || n_items(&bs) != n_nodes + 1 || vsize < 1 || n_items(&bpb) != n_words ||
         n_items(&bob) != n_words || n_items(&boi) < n_tok || n_items(&bon) < n_tok || n_items(&bsc) != vsize ||
@@ -885,6 +919,7 @@ walk_template(PyObject *self, PyObject *args)
         goto done;
     }
     const int32_t *T = (const int32_t *)bt.buf, *TT = (const int32_t *)btt.buf, *h = (const int32_t *)bm.buf;
+    const int32_t *sc = (const int32_t *)bsym.buf;
     const uint32_t *pb = (const uint32_t *)bpb.buf;
     const int32_t *en = (const int32_t *)ben.buf, *et = (const int32_t *)bet.buf;
     const uint8_t *nb = (const uint8_t *)bb.buf;
@@ -919,7 +954,7 @@ walk_template(PyObject *self, PyObject *args)
     bst[0] = 0;
     for (Py_ssize_t i = 1; i < n_nodes;) { /* the joint walk, over the region where the two disagree */
         int32_t d = nd[i], x = nb[i];
-        int32_t g = T[(Py_ssize_t)gs[d - 1] * width + x];
+        int32_t g = T[(Py_ssize_t)gs[d - 1] * ncls + sc[x]];
         int32_t b = bst[d - 1] >= 0 ? TT[(Py_ssize_t)bst[d - 1] * 256 + x] : -1;
         if (b >= n_tmpl) b = -1; /* past the template's last row: dead */
         if (b >= 0 && g == h[b]) { /* synchronized: the template's answer holds for the whole subtree */
@@ -944,8 +979,8 @@ walk_template(PyObject *self, PyObject *args)
     for (Py_ssize_t k = 0; k < n_exit; k++) { /* exits inside synchronized subtrees (both lists in preorder) */
         while (r < n_sync && ne[sync[r]] <= en[k]) r++;
         if (r >= n_sync || en[k] < sync[r]) continue;
-        int32_t ns = T[(Py_ssize_t)h[et[k]] * width + nb[en[k]]];
-        if (ns >= 0) n_found = walk_subtree(en[k], ns, T, width, nb, nd, ne, ts, ti, states, found, n_found);
+        int32_t ns = T[(Py_ssize_t)h[et[k]] * ncls + sc[nb[en[k]]]];
+        if (ns >= 0) n_found = walk_subtree(en[k], ns, T, ncls, sc, nb, nd, ne, ts, ti, states, found, n_found);
     }
     /* Sort the found tokens by id without comparisons: their bits go into `seen` (a token is found once), their
      * next states into scratch[id]; a pass over the set bits then emits them in order (and restores scratch). */

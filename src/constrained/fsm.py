@@ -56,7 +56,8 @@ from constrained.regex import (
     utf8_sequences,
 )
 
-__all__ = ["DEAD", "DFA", "MAX_DFA_STATES", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "ClassForm", "compile_class_form",
+__all__ = ["DEAD", "DFA", "MAX_DFA_STATES", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "ClassForm", "ClassTable",
+           "compile_class_form",
            "compile_dfa", "compile_dfa_reference", "next_hop", "intersection", "difference", "automaton"]
 
 DEAD = -1
@@ -72,6 +73,25 @@ MAX_SUBSET_WORK = 8_000_000
 """Budget on subset-construction work (NFA-state visits and set-union sizes; about a second in the Python
 reference, far less natively; both count it identically): typical schema patterns use ~1–2% of it,
 pathological ones such as ``(a|aa){1000}`` hit it instead of hanging."""
+
+
+class ClassTable(NamedTuple):
+    """A DFA's moves in their class form, as the walk kernels read them: the move on symbol x from state s is
+    ``classes[s, symbol_class[x]]``. Rows by symbol are read here one at a time, never expanded for a whole table
+    (a pushdown grammar's first mask spent a third of its time expanding one)."""
+
+    classes: np.ndarray
+    """int32 [n_states, n_classes], C-contiguous; ``DEAD`` where there is no move."""
+    symbol_class: np.ndarray
+    """int32 [n_symbols]: each symbol's column."""
+
+    def row(self, state: int, symbols: int = 256) -> np.ndarray:
+        """The moves of ``state`` on the first ``symbols`` symbols (the bytes, unless told)."""
+        return self.classes[state, self.symbol_class[:symbols]]
+
+    def at(self, state: int, symbol: int) -> int:
+        """The move of ``state`` on ``symbol``."""
+        return int(self.classes[state, self.symbol_class[symbol]])
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -102,6 +122,12 @@ class DFA:
         """sha256 hex of the canonical class form: equal languages-as-compiled hash equal (cache key part).
         Worked out on first use: the rule DFAs of a pushdown grammar never need one."""
         return _fingerprint(self.symbol_classes, self.class_table, self.accepting, self.special_names)
+
+    @functools.cached_property
+    def table(self) -> ClassTable:
+        """The moves in their class form, as the walk kernels read them."""
+        return ClassTable(np.ascontiguousarray(self.class_table, dtype=np.int32),
+                          np.ascontiguousarray(self.symbol_classes, dtype=np.int32))
 
     @functools.cached_property
     def transitions(self) -> np.ndarray:

@@ -502,7 +502,7 @@ class TokenIndex:
         """How the string-body shortcut walks ``state`` (None: the plain walk); worked out once per state."""
         if self._shortcut is None:
             return None
-        return self._shortcut.plan(self._transitions, state, self.trie.n_nodes, self._plans)
+        return self._shortcut.plan(self.dfa.table, state, self.trie.n_nodes, self._plans)
 
     def _walk_buffers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(out ids, out next states, scratch) of the walks, allocated on the first one (a grammar whose masks are
@@ -568,7 +568,7 @@ class TokenIndex:
             if plan is not None:
                 assert self._shortcut is not None
                 bits, count, n_normal = self._shortcut.walk(
-                    self._transitions, state, plan, trie, out_ids, out_next, scratch
+                    self.dfa.table, state, plan, trie, out_ids, out_next, scratch
                 )
             else:
                 count = n_normal = _kernel.walk(
@@ -579,7 +579,7 @@ class TokenIndex:
             next_states = out_next[:count].copy()
         ids, next_states, extra_ids = self.with_extras(state, ids, next_states)
         if n_normal + extra_ids.shape[0] == 0 and not self.dfa.accepting[state]:
-            live = np.flatnonzero(self._transitions[state, :256] != DEAD)
+            live = np.flatnonzero(self.dfa.table.row(state) != DEAD)
             raise IncompatibleVocabularyError(
                 f"DFA state {state} needs one of the bytes {[bytes([b]) for b in live.tolist()][:16]} and no token of "
                 f"vocabulary {self.vocab.name or '?'} can produce them",
@@ -618,9 +618,9 @@ class TokenIndex:
             return _NO_IDS, _NO_IDS
         extra_ids: list[int] = []
         extra_next: list[int] = []
-        row = self._transitions[state]
-        for i, token_id in enumerate(self._special_ids.tolist()):
-            target = int(row[256 + i])
+        table = self.dfa.table
+        targets = table.classes[state, table.symbol_class[256:]].tolist()  # the specials' moves (symbols 256 + i)
+        for token_id, target in zip(self._special_ids.tolist(), targets):
             if target != DEAD:
                 extra_ids.append(token_id)
                 extra_next.append(target)

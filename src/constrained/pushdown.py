@@ -7,7 +7,8 @@ are laid side by side in one table; a call is a move (push the continuation, ent
 reaching an accepting state of a called rule allows a return (pop). Recursion is unbounded: depth is the token
 budget's business, not the compiler's.
 
-    Rules {name: body} ──compile_class_form──► table T [states, 256 + specials] (all rules, one numbering)
+    Rules {name: body} ──compile_class_form──► table T [states, classes] (all rules, one numbering), read through
+                                               symbol → class (256 + specials): never expanded by symbol
                                                calls[state] = ((callee start, continuation), ...)
                                                boundary[state]: the state can call or return
     configuration = (state, stack of continuation states);  a matcher holds a set of them (ambiguity is allowed)
@@ -46,7 +47,6 @@ import bisect
 import functools
 import hashlib
 import json
-import mmap
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -172,30 +172,21 @@ class PushdownGrammar:
             self._shortest(*self._layout(self.rules, start))
         else:
             self._adopt(*stored)
+        self._by_class = np.ascontiguousarray(self._by_class, dtype=np.int32)
+        self._symbol_class = np.ascontiguousarray(self._symbol_class, dtype=np.int32)
         table_dfa = fsm.DFA.from_classes(self._symbol_class, self._by_class, accepting=self._top_accept,
                                          distance=np.zeros(self.n_states, dtype=np.int32),
                                          special_names=self.special_names)  # fmt: skip
-        self._by_class = np.ascontiguousarray(self._by_class, dtype=np.int32)
-        self._symbol_class = np.ascontiguousarray(self._symbol_class, dtype=np.int32)
-        self._rows: np.ndarray | None = None
-        self._table: np.ndarray = _NOT_YET
-        """int32 [n_states, width]: the rules' table by symbol (the inside DFA's, what the kernels walk), made on
-        the first read. A rule's rows are expanded from the class form when a walk first enters the rule
-        (`_ready`): a document visits few of a big grammar's rules (one tool of 276: a quarter of the states, the
-        dispatch, is all a first mask needs), and expanding 40k states x 257 symbols was most of that mask.
-        Read-only; rows of other rules read 0."""
-        self._rule_starts = sorted({0, *self._starts.values()})
-        """Each rule's first state (its DFA's initial state, 0, offset into place), ascending."""
-        self._expanded = [False] * len(self._rule_starts)
-        self._unexpanded = len(self._rule_starts)
-        self._expand_lock = threading.Lock()
+        self._table = table_dfa.table
+        """The rules' table (the inside DFA's, what the kernels walk) in its class form: never expanded by symbol
+        (40k states x 257 symbols for 276 tools; a small grammar's 2 MB were a third of its first mask)."""
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
         self._eos = tuple(sorted(vocab.eos_token_ids))
         self._index = TokenIndex(table_dfa, vocab, preflight=False, table_checked=True, bits_only=True)
         """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
         of the start rule); calls and returns are this module's business. The table is in range by construction
-        or checked by `_adopt`, and is expanded from its class form rule by rule (`_ready`)."""
+        or checked by `_adopt`."""
         self._lock = threading.Lock()
         self.saver: Callable[[PushdownGrammar], None] | None = None
         """What `save` calls: set by `grammar.compile_rules` where a disk cache is on (this module knows no paths)."""
@@ -337,7 +328,7 @@ class PushdownGrammar:
             by_class[~finished] = DEAD
             by_class[~finished[by_class] & (by_class != DEAD)] = DEAD  # DEAD (-1) indexes the last state: masked
         self._by_class = by_class
-        """The table by combined class, cut: the class form of the inside DFA (`_table` is expanded from it)."""
+        """The table by combined class, cut: the class form of the inside DFA, the form the kernels read (`_table`)."""
         self._dist = dist
         self._hop_kind, self._hop_a, self._hop_b = hop_kind, hop_a, hop_b
         """The canonical shortest completion, one move per state: `_HOP_SYMBOL` (hop_a = the symbol) or
@@ -396,7 +387,7 @@ class PushdownGrammar:
 
     def _adopt(self, header: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         """Take a stored compilation after checking it is this grammar's and that every index is in range. The
-        table is stored in its class form, as the cold path leaves it: expanded by symbol rule by rule (`_ready`)."""
+        table is stored in its class form, the form the kernels read."""
         def fail(what: str) -> NoReturn:
             raise ValueError(f"stored rule set: {what}")
 
@@ -451,49 +442,6 @@ class PushdownGrammar:
         self._reach = arrays["reach"]
         self._boundary = self._boundary_of(moves[0])
         self._link_moves()
-
-    def _ready(self, state: int) -> None:
-        """Expand the rows of ``state``'s rule, once, before anything reads them (`_table`). The first read also
-        expands the start rule and the rules it calls (a codec's turn calls its envelope a few bytes in: expanded
-        then, within a mask along the call, it was the slowest mask); a small grammar is expanded whole then, in
-        one kernel call. A rule is marked ready only once its rows are in."""
-        if not self._unexpanded:
-            return
-        rule = bisect.bisect_right(self._rule_starts, state) - 1
-        if self._expanded[rule]:
-            return
-        with self._expand_lock:
-            if self._rows is None:
-                self._rows = _zeros((self.n_states, self._width))
-                table = self._rows.view()
-                table.flags.writeable = False
-                self._index.dfa.__dict__["transitions"] = table  # the index walks the same rows
-                self._table = table
-            if self.n_states * self._width <= _EXPAND_WHOLE:
-                wanted: Iterable[int] = range(len(self._rule_starts))
-            elif self._unexpanded == len(self._rule_starts):
-                wanted = {rule, *self._start_and_callees()}
-            else:
-                wanted = (rule,)
-            for r in wanted:
-                if not self._expanded[r]:
-                    begin, end = self._rule_span(r)
-                    _kernel.expand_classes(self._by_class[begin:end], self._symbol_class, self._rows[begin:end])
-                    self._expanded[r] = True
-                    self._unexpanded -= 1
-
-    def _rule_span(self, rule: int) -> tuple[int, int]:
-        """The states of rule ``rule`` (an index into `_rule_starts`): [first, end)."""
-        starts = self._rule_starts
-        return starts[rule], starts[rule + 1] if rule + 1 < len(starts) else self.n_states
-
-    def _start_and_callees(self) -> set[int]:
-        """The start rule and the rules it calls, as indices into `_rule_starts`."""
-        start = bisect.bisect_right(self._rule_starts, self._starts[self._start_rule]) - 1
-        first, end = self._rule_span(start)
-        src, callee = self._call_moves[:2]
-        callees = np.unique(callee[(src >= first) & (src < end)])
-        return {start, *(np.searchsorted(self._rule_starts, callees, side="right") - 1).tolist()}
 
     def _refuse_left_recursion(self) -> None:
         """A rule that can reach a call of itself without consuming a byte would push forever."""
@@ -598,8 +546,7 @@ class PushdownGrammar:
         out = set()
         for state, stack in self.closure(configs):
             if state >= 0:
-                self._ready(state)
-                target = int(self._table[state, symbol])
+                target = self._table.at(state, symbol)
                 if target >= 0:
                     out.add((target, stack))
         return frozenset(out)
@@ -623,11 +570,10 @@ class PushdownGrammar:
         """(ids, next states, exit nodes, exit states) of the trie below ``roots`` (disjoint subtrees, ascending)
         walked from ``state``."""
         trie = self.trie
-        self._ready(state)
         with self._lock:
             ids, nexts, exit_nodes, exit_states, scratch = self._walk_buffers()
             count, n_exits = _kernel.walk_rule(
-                self._table, self._width, state, self._boundary, roots, trie.node_byte, trie.node_depth,
+                *self._table, state, self._boundary, roots, trie.node_byte, trie.node_depth,
                 trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, ids, nexts, exit_nodes, exit_states,
                 scratch,
             )  # fmt: skip
@@ -638,7 +584,6 @@ class PushdownGrammar:
         `_exit_groups`)."""
         inside = self._inside.get(state)
         if inside is None:
-            self._ready(state)  # the index and the exits below read the state's rule
             if self._is_silent(state):  # only calls or returns leave
                 inside = (self._empty(), self._groups(*self._exits(state)))
             elif self._index.plan(state) is None:  # a plain walk: its exits come with it, in the same pass
@@ -664,11 +609,10 @@ class PushdownGrammar:
         image holds no boundary, a token can only get to one after the body ends: below the first bytes where the
         state and the template disagree, walked whole, and below the template's exits everywhere else."""
         trie = self.trie
-        self._ready(state)
         plan = self._index.plan(state)
         if plan is not None and not self._boundary[plan.embedding].any():
             template = int(plan.embedding[0])
-            disagree = self._table[state, :256] != self._table[template, :256]
+            disagree = self._table.row(state) != self._table.row(template)
             roots = trie.root_child[np.flatnonzero(disagree)]
             roots = np.sort(roots[roots >= 0]).astype(np.int32)
             agree = ~disagree[string_body_shortcut(trie).exit_first_byte[plan.exits]]
@@ -681,7 +625,7 @@ class PushdownGrammar:
         with self._lock:
             _, _, out_nodes, out_states, _ = self._walk_buffers()
             n_exits = _kernel.rule_exits(
-                self._table, self._width, self._boundary, self._reach, starts, np.ascontiguousarray(start_states),
+                *self._table, self._boundary, self._reach, starts, np.ascontiguousarray(start_states),
                 trie.node_byte, trie.node_depth, trie.node_end, _deepest(trie), trie.max_depth, out_nodes, out_states,
             )  # fmt: skip
             return out_nodes[:n_exits].copy(), out_states[:n_exits].copy()
@@ -966,8 +910,7 @@ class PushdownGrammar:
                     break
                 live: set[int] = set()
                 for state, _ in closed:
-                    self._ready(state)
-                    live.update(np.flatnonzero(self._table[state] != DEAD).tolist())
+                    live.update(np.flatnonzero(self._table.row(state, self._width) != DEAD).tolist())
                     if len(live) > 1:
                         break
                 if len(live) != 1 or (symbol := live.pop()) >= 256:
@@ -979,19 +922,6 @@ class PushdownGrammar:
         return forced
 
 
-def _zeros(shape: tuple[int, int]) -> np.ndarray:
-    """int32 zeros whose pages cost nothing until written. A big table is anonymous memory of its own, in 4 KiB
-    pages: numpy asks for huge pages above 4 MiB, and on a host that compacts memory for them on demand, writing
-    a rule's rows then stalled for tens of milliseconds now and then."""
-    if shape[0] * shape[1] <= _EXPAND_WHOLE:  # expanded whole at once: ordinary memory
-        return np.zeros(shape, dtype=np.int32)
-    return np.frombuffer(mmap.mmap(-1, shape[0] * shape[1] * 4), dtype=np.int32).reshape(shape)
-
-
-_NOT_YET = np.zeros((0, 0), dtype=np.int32)
-"""`PushdownGrammar._table` before the first read."""
-_EXPAND_WHOLE = 1 << 20
-"""A table of at most this many cells (4 MiB) is expanded whole on its first read; a bigger one rule by rule."""
 _NO_IDS = np.zeros(0, dtype=np.int32)
 _NO_EXITS: tuple[list[int], list[int]] = ([], [])
 _FAMILY_CAPACITY = (16_384, 4_096)

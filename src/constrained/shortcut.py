@@ -41,7 +41,7 @@ import numpy as np
 from constrained import _kernel
 
 if TYPE_CHECKING:
-    from constrained.fsm import DFA
+    from constrained.fsm import DFA, ClassTable
     from constrained.index import TokenTrie
 
 __all__ = ["NOT_PURE", "Plan", "StringBodyShortcut", "TokenGroups", "counted_template", "string_body_shortcut"]
@@ -230,15 +230,14 @@ class StringBodyShortcut:
     def n_pure(self) -> int:
         return int(np.count_nonzero(self.pure_body_state != NOT_PURE))
 
-    def embedding(self, transitions: np.ndarray, state: int) -> np.ndarray | None:
+    def embedding(self, table: ClassTable, state: int) -> np.ndarray | None:
         """The map body state → DFA state if the string body embeds at ``state`` (body state 0 ↦ ``state``)."""
         out = np.empty(self.body_transitions.shape[0], dtype=np.int32)
-        width = int(transitions.shape[1])
-        if _kernel.template_map(transitions, width, state, self.body_transitions, 256, 0, out):
+        if _kernel.template_map(*table, state, self.body_transitions, 256, 0, out):
             return out
         return None
 
-    def plan(self, transitions: np.ndarray, state: int, n_nodes: int,
+    def plan(self, table: ClassTable, state: int, n_nodes: int,
              memo: dict[int, Plan | _Counted | None] | None = None) -> Plan | None:  # fmt: skip
         """How to walk ``state`` (a template embedded at some state t), or None when the plain walk is as cheap.
 
@@ -251,32 +250,32 @@ class StringBodyShortcut:
         characters lead to), kept by the caller.
         """
         if memo is None:
-            return self._plan(transitions, state, n_nodes, {})
+            return self._plan(table, state, n_nodes, {})
         known = memo.get(state, _UNKNOWN)
         if isinstance(known, _Counted):
             known = memo[state] = self._counted(known.m, known.embedding)
         elif known is _UNKNOWN:
-            known = memo[state] = self._plan(transitions, state, n_nodes, memo)
+            known = memo[state] = self._plan(table, state, n_nodes, memo)
         return known
 
-    def _plan(self, transitions: np.ndarray, state: int, n_nodes: int,
+    def _plan(self, table: ClassTable, state: int, n_nodes: int,
               memo: dict[int, Plan | _Counted | None]) -> Plan | None:  # fmt: skip
-        row = transitions[state, :256]
+        row = table.row(state)
         printable = row[0x20:0x7F]
         live = printable[printable >= 0]
         if live.shape[0] * 2 < printable.shape[0]:  # no string-like state: most printable bytes are dead here
             return None  # (nor can the body embed: it takes every printable byte but the quote)
-        embedding = self.embedding(transitions, state)
+        embedding = self.embedding(table, state)
         if embedding is not None:
             return self._unbounded(embedding)
-        counted = self.counted_plan(transitions, state, memo)
+        counted = self.counted_plan(table, state, memo)
         if counted is not None:
             return counted
         target = int(np.bincount(live).argmax())
-        embedding = self.embedding(transitions, target)
+        embedding = self.embedding(table, target)
         if embedding is None:
             return None
-        disagree = row != transitions[target, :256]
+        disagree = row != table.row(target)
         if int(self.subtree_nodes[disagree].sum()) * 2 > n_nodes:
             return None
         return self._unbounded(embedding)
@@ -286,7 +285,7 @@ class StringBodyShortcut:
                     pure_state=self.pure_body_state, pure_groups=self.body_groups, exits=_every_exit(self),
                     exit_nodes=self.exit_nodes, exit_state=self.exit_body_state)  # fmt: skip
 
-    def counted_plan(self, transitions: np.ndarray, state: int,
+    def counted_plan(self, table: ClassTable, state: int,
                      memo: dict[int, Plan | _Counted | None] | None = None) -> Plan | None:  # fmt: skip
         """The plan for a state inside a string with at most m more characters, or None.
 
@@ -300,7 +299,7 @@ class StringBodyShortcut:
         cap = self.max_depth + 1
         reach = 2 * cap
         chain, seen = [state], {state}
-        while len(chain) <= reach and (current := int(transitions[chain[-1], _UNIT_BYTE])) >= 0:
+        while len(chain) <= reach and (current := table.at(chain[-1], _UNIT_BYTE)) >= 0:
             if current in seen:
                 return None  # the characters loop: no count (an unbounded body, embedded here or one byte on)
             chain.append(current)
@@ -309,11 +308,11 @@ class StringBodyShortcut:
         if m == 0:
             return None
         ended = m < reach  # else the characters may go on: every state followed has at least the cap left
-        embedding = self._counted_embedding(transitions, state, m, ended)
+        embedding = self._counted_embedding(table, state, m, ended)
         if embedding is None:
             if m <= cap:
                 return None
-            m, embedding = cap, self._counted_embedding(transitions, state, cap, ended=False)  # as if unending
+            m, embedding = cap, self._counted_embedding(table, state, cap, ended=False)  # as if unending
             if embedding is None:
                 return None
         elif memo is not None:
@@ -325,14 +324,14 @@ class StringBodyShortcut:
         left = min(m, cap)
         return self._counted(left, embedding[: left * self.body_transitions.shape[0] + 1])
 
-    def _counted_embedding(self, transitions: np.ndarray, state: int, m: int, ended: bool) -> np.ndarray | None:
+    def _counted_embedding(self, table: ClassTable, state: int, m: int, ended: bool) -> np.ndarray | None:
         """The counted body with m characters embedded at ``state`` (None: it does not embed); when the string
         ``ended`` after m characters, also no character may follow the m-th."""
         template = counted_template(m)
         embedding = np.empty(template.shape[0], dtype=np.int32)
-        if not _kernel.template_map(transitions, int(transitions.shape[1]), state, template, 256, 0, embedding):
+        if not _kernel.template_map(*table, state, template, 256, 0, embedding):
             return None
-        if ended and (transitions[embedding[-1], :256][self.body_transitions[0] >= 0] >= 0).any():
+        if ended and (table.row(int(embedding[-1]))[self.body_transitions[0] >= 0] >= 0).any():
             return None  # the DFA goes on where the template has used its m characters
         return embedding
 
@@ -343,7 +342,7 @@ class StringBodyShortcut:
                     exit_nodes=exit_nodes, exit_state=exit_state)  # fmt: skip
 
     def walk(
-        self, transitions: np.ndarray, state: int, plan: Plan, trie: TokenTrie,
+        self, table: ClassTable, state: int, plan: Plan, trie: TokenTrie,
         out_ids: np.ndarray, out_next: np.ndarray, scratch: np.ndarray,
     ) -> tuple[np.ndarray, int, int]:  # fmt: skip
         """``state``'s allowed tokens, walked with ``plan`` (from `plan`): (bitmask of them all, how many of them
@@ -351,7 +350,7 @@ class StringBodyShortcut:
         there are in all). ``scratch``: int32 [vocab size], all -1 (restored)."""
         bits = np.empty_like(plan.pure_bits)
         n_found, count = _kernel.walk_template(
-            transitions, int(transitions.shape[1]), state, plan.template, plan.embedding, plan.pure_bits,
+            *table, state, plan.template, plan.embedding, plan.pure_bits,
             plan.exit_nodes, plan.exit_state, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
             trie.tok_ids, trie.max_depth, trie.vocab_size, bits, out_ids, out_next, scratch,
         )  # fmt: skip

@@ -450,7 +450,7 @@ OPEN_SCHEMA = {
 """Open-ended (``meta`` takes any value) and recursive: rules, not one DFA; one unknown keyword."""
 OPEN_DOCUMENTS = [b'{"id":1}', b'{"id":2,"meta":{"a":[null,true]},"kids":[{"id":3,"kids":[{"id":4}]}]}',
                   b'{"id":5,"kids":[]}', b'{"meta":1}', b'{"id":1,"kids":[{"meta":0}]}', b'{"id":"1"}']  # fmt: skip
-_RULE_ARRAYS = ("_table", "_by_class", "_symbol_class", "_dist", "_hop_kind", "_hop_a", "_hop_b", "_reach",
+_RULE_ARRAYS = ("_by_class", "_symbol_class", "_dist", "_hop_kind", "_hop_a", "_hop_b", "_reach",
                 "_boundary", "_symbol_hop", "_rule_accept", "_top_accept")  # fmt: skip
 
 

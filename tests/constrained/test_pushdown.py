@@ -116,19 +116,15 @@ def test_masks_equal_the_byte_level_definition_along_random_documents(llama3_voc
     ("json-doc", b'{"a":[1,{"b":null}],"c":{"d":[[]]}}'),
     ("open-object", b'{"id":3,"tags":["x"],"~x":null,"more":{"k":[true,{"z":"w"}]}}'),
 ])  # fmt: skip
-def test_masks_on_a_table_expanded_rule_by_rule_equal_the_definition(llama3_vocab, name, document, max_tokens,
-                                                                     monkeypatch):
-    """A big grammar expands its table by symbol one rule at a time, as walks (and budget bounds) enter rules; here
-    a small one is made to, freshly loaded: every mask along a document that enters each rule agrees with the
-    definition, unbudgeted (the walks alone) and budgeted (bounds first), so nothing reads a rule before its rows."""
-    monkeypatch.setattr(pushdown, "_EXPAND_WHOLE", 0)
-    monkeypatch.setattr(pushdown, "_zeros", lambda shape: np.full(shape, -1, dtype=np.int32))  # a row read before
-    clear_memory_cache()  # its rule is expanded allows nothing: fails fast, never loops
-    if name == "json-doc":  # objects and arrays two calls from the start: not expanded with it
+def test_masks_of_a_fresh_grammar_equal_the_definition(llama3_vocab, name, document, max_tokens):
+    """The kernels read the rules' table in its class form: every mask along a document that enters each rule of a
+    freshly compiled grammar agrees with the definition (`step`, one move at a time), unbudgeted (the walks alone)
+    and budgeted (bounds first)."""
+    clear_memory_cache()
+    if name == "json-doc":  # objects and arrays two calls from the start
         grammar = compile_rules({**JSON_RULES, "doc": call("value")}, "doc", llama3_vocab)
     else:
         grammar = _grammar(name, llama3_vocab)
-    assert grammar._unexpanded == len(grammar._rule_starts) > 1
     _greedy(grammar.matcher(max_tokens=max_tokens), llama3_vocab, document, _structural_ids(llama3_vocab))
 
 def _greedy(matcher: PushdownMatcher, vocab, data: bytes, sample: list[int] | None = None, *,
@@ -580,8 +576,7 @@ def test_completion_bounds_equal_a_piecewise_tokenization_of_the_canonical_compl
             symbols, current = [], state
             while grammar._dist[current] > 0 and grammar._hop_kind[current] == pushdown._HOP_SYMBOL:
                 symbols.append(int(grammar._hop_a[current]))
-                grammar._ready(current)  # the table by symbol, where the kernel reads the class form
-                current = int(grammar._table[current, symbols[-1]])
+                current = grammar._table.at(current, symbols[-1])
             tail = 0
             if grammar._dist[current] > 0 or not grammar._rule_accept[current]:
                 tail = reference(int(grammar._hop_a[current])) + reference(int(grammar._hop_b[current]))

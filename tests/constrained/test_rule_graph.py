@@ -262,9 +262,8 @@ def test_real_grammars_match_the_reference(qwen_vocab):
     """The tables of a JSON-value grammar and a recursive schema, as `PushdownGrammar` lays them out."""
     for rules, start in ((JSON_RULES, "value"), schema_to_rules(TREE, whitespace="flexible")):
         grammar = compile_rules(rules, start, qwen_vocab)
-        for first in grammar._rule_starts:  # rows are expanded rule by rule as walks enter them: all of them here
-            grammar._ready(first)
-        table, accept = grammar._table, grammar._rule_accept
+        classes, symbol_class = grammar._table
+        table, accept = classes[:, symbol_class], grammar._rule_accept  # the table by symbol
         calls = [(s, callee, cont) for s in range(grammar.n_states) for callee, cont in grammar._pushes.calls(s)]
         dist, final, kind, a, b = _kernel_shortest(table, accept, calls)
         assert (dist, final, kind, a, b) == _shortest_reference(table, accept, calls)

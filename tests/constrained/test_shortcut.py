@@ -39,7 +39,7 @@ def planned_states_agree(index: TokenIndex) -> int:
     assert shortcut is not None
     n_planned = 0
     for state in range(index.dfa.n_states):
-        if shortcut.plan(index._transitions, state, index.trie.n_nodes) is None:
+        if shortcut.plan(index.dfa.table, state, index.trie.n_nodes) is None:
             continue
         n_planned += 1
         ids, nxt = full_walk(index, state)
@@ -95,8 +95,8 @@ def test_key_strings_that_exclude_known_names_are_planned_with_overrides(llama3_
     index = TokenIndex(dfa, llama3_vocab)
     key_state = dfa.walk(b'{"')
     shortcut = string_body_shortcut(index.trie)
-    assert shortcut.embedding(index._transitions, key_state) is None  # 'n' and 'a' lead elsewhere than the body
-    assert shortcut.plan(index._transitions, key_state, index.trie.n_nodes) is not None
+    assert shortcut.embedding(index.dfa.table, key_state) is None  # 'n' and 'a' lead elsewhere than the body
+    assert shortcut.plan(index.dfa.table, key_state, index.trie.n_nodes) is not None
     assert planned_states_agree(index) >= 2
 
 
@@ -118,15 +118,14 @@ def test_body_does_not_embed_where_the_string_is_bounded_or_patterned(llama3_voc
     shortcut = string_body_shortcut(token_trie(llama3_vocab))
     for schema in ({"type": "string", "maxLength": 5}, {"type": "string", "pattern": "^[a-z]+$"}):
         dfa = compile_dfa(schema_to_pattern(schema, whitespace="compact"))
-        table = np.ascontiguousarray(dfa.transitions, dtype=np.int32)
-        assert all(shortcut.embedding(table, s) is None for s in range(dfa.n_states))
+        assert all(shortcut.embedding(dfa.table, s) is None for s in range(dfa.n_states))
 
 
 def test_walk_template_refuses_maps_states_and_buffers_out_of_range(llama3_vocab):
     trie = token_trie(llama3_vocab)
     shortcut = string_body_shortcut(trie)
     dfa = compile_dfa(f'"{UNIT}*"')
-    table = np.ascontiguousarray(dfa.transitions, dtype=np.int32)
+    table = dfa.table
     plan = shortcut.plan(table, 1, trie.n_nodes)
     assert plan is not None
     out = (np.empty(trie.n_tokens, dtype=np.int32), np.empty(trie.n_tokens, dtype=np.int32),
@@ -146,6 +145,14 @@ def test_walk_template_refuses_maps_states_and_buffers_out_of_range(llama3_vocab
         shortcut.walk(table, dfa.n_states, plan, trie, *out)  # a state past the last one
     with pytest.raises(ValueError, match="sizes"):
         shortcut.walk(table, 1, plan, trie, out[0], out[1], out[2][:-1])
+    columns = table.symbol_class.copy()
+    columns[7] = table.classes.shape[1]  # a symbol's class past the last column
+    with pytest.raises(ValueError, match="sizes"):
+        shortcut.walk(table._replace(symbol_class=columns), 1, plan, trie, *out)
+    with pytest.raises(ValueError, match="sizes"):
+        shortcut.embedding(table._replace(symbol_class=columns), 1)
+    with pytest.raises(ValueError, match="sizes"):
+        shortcut.embedding(table._replace(symbol_class=columns[:255]), 1)  # fewer than the 256 bytes
 
 
 COUNTED_SCHEMAS = [
@@ -166,7 +173,7 @@ def test_counted_strings_are_planned_and_equal_the_full_walk(real_vocab, schema)
     dfa = compile_dfa(schema_to_pattern(schema, whitespace="flexible"))
     index = TokenIndex(dfa, real_vocab)
     shortcut = string_body_shortcut(index.trie)
-    table = index._transitions
+    table = index.dfa.table
     counted = [s for s in range(dfa.n_states)
                if (plan := shortcut.plan(table, s, index.trie.n_nodes)) is not None
                and plan.template is not shortcut.body_transitions]  # fmt: skip
@@ -184,7 +191,7 @@ def test_a_counted_body_is_refused_where_the_string_goes_on_past_its_count(llama
     dfa = compile_dfa(f'"(?:{UNIT}{{0,3}}|{UNIT}{{3}}é)"')
     index = TokenIndex(dfa, llama3_vocab)
     two = dfa.walk(b'"ab')
-    assert string_body_shortcut(index.trie).counted_plan(index._transitions, two) is None
+    assert string_body_shortcut(index.trie).counted_plan(index.dfa.table, two) is None
     assert index.state_mask(two).next_state(llama3_vocab.tokens.index("té".encode())) is not None
     planned_states_agree(index)
     # The same past the cap: one embedding of the first state's 200 characters would prove the later states'
