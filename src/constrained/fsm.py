@@ -57,8 +57,8 @@ from constrained.regex import (
 )
 
 __all__ = ["DEAD", "DFA", "MAX_DFA_STATES", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "ClassForm", "ClassTable",
-           "compile_class_form",
-           "compile_dfa", "compile_dfa_reference", "next_hop", "intersection", "difference", "automaton"]
+           "compile_class_form", "compile_dfa", "compile_dfa_reference", "next_hop", "intersection", "difference",
+           "automaton"]
 
 DEAD = -1
 """Transition target meaning "no continuation": the byte is not allowed here."""

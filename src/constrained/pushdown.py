@@ -732,8 +732,10 @@ class PushdownGrammar:
         members = []
         for index in present.tolist():
             callee, push, bit = family[index]
-            nodes, states = exits_of.get(index, _NO_EXITS)
-            deeper = self._groups(np.asarray(nodes, dtype=np.int32), np.asarray(states, dtype=np.int32)) if nodes else []
+            deeper = []
+            if index in exits_of:
+                nodes, states = exits_of[index]
+                deeper = self._groups(np.asarray(nodes, dtype=np.int32), np.asarray(states, dtype=np.int32))
             members.append((bit, push, (callee, rkey), deeper))
         place = np.zeros(len(family), dtype=np.int64)
         place[present] = np.arange(present.shape[0])
@@ -923,7 +925,6 @@ class PushdownGrammar:
 
 
 _NO_IDS = np.zeros(0, dtype=np.int32)
-_NO_EXITS: tuple[list[int], list[int]] = ([], [])
 _FAMILY_CAPACITY = (16_384, 4_096)
 """Tokens and exits a family walk first makes room for (`PushdownGrammar._walk_family` grows them when short)."""
 

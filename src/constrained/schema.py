@@ -1741,8 +1741,8 @@ def _hoist_whitespace(rules: dict[str, str], start: str, ws: str) -> dict[str, s
     text = "\n".join(rules.values())
     calls = collections.Counter(_CALLED.findall(text))
     in_slots = collections.Counter(re.findall(re.escape(ws) + r"\(\?&=([^)|]+)\)", text))
-    hoisted = {name for name, count in in_slots.items()
-               if calls[name] == count and name != start and name in rules and not rules[name].startswith(ws)}  # fmt: skip
+    hoisted = {name for name, count in in_slots.items()  # every call of it in a slot, unguarded
+               if calls[name] == count and name != start and name in rules and not rules[name].startswith(ws)}
     if not hoisted:
         return rules
     slots = re.compile(re.escape(ws) + r"(?=\(\?&=(?:" + "|".join(map(re.escape, sorted(hoisted))) + r")\))")
