@@ -2084,6 +2084,44 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(first_class_into_doc,
+"first_class_into(classes, states, targets, out) -> None\n\n"
+"out[k] = the first column c of classes (int32 [n_states, n_classes]) with classes[states[k], c] == targets[k]:\n"
+"the class of a shortest completion's symbol hop whose first symbol is the canonical one (classes are numbered in\n"
+"order of their first symbol). ValueError for a state out of range or a target no column of its row reaches.");
+
+static PyObject *
+first_class_into(PyObject *self, PyObject *args)
+{
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
+    Py_buffer b[4];
+    const Py_ssize_t sizes[4] = {4, 4, 4, 4};
+    const int wr[4] = {0, 0, 0, 1};
+    const char *names[4] = {"classes", "states", "targets", "out"};
+    if (get_bufs(o, b, 4, sizes, wr, names) < 0) return NULL;
+    const int32_t *C = (const int32_t *)b[0].buf, *st = (const int32_t *)b[1].buf, *tg = (const int32_t *)b[2].buf;
+    int32_t *out = (int32_t *)b[3].buf;
+    Py_ssize_t ncls = b[0].ndim == 2 ? b[0].shape[1] : 0, n = n_items(&b[1]);
+    Py_ssize_t n_states = ncls ? n_items(&b[0]) / ncls : 0;
+    int bad = !ncls || n_items(&b[2]) != n || n_items(&b[3]) != n;
+    for (Py_ssize_t k = 0; !bad && k < n; k++) {
+        bad = st[k] < 0 || st[k] >= n_states;
+        if (bad) break;
+        const int32_t *row = C + (Py_ssize_t)st[k] * ncls;
+        Py_ssize_t c = 0;
+        while (c < ncls && row[c] != tg[k]) c++;
+        bad = c == ncls;
+        out[k] = (int32_t)c;
+    }
+    release_bufs(b, 4);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "first_class_into: a state out of range or a target its row never reaches");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(bytes_to_boundary_doc,
 "bytes_to_boundary(pred_start, pred, boundary, cap, reach)\n\n"
 "Fewest symbols from every state to a boundary state (boundary uint8[n] non-zero), by a backward\n"
@@ -2467,6 +2505,7 @@ static PyMethodDef kernel_methods[] = {
     {"row_classes", row_classes, METH_VARARGS, row_classes_doc},
     {"shortest_completions", shortest_completions, METH_VARARGS, shortest_completions_doc},
     {"bytes_to_boundary", bytes_to_boundary, METH_VARARGS, bytes_to_boundary_doc},
+    {"first_class_into", first_class_into, METH_VARARGS, first_class_into_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -309,10 +309,11 @@ class PushdownGrammar:
         hop_b = np.empty(n, dtype=np.int32)
         _kernel.shortest_completions(*predecessors, self._rule_accept.astype(np.uint8), call_src, call_callee,
                                      call_cont, UNREACHABLE, dist, final, hop_kind, hop_a, hop_b)  # fmt: skip
-        by_symbol = np.flatnonzero(hop_kind == _HOP_SYMBOL)
+        by_symbol = np.flatnonzero(hop_kind == _HOP_SYMBOL).astype(np.int32)
         if by_symbol.shape[0]:  # the smallest symbol into the chosen target (canonical), all states at once: the
             # first class into it (classes are numbered by their first symbol), then that class's first symbol
-            first_class = np.argmax(by_class[by_symbol] == hop_a[by_symbol, None], axis=1)
+            first_class = np.empty(by_symbol.shape[0], dtype=np.int32)
+            _kernel.first_class_into(by_class, by_symbol, hop_a[by_symbol], first_class)
             hop_a[by_symbol] = first_symbols[first_class]
         start = self._starts[self._start_rule]
         if not final[start]:

@@ -270,3 +270,17 @@ def test_real_grammars_match_the_reference(qwen_vocab):
         assert all(final)  # a compiled grammar keeps only states that can finish
         assert dist == grammar._dist.tolist()
         assert grammar._symbol_class.tolist() == fsm.symbol_classes(table)[0].tolist()  # from the rules' classes
+
+
+def test_first_class_into_finds_the_first_column_and_refuses_what_it_cannot():
+    """The class of a symbol hop: the first column whose move reaches the target (classes are numbered by their first
+    symbol, so it holds the canonical symbol); a state out of range, or a target its row never reaches, is refused."""
+    classes = np.asarray([[1, 2, 1], [-1, 0, 0], [2, 2, 2]], dtype=np.int32)
+    out = np.empty(4, dtype=np.int32)
+    states, targets = np.asarray([0, 0, 1, 2], dtype=np.int32), np.asarray([1, 2, 0, 2], dtype=np.int32)
+    _kernel.first_class_into(classes, states, targets, out)
+    assert out.tolist() == [0, 1, 1, 0]
+    for states, targets in (([3], [0]), ([-1], [0]), ([1], [2])):
+        with pytest.raises(ValueError, match="first_class_into"):
+            _kernel.first_class_into(classes, np.asarray(states, dtype=np.int32), np.asarray(targets, dtype=np.int32),
+                                     np.empty(1, dtype=np.int32))
