@@ -24,6 +24,7 @@
  *   row_classes  equal rows share a class, numbered by first appearance (symbol classes, hashed).
  *   shortest_completions / bytes_to_boundary   the rule-table graph searches a pushdown grammar is
  *                laid out with (Dijkstra over symbols and calls; backward BFS to call/return states).
+ *   first_class_into   the canonical class of each shortest completion's symbol hop.
  *
  * Trie layout (n nodes, node 0 is the root at depth 0, end[0] == n):
  *   node_byte[i]  the byte on the edge into node i
@@ -2106,12 +2107,12 @@ first_class_into(PyObject *self, PyObject *args)
     Py_ssize_t n_states = ncls ? n_items(&b[0]) / ncls : 0;
     int bad = !ncls || n_items(&b[2]) != n || n_items(&b[3]) != n;
     for (Py_ssize_t k = 0; !bad && k < n; k++) {
-        bad = st[k] < 0 || st[k] >= n_states;
-        if (bad) break;
-        const int32_t *row = C + (Py_ssize_t)st[k] * ncls;
         Py_ssize_t c = 0;
-        while (c < ncls && row[c] != tg[k]) c++;
-        bad = c == ncls;
+        if (st[k] >= 0 && st[k] < n_states) {
+            const int32_t *row = C + (Py_ssize_t)st[k] * ncls;
+            while (c < ncls && row[c] != tg[k]) c++;
+        }
+        bad = c == ncls || st[k] < 0 || st[k] >= n_states;
         out[k] = (int32_t)c;
     }
     release_bufs(b, 4);
@@ -2400,16 +2401,14 @@ walk_family(PyObject *self, PyObject *args)
     int32_t *omember = (int32_t *)b[9].buf, *oid = (int32_t *)b[10].buf, *onext = (int32_t *)b[11].buf;
     int32_t *xmember = (int32_t *)b[12].buf, *xnode = (int32_t *)b[13].buf, *xstate = (int32_t *)b[14].buf;
     const int32_t *sc = (const int32_t *)sc_buf.buf;
-    Py_ssize_t n_states = n_items(&b[2]), m = n_items(&b[1]);
-    Py_ssize_t width = n_states > 0 ? n_items(&b[0]) / n_states : 0; /* classes per state */
+    Py_ssize_t n_states, width, m = n_items(&b[1]); /* width: classes per state */
+    int form_ok = class_form_ok(&b[0], &sc_buf, &n_states, &width);
     Py_ssize_t n_roots = n_items(&b[3]), n_nodes = n_items(&b[4]);
     Py_ssize_t cap = n_items(&b[10]), x_cap = n_items(&b[13]);
-    int bad = width < 1 || n_items(&b[0]) != n_states * width || n_items(&sc_buf) < 256 || n_nodes < 1 ||
-              n_items(&b[5]) != n_nodes || n_items(&b[6]) != n_nodes || n_items(&b[7]) != n_nodes + 1 ||
+    int bad = !form_ok || n_items(&b[2]) != n_states || n_nodes < 1 || n_items(&b[5]) != n_nodes || n_items(&b[6]) != n_nodes || n_items(&b[7]) != n_nodes + 1 ||
               n_items(&b[9]) != cap || n_items(&b[11]) != cap || n_items(&b[12]) != x_cap ||
               n_items(&b[14]) != x_cap || max_depth < 0;
     for (Py_ssize_t k = 0; !bad && k < m; k++) bad = starts[k] < 0 || starts[k] >= n_states;
-    for (Py_ssize_t c = 0; !bad && c < 256; c++) bad = sc[c] < 0 || sc[c] >= width;
     for (Py_ssize_t k = 0; !bad && k < n_roots; k++) {  /* disjoint subtrees: each token is found at most once */
         bad = roots[k] < 0 || roots[k] >= n_nodes || (k > 0 && roots[k] < ne[roots[k - 1]]);
     }

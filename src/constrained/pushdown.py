@@ -58,7 +58,7 @@ from constrained import _kernel, fsm
 from constrained.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError, IncompatibleVocabularyError
 from constrained.fsm import DEAD
 from constrained.index import (
-    TERMINAL, UNREACHABLE, StateMask, TokenIndex, TokenTrie, bounds_after, budget_levels, token_trie,
+    _NO_IDS, TERMINAL, UNREACHABLE, StateMask, TokenIndex, TokenTrie, bounds_after, budget_levels, token_trie,
 )
 from constrained.matcher import _NOTHING, SharedMoves
 from constrained.shortcut import string_body_shortcut
@@ -708,7 +708,7 @@ class PushdownGrammar:
             buffers = self._family_buffers or _family_buffers(*_FAMILY_CAPACITY)
             while True:
                 count, n_exits = _kernel.walk_family(
-                    self._by_class, self._symbol_class, starts, self._boundary, roots, trie.node_byte, trie.node_depth,
+                    *self._table, starts, self._boundary, roots, trie.node_byte, trie.node_depth,
                     trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, *buffers,
                 )  # fmt: skip
                 room, exit_room = buffers[0].shape[0], buffers[3].shape[0]
@@ -925,7 +925,6 @@ class PushdownGrammar:
         return forced
 
 
-_NO_IDS = np.zeros(0, dtype=np.int32)
 _FAMILY_CAPACITY = (16_384, 4_096)
 """Tokens and exits a family walk first makes room for (`PushdownGrammar._walk_family` grows them when short)."""
 

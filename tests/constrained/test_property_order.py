@@ -10,11 +10,12 @@ import json
 import random
 
 import jsonschema
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrained import compile_json_schema, pushdown
+from constrained import _kernel, compile_json_schema, pushdown
 from constrained.errors import BudgetTooSmallError, GrammarError
 from constrained.grammar import clear_memory_cache, compile_rules
 from constrained.pushdown import PushdownGrammar, call
@@ -194,6 +195,23 @@ def test_a_family_walk_finds_what_its_members_walked_one_by_one_find(llama3_voca
                 assert [(s, r.tolist()) for s, r in got_deeper] == [(s, r.tolist()) for s, r in deeper]
                 compared += 1
     assert compared > 10
+
+
+def test_a_family_walk_refuses_a_class_map_out_of_the_table(llama3_vocab):
+    """`walk_family` reads the table through each symbol's class: a map naming a column the table lacks, or too
+    short for the bytes, is refused, not followed."""
+    grammar = _grammar("closed", llama3_vocab)
+    trie, (classes, symbol_class) = grammar.trie, grammar._table
+    starts = np.asarray([callee for callee, _, _ in grammar._family_of(next(
+        state for state in grammar._pushes.guarded if grammar._family_of(state)))], dtype=np.int32)
+    buffers = pushdown._family_buffers(*pushdown._FAMILY_CAPACITY)
+    columns = symbol_class.copy()
+    columns[65] = classes.shape[1]
+    for bad in (columns, symbol_class[:255]):
+        with pytest.raises(ValueError, match="walk_family"):
+            _kernel.walk_family(classes, np.ascontiguousarray(bad), starts, grammar._boundary, pushdown._WHOLE_TRIE,
+                                trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids,
+                                trie.max_depth, *buffers)  # fmt: skip
 
 
 def test_a_loaded_rule_set_keeps_its_guards(qwen2_vocab):
