@@ -1,5 +1,5 @@
-"""The rule-table kernels (`_kernel.lay_out_rules`, `_kernel.row_classes`,
-`_kernel.shortest_completions`, `_kernel.bytes_to_boundary`) agree with plain Python definitions of the same
+"""The rule-table kernels (`_kernel.lay_out_rules`, `_kernel.row_classes`, `_kernel.shortest_completions`,
+`_kernel.bytes_to_boundary`, `_kernel.first_class_into`) agree with plain Python definitions of the same
 blocks, classes, graph and searches, on random arrays and rule tables and on the tables of real schema grammars;
 the symbol classes a pushdown table gets from its rules' classes are the table's own."""
 
