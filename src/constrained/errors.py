@@ -71,6 +71,8 @@ class GrammarTooLargeError(ConstrainedError, ValueError):
         self.what = what
         """Which budget: ``"dfa_states"``, ``"nfa_states"``, ``"compile_seconds"``, ``"regex_length"``..."""
         self.limit = limit
+        self.detail = detail
+        """Where and how far over, when known (what a caller that re-raises with its own context keeps)."""
         msg = f"grammar exceeds the {what} budget of {limit}"
         super().__init__(f"{msg}: {detail}" if detail else msg)
 

@@ -1145,7 +1145,8 @@ class _Compiler:
             except GrammarTooLargeError as err:
                 keys = " and ".join(k for k, _ in bodies)
                 keys += " with minLength/maxLength" if lo or hi is not None else ""
-                raise GrammarTooLargeError(err.what, err.limit, f"{path}: {keys}: {err}") from None
+                detail = f"{path}: {keys}" + (f": {err.detail}" if err.detail else "")
+                raise GrammarTooLargeError(err.what, err.limit, detail) from None
             return None if body is None else f'"{body}"'
         if self.rules is not None and hi is not None and hi - lo > (_CHUNK_CHARS if self.fine else _COUNTED_CHARS):
             return '"' + _rep(UNIT, lo, lo) + self.counted_end(hi - lo)

@@ -124,8 +124,11 @@ def test_implied_lengths_leave_the_body_as_it_was_and_contradictions_are_unsatis
     assert schema_to_pattern({"type": "string", "format": "date", "minLength": 1, "maxLength": 10}) == date
     nothing = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a+$", "maxLength": 0}}}
     assert not compile_dfa(schema_to_pattern(nothing)).accepts(b'{"s":"a"}')
-    with pytest.raises(GrammarTooLargeError):
+    with pytest.raises(GrammarTooLargeError) as refused:
         schema_to_pattern({"type": "string", "format": "uri", "maxLength": 65536})
+    message = str(refused.value)  # the budget once, then where, which keywords and how far over
+    assert message.startswith("grammar exceeds the nfa_states budget of ") and message.count("budget") == 1, message
+    assert "#: format with minLength/maxLength: the pattern expands to ~" in message, message
 
 
 # -- patternProperties ---------------------------------------------------------------------------------------------
