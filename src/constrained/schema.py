@@ -1144,8 +1144,11 @@ class _Compiler:
                 body = _string_language(tuple(b for _, b in bodies), lo, hi)
             except GrammarTooLargeError as err:
                 keys = " and ".join(k for k, _ in bodies)
-                keys += " with minLength/maxLength" if lo or hi is not None else ""
+                lengths = lo or hi is not None
+                keys += " with minLength/maxLength" if lengths else ""
                 detail = f"{path}: {keys}" + (f": {err.detail}" if err.detail else "")
+                if lengths:
+                    detail += " (the automaton that checks it also counts the characters: smaller bounds fit)"
                 raise GrammarTooLargeError(err.what, err.limit, detail) from None
             return None if body is None else f'"{body}"'
         if self.rules is not None and hi is not None and hi - lo > (_CHUNK_CHARS if self.fine else _COUNTED_CHARS):
