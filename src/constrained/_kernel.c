@@ -6,9 +6,10 @@
  *
  *   build_trie   token byte strings -> sorted (memcmp), then a trie flattened in PREORDER
  *                (node byte, node depth, subtree end, terminal node of each string)
- *   check        validates a trie + transition table once, so that `walk` can trust them
+ *   check        validates a trie + transition table (class form) once, so that `walk` can trust them
  *   walk         DFA state x trie -> every token id whose bytes stay alive, and the state they lead to
- *                (ids sorted ascending). A DEAD transition skips the whole subtree.
+ *                (ids sorted ascending). A DEAD transition skips the whole subtree. Tables are read in their
+ *                class form (classes[s, symbol_class[x]]), never expanded by symbol.
  *   min_tokenization   fewest tokens that spell a given symbol string (dynamic programming with
  *                trie prefix lookups); used for budget-aware closing.
  *   follow_hops  the canonical shortest completion from a state, one hop per state (the symbol string
@@ -332,42 +333,46 @@ emit_tokens(int32_t *oid, int32_t *onext, Py_ssize_t count, const int32_t *ts, c
 }
 
 PyDoc_STRVAR(walk_doc,
-"walk(transitions, width, state, node_byte, node_depth, node_end, tok_start, tok_ids, max_depth,\n"
+"walk(classes, symbol_class, state, node_byte, node_depth, node_end, tok_start, tok_ids, max_depth,\n"
 "     out_ids, out_next, scratch) -> count\n\n"
 "Walk the preorder trie from DFA `state`; write every token id whose bytes all have live\n"
 "transitions into out_ids[:count] (ascending) and the state reached into out_next[:count].\n"
-"transitions: int32[S*width] (-1 = dead); out arrays: int32[len(tok_ids)];\n"
+"The table in its class form: the state after byte x from s is classes[s, symbol_class[x]] (classes int32\n"
+"[S, n_classes], -1 = dead; symbol_class int32[at least 256], each a column of classes; a table by symbol is\n"
+"its own class form with symbol_class = 0..255). out arrays: int32[len(tok_ids)];\n"
 "scratch: int32[V] all -1 (restored on return), V > every token id.");
 
 static PyObject *
 walk(PyObject *self, PyObject *args)
 {
-    PyObject *o_t, *o_byte, *o_depth, *o_end, *o_ts, *o_tid, *o_oid, *o_onext, *o_scr;
-    Py_ssize_t width, state, max_depth;
-    if (!PyArg_ParseTuple(args, "OnnOOOOOnOOO", &o_t, &width, &state, &o_byte, &o_depth, &o_end, &o_ts,
+    PyObject *o_t, *o_sc, *o_byte, *o_depth, *o_end, *o_ts, *o_tid, *o_oid, *o_onext, *o_scr;
+    Py_ssize_t state, max_depth;
+    if (!PyArg_ParseTuple(args, "OOnOOOOOnOOO", &o_t, &o_sc, &state, &o_byte, &o_depth, &o_end, &o_ts,
                           &o_tid, &max_depth, &o_oid, &o_onext, &o_scr)) {
         return NULL;
     }
-    Py_buffer bt, bb, bd, be, bs, bi, boi, bon, bsc;
-    Py_buffer *bufs[9] = {&bt, &bb, &bd, &be, &bs, &bi, &boi, &bon, &bsc};
-    PyObject *objs[9] = {o_t, o_byte, o_depth, o_end, o_ts, o_tid, o_oid, o_onext, o_scr};
-    const Py_ssize_t sizes[9] = {4, 1, 4, 4, 4, 4, 4, 4, 4};
-    const int wr[9] = {0, 0, 0, 0, 0, 0, 1, 1, 1};
-    const char *names[9] = {"transitions", "node_byte", "node_depth", "node_end", "tok_start",
-                            "tok_ids", "out_ids", "out_next", "scratch"};
+    Py_buffer bt, bc, bb, bd, be, bs, bi, boi, bon, bsc;
+    Py_buffer *bufs[10] = {&bt, &bc, &bb, &bd, &be, &bs, &bi, &boi, &bon, &bsc};
+    PyObject *objs[10] = {o_t, o_sc, o_byte, o_depth, o_end, o_ts, o_tid, o_oid, o_onext, o_scr};
+    const Py_ssize_t sizes[10] = {4, 4, 1, 4, 4, 4, 4, 4, 4, 4};
+    const int wr[10] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
+    const char *names[10] = {"classes", "symbol_class", "node_byte", "node_depth", "node_end", "tok_start",
+                             "tok_ids", "out_ids", "out_next", "scratch"};
     int got = 0;
     PyObject *result = NULL;
     int32_t stack_states[512];
     int32_t *states = stack_states;
-    for (; got < 9; got++) {
+    for (; got < 10; got++) {
         if (get_buf(objs[got], bufs[got], wr[got], sizes[got], names[got]) < 0) goto done;
     }
     const int32_t *T = (const int32_t *)bt.buf;
-    Py_ssize_t n_states = width > 0 ? n_items(&bt) / width : 0;
+    const int32_t *sc = (const int32_t *)bc.buf;
+    Py_ssize_t n_states, ncls;
+    int form_ok = class_form_ok(&bt, &bc, &n_states, &ncls);
     Py_ssize_t n_nodes = n_items(&bb);
     Py_ssize_t n_tok = n_items(&bi);
     Py_ssize_t vsize = n_items(&bsc);
-    if (width < 256 || n_items(&bt) != n_states * width || state < 0 || state >= n_states ||
+    if (!form_ok || state < 0 || state >= n_states ||
         n_items(&bd) != n_nodes || n_items(&be) != n_nodes || n_items(&bs) != n_nodes + 1 ||
         n_items(&boi) < n_tok || n_items(&bon) < n_tok || max_depth < 0 || n_nodes < 1) {
         PyErr_SetString(PyExc_ValueError, "walk: inconsistent array sizes");
@@ -398,7 +403,7 @@ walk(PyObject *self, PyObject *args)
      * the hot loop trusts them: depth in [1, max_depth], end in (i, n_nodes], targets in [-1, n_states). */
     while (i < n_nodes) {
         int32_t d = nd[i];
-        int32_t ns = T[(Py_ssize_t)states[d - 1] * width + nb[i]];
+        int32_t ns = T[(Py_ssize_t)states[d - 1] * ncls + sc[nb[i]]];
         if (ns < 0) {
             i = ne[i];
             continue;
@@ -1153,32 +1158,34 @@ done:
 }
 
 PyDoc_STRVAR(check_doc,
-"check(transitions, width, node_depth, node_end, tok_start, tok_ids, max_depth, vocab_size) -> None\n\n"
-"Validate what `walk` trusts: every transition in [-1, n_states), every node's depth in [1, max_depth]\n"
+"check(classes, symbol_class, node_depth, node_end, tok_start, tok_ids, max_depth, vocab_size) -> None\n\n"
+"Validate what `walk` trusts: the class form (as for `walk`), every transition in [-1, n_states), every node's\n"
+"depth in [1, max_depth]\n"
 "and no deeper than its parent + 1, subtree ends in (i, n_nodes], CSR offsets ascending within tok_ids,\n"
 "token ids in [0, vocab_size). Raises ValueError naming the first violation.");
 
 static PyObject *
 check(PyObject *self, PyObject *args)
 {
-    PyObject *o_t, *o_d, *o_e, *o_s, *o_i;
-    Py_ssize_t width, max_depth, vsize;
-    if (!PyArg_ParseTuple(args, "OnOOOOnn", &o_t, &width, &o_d, &o_e, &o_s, &o_i, &max_depth, &vsize)) return NULL;
-    Py_buffer bt, bd, be, bs, bi;
-    Py_buffer *bufs[5] = {&bt, &bd, &be, &bs, &bi};
-    PyObject *objs[5] = {o_t, o_d, o_e, o_s, o_i};
-    const char *names[5] = {"transitions", "node_depth", "node_end", "tok_start", "tok_ids"};
+    PyObject *o_t, *o_c, *o_d, *o_e, *o_s, *o_i;
+    Py_ssize_t max_depth, vsize;
+    if (!PyArg_ParseTuple(args, "OOOOOOnn", &o_t, &o_c, &o_d, &o_e, &o_s, &o_i, &max_depth, &vsize)) return NULL;
+    Py_buffer bt, bc, bd, be, bs, bi;
+    Py_buffer *bufs[6] = {&bt, &bc, &bd, &be, &bs, &bi};
+    PyObject *objs[6] = {o_t, o_c, o_d, o_e, o_s, o_i};
+    const char *names[6] = {"classes", "symbol_class", "node_depth", "node_end", "tok_start", "tok_ids"};
     int got = 0;
     PyObject *result = NULL;
     const char *why = NULL;
-    for (; got < 5; got++) {
+    for (; got < 6; got++) {
         if (get_buf(objs[got], bufs[got], 0, 4, names[got]) < 0) goto done;
     }
-    Py_ssize_t n_states = width > 0 ? n_items(&bt) / width : 0;
+    Py_ssize_t n_states, ncls;
+    int form_ok = class_form_ok(&bt, &bc, &n_states, &ncls);
     Py_ssize_t n_nodes = n_items(&bd), n_tok = n_items(&bi);
     const int32_t *T = (const int32_t *)bt.buf, *nd = (const int32_t *)bd.buf, *ne = (const int32_t *)be.buf;
     const int32_t *ts = (const int32_t *)bs.buf, *ti = (const int32_t *)bi.buf;
-    if (width < 256 || n_items(&bt) != n_states * width) why = "transitions is not [n_states, width>=256]";
+    if (!form_ok) why = "classes is not [n_states, n_classes] with a class in range for each of >= 256 symbols";
     else if (n_nodes < 1 || n_items(&be) != n_nodes || n_items(&bs) != n_nodes + 1) why = "trie arrays disagree";
     else if (nd[0] != 0 || ne[0] != n_nodes || ts[0] != 0 || ts[n_nodes] != n_tok) why = "bad trie root";
     if (!why) { /* one branch-free (vectorizable) pass: the smallest and largest target */
@@ -2183,9 +2190,9 @@ done:
 
 /* ---- completion_bounds ----------------------------------------------------------------------- */
 
-/* From s, while hop[s] >= 0: chain[L] = s, symbols[L] = hop[s], s = its target (transitions int32[n * width] by
- * symbol; or, given cls (int32[n_symbols], each symbol's column), by class). Returns L (chain[L] where it stopped),
- * or -1 when a hop leads to DEAD or past `cap` hops. */
+/* From s, while hop[s] >= 0: chain[L] = s, symbols[L] = hop[s], s = its target (T int32[n * width] by class,
+ * cls int32[n_symbols] each symbol's column). Returns L (chain[L] where it stopped), or -1 when a hop leads to
+ * DEAD or past `cap` hops. */
 static Py_ssize_t
 follow_chain(const int32_t *T, Py_ssize_t width, const int32_t *cls, Py_ssize_t n_symbols, Py_ssize_t n,
              const int32_t *hop, int32_t s, int32_t *chain, int32_t *symbols, Py_ssize_t cap)
@@ -2194,8 +2201,7 @@ follow_chain(const int32_t *T, Py_ssize_t width, const int32_t *cls, Py_ssize_t 
     chain[0] = s;
     while (hop[s] >= 0) {
         int32_t symbol = hop[s], t = DEAD;
-        if (cls == NULL ? symbol < width : symbol < n_symbols)
-            t = T[(Py_ssize_t)s * width + (cls == NULL ? symbol : cls[symbol])];
+        if (symbol < n_symbols) t = T[(Py_ssize_t)s * width + cls[symbol]];
         if (L >= cap || t < 0 || t >= n) return -1;
         symbols[L++] = symbol;
         chain[L] = s = t;
@@ -2322,39 +2328,40 @@ done:
 /* ---- follow_hops ----------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(follow_hops_doc,
-"follow_hops(transitions, width, hop, state, chain, symbols) -> int\n\n"
+"follow_hops(classes, symbol_class, hop, state, chain, symbols) -> int\n\n"
 "From `state`, while hop[s] >= 0: records s in chain and hop[s] in symbols, moves to\n"
-"transitions[s * width + hop[s]]. Returns L, the hops taken: chain[0..L] the states (chain[L] where\n"
-"it stopped), symbols[0..L) the symbols. transitions int32[n * width]; hop int32[n] (-1 stops);\n"
+"classes[s, symbol_class[hop[s]]] (the class form, as for `walk`). Returns L, the hops taken: chain[0..L] the\n"
+"states (chain[L] where it stopped), symbols[0..L) the symbols. hop int32[n] (-1 stops);\n"
 "symbols int32[cap], chain int32[cap + 1]. A hop into DEAD, or more than cap hops, is a ValueError.");
 
 static PyObject *
 follow_hops(PyObject *self, PyObject *args)
 {
-    PyObject *o[4];
-    Py_ssize_t width, state;
-    if (!PyArg_ParseTuple(args, "OnOnOO", &o[0], &width, &o[1], &state, &o[2], &o[3])) return NULL;
-    Py_buffer b[4];
-    const Py_ssize_t sizes[4] = {4, 4, 4, 4};
-    const int wr[4] = {0, 0, 1, 1};
-    const char *names[4] = {"transitions", "hop", "chain", "symbols"};
-    if (get_bufs(o, b, 4, sizes, wr, names) < 0) return NULL;
+    PyObject *o[5];
+    Py_ssize_t state;
+    if (!PyArg_ParseTuple(args, "OOOnOO", &o[0], &o[1], &o[2], &state, &o[3], &o[4])) return NULL;
+    Py_buffer b[5];
+    const Py_ssize_t sizes[5] = {4, 4, 4, 4, 4};
+    const int wr[5] = {0, 0, 0, 1, 1};
+    const char *names[5] = {"classes", "symbol_class", "hop", "chain", "symbols"};
+    if (get_bufs(o, b, 5, sizes, wr, names) < 0) return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n = n_items(&b[1]), cap = n_items(&b[3]);
-    if (width < 1 || n_items(&b[0]) != n * width || n_items(&b[2]) != cap + 1 || state < 0 || state >= n) {
+    Py_ssize_t n, ncls, cap = n_items(&b[4]);
+    if (!class_form_ok(&b[0], &b[1], &n, &ncls) || n_items(&b[2]) != n || n_items(&b[3]) != cap + 1 || state < 0 ||
+        state >= n) {
         PyErr_SetString(PyExc_ValueError, "follow_hops: inconsistent array sizes or state");
         goto done;
     }
-    const int32_t *T = (const int32_t *)b[0].buf, *hop = (const int32_t *)b[1].buf;
-    int32_t *chain = (int32_t *)b[2].buf, *symbols = (int32_t *)b[3].buf;
-    Py_ssize_t L = follow_chain(T, width, NULL, 0, n, hop, (int32_t)state, chain, symbols, cap);
+    const int32_t *T = (const int32_t *)b[0].buf, *sc = (const int32_t *)b[1].buf, *hop = (const int32_t *)b[2].buf;
+    int32_t *chain = (int32_t *)b[3].buf, *symbols = (int32_t *)b[4].buf;
+    Py_ssize_t L = follow_chain(T, ncls, sc, n_items(&b[1]), n, hop, (int32_t)state, chain, symbols, cap);
     if (L < 0) {
         PyErr_Format(PyExc_ValueError, "follow_hops: the hops from state %zd lead nowhere or past the cap", state);
         goto done;
     }
     result = PyLong_FromSsize_t(L);
 done:
-    release_bufs(b, 4);
+    release_bufs(b, 5);
     return result;
 }
 

@@ -9,13 +9,14 @@ nothing.
     pattern ──regex.parse──► AST ──Thompson (UTF-8 byte ranges)──► NFA
         ──byte equivalence classes──► subset construction (class alphabet) ──trim──► Hopcroft
         ──canonical BFS renumbering──► class table ──merge equal columns──► DFA.class_table [S, C] +
-        DFA.symbol_classes [256 + K]   (DFA.transitions [S, 256 + K]: the same table by symbol, for the kernels)
+        DFA.symbol_classes [256 + K]   (DFA.table: the two as the kernels read them; DFA.transitions [S, 256 + K]:
+        the same table by symbol, expanded on demand for the automaton operations below)
 
 Two implementations of the same pipeline. `compile_dfa` turns the pattern into a preorder program (the flattened
 AST) natively with ``constrained._pattern`` (`_Program.build` over `regex.parse` is its reference, and the
 fallback for whatever it declines, every syntax error included) and checks the NFA budget on it; the native
-extension ``constrained._fsm`` then builds the very same NFA and does everything else down to the class form,
-``DFA.transitions`` and ``distance`` (GIL released), with the same subset-work accounting and budgets.
+extension ``constrained._fsm`` then builds the very same NFA and does everything else down to the class form
+and ``distance`` (GIL released), with the same subset-work accounting and budgets.
 `compile_dfa_reference` is the all-Python original, kept as the executable specification the native path is
 tested against (identical tables, identical budget errors).
 
@@ -131,10 +132,11 @@ class DFA:
 
     @functools.cached_property
     def transitions(self) -> np.ndarray:
-        """int32 [n_states, 256 + len(special_names)]: the table by symbol, what the mask kernels index. Read-only.
+        """int32 [n_states, 256 + len(special_names)]: the table by symbol. Read-only.
 
-        Expanded from the class form on first use: a grammar loaded from the cache whose masks are all stored
-        never needs it (a few classes are ~5x smaller than 256+ symbols to keep, hash, store and load).
+        Expanded from the class form on first use, for the automaton operations (products, automaton text); masks,
+        budgets and forced bytes read `table` and never expand it (a few classes are ~5x smaller than 256+
+        symbols to keep, hash, store and load).
         """
         table = np.empty((self.n_states, self.n_symbols), dtype=np.int32)
         _kernel.expand_classes(np.ascontiguousarray(self.class_table, dtype=np.int32),
@@ -191,9 +193,9 @@ class DFA:
 
     def walk(self, symbols: Iterable[int], state: int = 0) -> int:
         """The state reached from ``state`` by ``symbols`` (bytes or symbol ids), or ``DEAD``."""
-        table = self.transitions
+        classes, symbol_class = self.table
         for symbol in symbols:
-            state = int(table[state, symbol])
+            state = int(classes[state, symbol_class[symbol]])
             if state == DEAD:
                 return DEAD
         return state
@@ -309,11 +311,14 @@ def next_hop(dfa: DFA) -> np.ndarray:
 
     Following it from any state reaches an accepting state in exactly ``dfa.distance[state]`` symbols.
     """
-    table = dfa.transitions
+    classes, symbol_class = dfa.table
     distance = dfa.distance
-    target_distance = np.where(table >= 0, distance[np.maximum(table, 0)], -2)
+    target_distance = np.where(classes >= 0, distance[np.maximum(classes, 0)], -2)
     on_shortest = target_distance == (distance[:, None] - 1)
-    hop = np.argmax(on_shortest, axis=1).astype(np.int32)
+    # classes are numbered in order of their first symbol, so the first class on a shortest path holds the
+    # smallest symbol on one, as its first symbol
+    first_symbol = np.unique(symbol_class, return_index=True)[1]
+    hop = first_symbol[np.argmax(on_shortest, axis=1)].astype(np.int32)
     hop[dfa.accepting] = -1
     return hop
 

@@ -20,7 +20,7 @@ file changed in place after the checks could otherwise reach the kernels. It che
 header field, and four ranges on the small arrays (symbol classes in [0, n_classes), run targets in
 [-1, n_states), run lengths summing to the class table, distances >= 0); accepting states are not stored but
 derived (distance 0, by definition), and the class table is checked and expanded in one C pass. The DFA keeps its
-class form: the table by symbol (`DFA.transitions`) is only built if a mask that was not stored is computed.
+class form, which is what the mask kernels read: the table by symbol (`DFA.transitions`) is never built for masks.
 Runs rather than the raw class table: ~3x fewer bytes to read and crc32 (~0.3 ms/MB) on every load. The
 pool stays on disk: the directory is checked on the first lookup, and a state's mask is read (from the very
 file loaded: same inode, size and mtime), checked (its crc32, ids strictly ascending in range, next states in

@@ -7,7 +7,7 @@ accepting states, and a state no token can leave raises `IncompatibleVocabularyE
 
     Vocabulary ──(once per vocabulary)──► TokenTrie  (normal tokens' bytes, sorted, flattened in preorder)
                                              │
-    DFA state s ──► _kernel.walk(DFA, s, trie) ──► ids alive after all their bytes + next states
+    DFA state s ──► _kernel.walk(DFA.table, s, trie) ──► ids alive after all their bytes + next states
                                              │   + named special tokens (symbol 256+i)  + EOS if accepting
                                              ▼
                                          StateMask (cached per state; allowed ids, next states, mask form)
@@ -48,6 +48,8 @@ _EMPTY_TRIE = (
     np.zeros(1, dtype=np.int32), np.ones(1, dtype=np.int32), np.zeros(2, dtype=np.int32), np.zeros(0, dtype=np.int32)
 )
 """node_depth, node_end, tok_start, tok_ids of a root-only trie: `_kernel.check` then validates just a table."""
+_NO_MOVES = (np.full((1, 1), DEAD, dtype=np.int32), np.zeros(256, dtype=np.int32))
+"""A one-state table in its class form that moves nowhere: `_kernel.check` then validates just a trie."""
 
 _NO_IDS = np.zeros(0, dtype=np.int32)
 _NO_IDS.flags.writeable = False
@@ -116,8 +118,8 @@ class TokenTrie:
         single_byte[node_byte[depth_one]] = tok_start[depth_one + 1] > tok_start[depth_one]
         for array in (node_byte, node_depth, node_end, tok_start, tok_ids, root_child, single_byte):
             array.flags.writeable = False
-        no_transitions = np.full((1, 256), DEAD, dtype=np.int32)  # validate the trie once: the kernels trust it
-        _kernel.check(no_transitions, 256, node_depth, node_end, tok_start, tok_ids, int(max_depth), len(tokens))
+        # validate the trie once (against a one-state table that moves nowhere): the kernels trust it
+        _kernel.check(*_NO_MOVES, node_depth, node_end, tok_start, tok_ids, int(max_depth), len(tokens))
         return cls(
             node_byte=node_byte, node_depth=node_depth, node_end=node_end, tok_start=tok_start, tok_ids=tok_ids,
             root_child=root_child, single_byte=single_byte, max_depth=int(max_depth), vocab_size=len(tokens),
@@ -483,7 +485,7 @@ class TokenIndex:
         self._lock = threading.Lock()
         self._buffers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if not table_checked:  # the kernels trust the table: one C pass (the trie was checked once, when built)
-            _kernel.check(dfa.transitions, self._width, *_EMPTY_TRIE, 0, self.trie.vocab_size)
+            _kernel.check(*dfa.table, *_EMPTY_TRIE, 0, self.trie.vocab_size)
         self._ub = np.full(dfa.n_states, -1, dtype=np.int32)
         self._next_hop: np.ndarray | None = None
         self._budget_masks: dict[tuple[int, int], StateMask] = {}
@@ -523,11 +525,6 @@ class TokenIndex:
                 missing=tuple(missing),
             )
         return np.asarray([self.vocab.special_ids_by_name[n] for n in self.dfa.special_names], dtype=np.int32)
-
-    @property
-    def _transitions(self) -> np.ndarray:
-        """The DFA's table by symbol (int32, C-contiguous, range-checked), built on the first mask computed."""
-        return self.dfa.transitions
 
     def _check_every_state_can_move(self) -> None:
         """Raise now, not mid-generation, for a state no token can leave (cheap test first, walk the doubtful).
@@ -572,8 +569,8 @@ class TokenIndex:
                 )
             else:
                 count = n_normal = _kernel.walk(
-                    self._transitions, self._width, state, trie.node_byte, trie.node_depth, trie.node_end,
-                    trie.tok_start, trie.tok_ids, trie.max_depth, out_ids, out_next, scratch,
+                    *self.dfa.table, state, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
+                    trie.tok_ids, trie.max_depth, out_ids, out_next, scratch,
                 )  # fmt: skip
             ids = out_ids[:count].copy()
             next_states = out_next[:count].copy()
@@ -666,8 +663,7 @@ class TokenIndex:
         chain = np.empty(longest + 1, dtype=np.int32)
         symbols = np.empty(longest, dtype=np.int32)
         try:
-            length = _kernel.follow_hops(self._transitions, self._width, self._canonical_next_hop(), state, chain,
-                                         symbols)  # fmt: skip
+            length = _kernel.follow_hops(*self.dfa.table, self._canonical_next_hop(), state, chain, symbols)
         except ValueError:
             length = -1
         if length < 0 or not self.dfa.accepting[chain[length]]:
@@ -682,16 +678,7 @@ class TokenIndex:
         if self._next_hop is None:
             from constrained import fsm
 
-            if hasattr(fsm, "next_hop"):
-                self._next_hop = np.asarray(fsm.next_hop(self.dfa), dtype=np.int32)
-            else:  # same definition: smallest symbol on a shortest path to acceptance
-                table = self._transitions
-                distance = np.asarray(self.dfa.distance)
-                target_distance = np.where(table >= 0, distance[np.maximum(table, 0)], -1)
-                on_path = (table >= 0) & (target_distance == (distance[:, None] - 1))
-                hop = np.argmax(on_path, axis=1).astype(np.int32)
-                hop[self.dfa.accepting] = -1
-                self._next_hop = hop
+            self._next_hop = np.asarray(fsm.next_hop(self.dfa), dtype=np.int32)
         return self._next_hop
 
     def budget_mask(self, state: int, remaining: int) -> StateMask:
@@ -728,13 +715,14 @@ class TokenIndex:
         if forced is None:
             out = bytearray()
             current = state
-            table = self._transitions
+            table = self.dfa.table
             while not self.dfa.accepting[current] and len(out) <= self.dfa.n_states:
-                live = np.flatnonzero(table[current] != DEAD)
+                row = table.row(current, self._width)
+                live = np.flatnonzero(row != DEAD)
                 if live.shape[0] != 1 or live[0] >= 256:
                     break
                 out.append(int(live[0]))
-                current = int(table[current, live[0]])
+                current = int(row[live[0]])
             forced = bytes(out)
             self._forced[state] = forced
         return forced

@@ -56,6 +56,8 @@ skipping the pure tokens' nodes, so with few of them the exits' subtrees would b
 
 _NEVER = np.iinfo(np.int32).max
 """`StringBodyShortcut.pure_need` / `pure_counted_state` of a token that leaves the string body."""
+_EACH_BYTE = np.arange(256, dtype=np.int32)
+"""The class map of a table by byte: each byte its own column (how the walk kernel reads such a table)."""
 
 _UNIT_BYTE = ord("a")
 """A one-byte character of the string body: followed from a state, it counts the characters left there."""
@@ -185,14 +187,14 @@ class StringBodyShortcut:
         table = np.ascontiguousarray(body.transitions, dtype=np.int32)
         if table.shape[1] != 256 or body.initial != 0 or table.shape[0] >= NOT_PURE:
             raise AssertionError("the string-body automaton must be a small byte DFA starting at state 0")
-        _kernel.check(table, 256, trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth,
+        _kernel.check(*body.table, trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth,
                       trie.vocab_size)  # fmt: skip
         n_body = table.shape[0]
         counted = counted_template(trie.max_depth + 1)  # deep enough never to run out within a token
         ids = np.empty(trie.n_tokens, dtype=np.int32)
         ends = np.empty(trie.n_tokens, dtype=np.int32)
         scratch = np.full(trie.vocab_size, -1, dtype=np.int32)
-        count = _kernel.walk(counted, 256, 0, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
+        count = _kernel.walk(counted, _EACH_BYTE, 0, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
                              trie.tok_ids, trie.max_depth, ids, ends, scratch)  # fmt: skip
         units, body_state = ends[:count] // n_body, ends[:count] % n_body
         pure_body_state = np.full(trie.vocab_size, NOT_PURE, dtype=np.uint8)

@@ -137,6 +137,22 @@ def test_budget_masks_of_a_real_grammar_equal_the_definition_at_every_budget(qwe
     assert checked > 40
 
 
+def test_masks_budgets_and_forced_bytes_never_expand_the_table_by_symbol(qwen2_vocab):
+    """Every kernel reads the class form: a DFA's table by symbol (n_states x 257 int32, 10 MB at 10k states) is
+    only for automaton operations, never for a mask, a budget bound or a forced run."""
+    from constrained import compile_json_schema
+
+    schema = {"type": "object", "properties": {"when": {"type": "string", "format": "date"}, "n": {"type": "integer"},
+              "tag": {"enum": ["red", "green"]}}, "required": ["when", "n", "tag"], "additionalProperties": False}
+    grammar = compile_json_schema(schema, qwen2_vocab)  # closed: one DFA
+    dfa, index = grammar.dfa, grammar.index
+    for state in range(dfa.n_states):
+        index.budget_mask(state, 4)
+        index.forced_bytes(state)
+    assert index.forced_bytes(0) == b'{"when":"'
+    assert "transitions" not in vars(dfa)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_restricted_mask_keeps_exactly_the_tokens_within_the_limit_for_any_bounds(qwen2_vocab, seed):
     """`StateMask.restricted` (a string state's mask in bit space: pure tokens dropped by the template state they
@@ -317,16 +333,22 @@ def test_real_vocabulary_masks_equal_reference_in_json_like_states(real_vocab):
 def test_kernel_check_rejects_tables_and_tries_the_walk_could_not_trust():
     vocab = Vocabulary.from_tokens([b"a", b"ab", b"b"])
     trie = token_trie(vocab)
-    table = np.full((2, 256), DEAD, dtype=np.int32)
+    table = np.full((2, 3), DEAD, dtype=np.int32)  # the class form: 3 classes
+    symbol_class = np.zeros(256, dtype=np.int32)
+    symbol_class[ord("a")], symbol_class[ord("b")] = 1, 2
     args = (trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, trie.vocab_size)
-    _kernel.check(table, 256, *args)
-    table[1, 5] = 2  # target past the last state
+    _kernel.check(table, symbol_class, *args)
+    table[1, 2] = 2  # target past the last state
     with pytest.raises(ValueError, match="transition"):
-        _kernel.check(table, 256, *args)
+        _kernel.check(table, symbol_class, *args)
+    table[1, 2] = 1
+    for bad_classes in (symbol_class[:255], np.full(256, 3, dtype=np.int32)):  # too short; a column past the last
+        with pytest.raises(ValueError, match="class"):
+            _kernel.check(table, bad_classes, *args)
     bad_end = trie.node_end.copy()
     bad_end[1] = 1  # a subtree that ends before it starts would loop forever
     with pytest.raises(ValueError, match="subtree"):
-        _kernel.check(np.full((1, 256), DEAD, dtype=np.int32), 256, trie.node_depth, bad_end, *args[2:])
+        _kernel.check(table, symbol_class, trie.node_depth, bad_end, *args[2:])
 
 
 def test_token_index_refuses_a_table_the_kernels_could_not_trust():
