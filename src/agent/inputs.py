@@ -42,7 +42,9 @@ def read_text_file(path: str | os.PathLike[str], what: str) -> str:
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
-        raise InputError(f"{what}: no such file") from None
+        inline = str(path).lstrip()[:1] in ("{", "[")  # JSON text given where its file's path goes
+        hint = " (it takes a path to a file, not JSON text)" if inline else ""
+        raise InputError(f"{what}: no such file{hint}") from None
     except IsADirectoryError:
         raise InputError(f"{what}: is a directory, not a file") from None
     except OSError as error:

@@ -122,6 +122,8 @@ def test_a_schema_file_that_is_not_a_usable_schema(capsys, tmp_path, content, ex
 def test_a_missing_schema_file_or_a_directory(capsys, tmp_path):
     assert "no such file" in input_error(capsys, *gen("--schema", str(tmp_path / "absent.json")))
     assert "is a directory" in input_error(capsys, *gen("--schema", str(tmp_path)))
+    inline = input_error(capsys, *gen("--schema", '{"type": "string"}'))  # the schema itself where its file goes
+    assert inline.endswith("no such file (it takes a path to a file, not JSON text)"), inline
 
 
 @pytest.fixture
