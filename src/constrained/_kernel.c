@@ -2210,11 +2210,10 @@ follow_chain(const int32_t *T, Py_ssize_t width, const int32_t *cls, Py_ssize_t 
 }
 
 PyDoc_STRVAR(completion_bounds_doc,
-"completion_bounds(by_class, n_classes, symbol_class, symbol_hop, dist, rule_accept, hop_a, hop_b, node_byte,\n"
-"                  node_end, tok_start, root_child, ub, states) -> None\n\n"
-"UB of each of `states` (int32) in a pushdown grammar's rule table (n states; by_class int32[n * n_classes], its\n"
-"columns per symbol in symbol_class int32[n_symbols], each in [0, n_classes)), in one call (a mask asks hundreds of\n"
-"them), filling ub (int64[n], -1 = not known yet) for every\n"
+"completion_bounds(classes, symbol_class, symbol_hop, dist, rule_accept, hop_a, hop_b, node_byte, node_end,\n"
+"                  tok_start, root_child, ub, states) -> None\n\n"
+"UB of each of `states` (int32) in a pushdown grammar's rule table (n states, in its class form as for `walk`),\n"
+"in one call (a mask asks hundreds of them), filling ub (int64[n], -1 = not known yet) for every\n"
 "state on the way: the fewest tokens of the state's canonical shortest completion, tokenized piecewise -- its\n"
 "chain of symbol hops (symbol_hop int32[n], -1 where the chain stops) by min_tokenization, plus UB(hop_a) +\n"
 "UB(hop_b) (callee start, continuation) where the chain stops at a call rather than at the rule's end\n"
@@ -2225,9 +2224,8 @@ static PyObject *
 completion_bounds(PyObject *self, PyObject *args)
 {
     PyObject *o[13];
-    Py_ssize_t width;
-    if (!PyArg_ParseTuple(args, "OnOOOOOOOOOOOO", &o[0], &width, &o[11], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
-                          &o[7], &o[8], &o[9], &o[10], &o[12])) {
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOO", &o[0], &o[11], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &o[10], &o[12])) {
         return NULL;
     }
     Py_buffer b[13];
@@ -2239,12 +2237,11 @@ completion_bounds(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     int32_t *chain = NULL, *sym = NULL, *best = NULL, *stack = NULL;
     uint8_t *pending = NULL;
-    Py_ssize_t n = n_items(&b[1]), n_nodes = n_items(&b[6]), n_symbols = n_items(&b[11]), n_asked = n_items(&b[12]);
+    Py_ssize_t n, width, n_nodes = n_items(&b[6]), n_symbols = n_items(&b[11]), n_asked = n_items(&b[12]);
     const int32_t *cls = (const int32_t *)b[11].buf, *asked = (const int32_t *)b[12].buf;
-    int bad = width < 1 || n_items(&b[0]) != n * width || n_items(&b[2]) != n || n_items(&b[3]) != n ||
-              n_items(&b[4]) != n || n_items(&b[5]) != n || n_items(&b[10]) != n || n_items(&b[7]) != n_nodes ||
-              n_items(&b[8]) != n_nodes + 1 || n_items(&b[9]) != 256 || n_symbols < 256;
-    for (Py_ssize_t x = 0; !bad && x < n_symbols; x++) bad = cls[x] < 0 || cls[x] >= width;
+    int bad = !class_form_ok(&b[0], &b[11], &n, &width) || n_items(&b[1]) != n || n_items(&b[2]) != n ||
+              n_items(&b[3]) != n || n_items(&b[4]) != n || n_items(&b[5]) != n || n_items(&b[10]) != n ||
+              n_items(&b[7]) != n_nodes || n_items(&b[8]) != n_nodes + 1 || n_items(&b[9]) != 256;
     for (Py_ssize_t k = 0; !bad && k < n_asked; k++) bad = asked[k] < 0 || asked[k] >= n;
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "completion_bounds: inconsistent array sizes, classes or states");

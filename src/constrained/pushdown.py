@@ -894,7 +894,7 @@ class PushdownGrammar:
         """Work out UB for ``states`` (int32) in one kernel call, on the class form (no rule's rows needed)."""
         trie = self.trie
         _kernel.completion_bounds(
-            self._by_class, self._by_class.shape[1], self._symbol_class, self._symbol_hop, self._dist,
+            *self._table, self._symbol_hop, self._dist,
             self._rule_accept, self._hop_a, self._hop_b,
             trie.node_byte, trie.node_end, trie.tok_start, trie.root_child, self._ub, states,
         )  # fmt: skip
