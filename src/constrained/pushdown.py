@@ -172,9 +172,8 @@ class PushdownGrammar:
             self._shortest(*self._layout(self.rules, start))
         else:
             self._adopt(*stored)
-        self._by_class = np.ascontiguousarray(self._by_class, dtype=np.int32)
-        self._symbol_class = np.ascontiguousarray(self._symbol_class, dtype=np.int32)
-        table_dfa = fsm.DFA.from_classes(self._symbol_class, self._by_class, accepting=self._top_accept,
+        classes, symbol_class = (np.ascontiguousarray(part, dtype=np.int32) for part in self._table)
+        table_dfa = fsm.DFA.from_classes(symbol_class, classes, accepting=self._top_accept,
                                          distance=np.zeros(self.n_states, dtype=np.int32),
                                          special_names=self.special_names)  # fmt: skip
         self._table = table_dfa.table
@@ -212,11 +211,11 @@ class PushdownGrammar:
     # -- construction ----------------------------------------------------------------------------------------------
 
     def _layout(self, rules: Mapping[str, str], start: str
-                ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...], tuple[np.ndarray, np.ndarray]]:
-        """Compile every body and lay the DFAs side by side; calls go to a side table. Returns the table by
-        combined symbol class, each class's first symbol (its column c is that symbol's column), every call move
-        as arrays (call states, callees' starts, continuations, guards) and the table's predecessors (CSR, what the
-        graph searches scan)."""
+                ) -> tuple[np.ndarray, tuple[np.ndarray, ...], tuple[np.ndarray, np.ndarray]]:
+        """Compile every body and lay the DFAs side by side (`_table`, by combined symbol class); calls go to a side
+        table. Returns each class's first symbol (its column c is that symbol's column), every call move as arrays
+        (call states, callees' starts, continuations, guards) and the table's predecessors (CSR, what the graph
+        searches scan)."""
         if start not in rules:
             raise GrammarError(f"the start rule {start!r} is not defined")
         for name in rules:
@@ -278,7 +277,6 @@ class PushdownGrammar:
          *predecessors) = _kernel.lay_out_rules(blocks, self._width)
         self.guards = tuple(guard_ids)
         """The guard texts the rules' calls carry; a call move's guard is an index into them, -1 for none."""
-        self._symbol_class = np.frombuffer(symbol_class, dtype=np.int32)
         which = np.frombuffer(which, dtype=np.int32)
         call_moves = (np.frombuffer(call_src, dtype=np.int32), np.asarray(call_callee, dtype=np.int32)[which],
                       np.frombuffer(call_cont, dtype=np.int32), np.asarray(call_guard, dtype=np.int32)[which])
@@ -286,17 +284,18 @@ class PushdownGrammar:
         self._top_accept = np.zeros(total, dtype=bool)
         top, top_form = self._starts[self._start_rule], forms[self._start_rule]
         self._top_accept[top:top + top_form.n_states] = np.frombuffer(top_form.accepting, dtype=np.bool_)
-        by_class = np.frombuffer(by_class, dtype=np.int32).reshape(total, -1)  # writable: `_shortest` cuts it
-        return (by_class, np.frombuffer(first_symbols, dtype=np.int32), call_moves,
+        self._table = fsm.ClassTable(np.frombuffer(by_class, dtype=np.int32).reshape(total, -1),  # `_shortest` cuts it
+                                     np.frombuffer(symbol_class, dtype=np.int32))  # fmt: skip
+        return (np.frombuffer(first_symbols, dtype=np.int32), call_moves,
                 tuple(np.frombuffer(part, dtype=np.int32) for part in predecessors))
 
-    def _shortest(self, by_class: np.ndarray, first_symbols: np.ndarray, call_moves: tuple[np.ndarray, ...],
+    def _shortest(self, first_symbols: np.ndarray, call_moves: tuple[np.ndarray, ...],
                   predecessors: tuple[np.ndarray, np.ndarray]) -> None:
         """Shortest completion of every state within its rule (bytes and specials weigh 1, a call the callee's
         shortest document): Knuth's generalisation of Dijkstra, since a call's weight is itself a distance (kernel
         `shortest_completions`). It sees no `needs` call (a `bound` call stands for it). States that cannot finish
         are cut off (their edges and calls removed); the start must finish."""
-        n = self.n_states
+        n, by_class = self.n_states, self._table.classes
         call_src, call_callee, call_cont = call_moves[:3]
         if self._guard_kinds:
             seen = np.asarray([kind != _NEEDS for kind, _ in self._guard_kinds] + [True], dtype=bool)
@@ -328,8 +327,6 @@ class PushdownGrammar:
         if not finished.all():
             by_class[~finished] = DEAD
             by_class[~finished[by_class] & (by_class != DEAD)] = DEAD  # DEAD (-1) indexes the last state: masked
-        self._by_class = by_class
-        """The table by combined class, cut: the class form of the inside DFA, the form the kernels read (`_table`)."""
         self._dist = dist
         self._hop_kind, self._hop_a, self._hop_b = hop_kind, hop_a, hop_b
         """The canonical shortest completion, one move per state: `_HOP_SYMBOL` (hop_a = the symbol) or
@@ -354,7 +351,7 @@ class PushdownGrammar:
         calling = np.zeros(self.n_states, dtype=bool)
         calling[src] = True
         tail = (self._rule_accept[cont] & ~self._top_accept[cont] & ~calling[cont]
-                & (self._by_class[cont] == DEAD).all(axis=1))  # fmt: skip
+                & (self._table.classes[cont] == DEAD).all(axis=1))  # fmt: skip
         self._pushes = _CallMoves(src, callee, cont, tail, guard, self._guard_kinds)
         """Call state → its unguarded moves as stack pushes, built on first lookup; guarded ones in ``.guarded``
         (`_CallMoves`)."""
@@ -376,7 +373,7 @@ class PushdownGrammar:
                   "rules": list(self.rules.items()), "n_states": self.n_states,
                   "special_names": list(self.special_names), "start_rule": self._start_rule,
                   "starts": self._starts, "guards": list(self.guards)}  # fmt: skip
-        arrays = {"symbol_class": self._symbol_class, "by_class": self._by_class,
+        arrays = {"symbol_class": self._table.symbol_class, "by_class": self._table.classes,
                   "rule_accept": self._rule_accept.astype(np.uint8), "top_accept": self._top_accept.astype(np.uint8),
                   "call_src": self._call_moves[0], "call_callee": self._call_moves[1], "call_cont": self._call_moves[2],
                   "call_guard": self._call_moves[3],
@@ -435,7 +432,7 @@ class PushdownGrammar:
             fail("rule starts out of range")
         self.n_states, self.special_names, self._width = n, tuple(names), width
         self._start_rule, self._starts = header["start_rule"], dict(starts)
-        self._symbol_class, self._by_class = symbol_class, by_class
+        self._table = fsm.ClassTable(by_class, symbol_class)
         self._rule_accept = arrays["rule_accept"].astype(bool)
         self._top_accept = arrays["top_accept"].astype(bool)
         self._call_moves = moves
@@ -635,7 +632,7 @@ class PushdownGrammar:
         """Whether no byte or special token moves from ``state`` (it only calls, returns or ends the document)."""
         silent = self._silent.get(state)
         if silent is None:  # read in the class form: every class is some symbol's, and DEAD is the least entry
-            moves = int(self._by_class[state].max(initial=DEAD)) != DEAD
+            moves = int(self._table.classes[state].max(initial=DEAD)) != DEAD
             silent = self._silent[state] = not self._top_accept[state] and not moves
         return silent
 

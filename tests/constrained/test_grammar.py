@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -450,14 +451,15 @@ OPEN_SCHEMA = {
 """Open-ended (``meta`` takes any value) and recursive: rules, not one DFA; one unknown keyword."""
 OPEN_DOCUMENTS = [b'{"id":1}', b'{"id":2,"meta":{"a":[null,true]},"kids":[{"id":3,"kids":[{"id":4}]}]}',
                   b'{"id":5,"kids":[]}', b'{"meta":1}', b'{"id":1,"kids":[{"meta":0}]}', b'{"id":"1"}']  # fmt: skip
-_RULE_ARRAYS = ("_by_class", "_symbol_class", "_dist", "_hop_kind", "_hop_a", "_hop_b", "_reach",
+_RULE_ARRAYS = ("_table.classes", "_table.symbol_class", "_dist", "_hop_kind", "_hop_a", "_hop_b", "_reach",
                 "_boundary", "_symbol_hop", "_rule_accept", "_top_accept")  # fmt: skip
 
 
 def rules_snapshot(grammar, vocab) -> tuple:
     """A rule set's identity, every table the kernels read, and the masks along each document of `OPEN_DOCUMENTS`
     (as far as the grammar takes it)."""
-    tables = tuple((name, getattr(grammar, name).dtype.str, getattr(grammar, name).tolist()) for name in _RULE_ARRAYS)
+    arrays = {name: attrgetter(name)(grammar) for name in _RULE_ARRAYS}
+    tables = tuple((name, array.dtype.str, array.tolist()) for name, array in arrays.items())
     walks = []
     for document in OPEN_DOCUMENTS:
         matcher, steps = grammar.matcher(), []
@@ -508,7 +510,7 @@ def test_compile_rules_stores_and_reloads_a_rule_set_with_specials(small_vocab, 
     loaded = grammar_module.compile_rules(rules, "doc", small_vocab, allow_special=True)
     assert loaded is not compiled and loaded.special_names == compiled.special_names == ("</s>", "<x>")
     for name in _RULE_ARRAYS:
-        np.testing.assert_array_equal(getattr(loaded, name), getattr(compiled, name))
+        np.testing.assert_array_equal(attrgetter(name)(loaded), attrgetter(name)(compiled))
     assert all(loaded._pushes[s] == compiled._pushes[s] for s in range(compiled.n_states))
     assert [loaded.accepts(d) for d in (b"{ab,{c}}", b"{}", b"{a")] == [True, False, False]
 

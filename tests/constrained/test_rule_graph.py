@@ -240,10 +240,10 @@ def test_completion_bounds_refuses_a_class_map_out_of_the_table(qwen_vocab):
     (or too short for the bytes) is refused, not followed."""
     grammar = compile_rules(JSON_RULES, "value", qwen_vocab)
     trie = grammar.trie
-    width = grammar._by_class.shape[1]
-    for bad in (np.full_like(grammar._symbol_class, width), grammar._symbol_class[:255]):
+    width = grammar._table.classes.shape[1]
+    for bad in (np.full_like(grammar._table.symbol_class, width), grammar._table.symbol_class[:255]):
         with pytest.raises(ValueError, match="completion_bounds"):
-            _kernel.completion_bounds(grammar._by_class, np.ascontiguousarray(bad), grammar._symbol_hop,
+            _kernel.completion_bounds(grammar._table.classes, np.ascontiguousarray(bad), grammar._symbol_hop,
                                       grammar._dist, grammar._rule_accept, grammar._hop_a, grammar._hop_b,
                                       trie.node_byte, trie.node_end, trie.tok_start, trie.root_child,
                                       np.full(grammar.n_states, -1, dtype=np.int64), np.zeros(1, np.int32))
@@ -269,7 +269,7 @@ def test_real_grammars_match_the_reference(qwen_vocab):
         assert (dist, final, kind, a, b) == _shortest_reference(table, accept, calls)
         assert all(final)  # a compiled grammar keeps only states that can finish
         assert dist == grammar._dist.tolist()
-        assert grammar._symbol_class.tolist() == fsm.symbol_classes(table)[0].tolist()  # from the rules' classes
+        assert grammar._table.symbol_class.tolist() == fsm.symbol_classes(table)[0].tolist()  # from the rules' classes
 
 
 def test_first_class_into_finds_the_first_column_and_refuses_what_it_cannot():
