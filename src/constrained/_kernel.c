@@ -1070,9 +1070,10 @@ done:
 }
 
 PyDoc_STRVAR(ids_to_bits_doc,
-"ids_to_bits(ids, vocab_size, out) -> None\n\n"
+"ids_to_bits(ids, vocab_size, out) -> int\n\n"
 "The bitmask of a set of ids: out uint32[ceil(vocab_size / 32)] is zeroed, then bit i%32 of word i/32 is\n"
-"set for every id i in ids (int32, each in [0, vocab_size)).");
+"set for every id i in ids (int32, each in [0, vocab_size); repeats allowed). Returns the bits set: the\n"
+"number of distinct ids.");
 
 static PyObject *
 ids_to_bits(PyObject *self, PyObject *args)
@@ -1101,9 +1102,13 @@ ids_to_bits(PyObject *self, PyObject *args)
         }
     }
     memset(bits, 0, sizeof(uint32_t) * (size_t)n_words);
-    for (Py_ssize_t k = 0; k < n; k++) bits[ids[k] >> 5] |= 1u << (ids[k] & 31);
-    Py_INCREF(Py_None);
-    result = Py_None;
+    Py_ssize_t set = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        uint32_t bit = 1u << (ids[k] & 31), *word = &bits[ids[k] >> 5];
+        set += !(*word & bit);
+        *word |= bit;
+    }
+    result = PyLong_FromSsize_t(set);
 done:
     PyBuffer_Release(&bo);
     PyBuffer_Release(&bi);

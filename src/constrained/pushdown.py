@@ -1105,9 +1105,9 @@ class _Family:
         union = self._unions.get(markers)
         if union is None:  # as bits: members share tokens (a lone quote), which a bitmask counts once
             bits = np.empty(-(-self.vocab_size // 32), dtype=np.uint32)
-            _kernel.ids_to_bits(self._ids[self._unused(markers)[self._owner]] if markers else self._ids,
-                                self.vocab_size, bits)  # fmt: skip
-            union = _bits_mask(bits, _kernel.or_bits((bits,), bits), self.vocab_size)
+            count = _kernel.ids_to_bits(self._ids[self._unused(markers)[self._owner]] if markers else self._ids,
+                                        self.vocab_size, bits)  # fmt: skip
+            union = _bits_mask(bits, count, self.vocab_size)
             if len(self._unions) >= 256:
                 self._unions = {}
             self._unions[markers] = union

@@ -226,6 +226,14 @@ def test_bits_to_ids_reads_either_value_and_ignores_padding():
         _kernel.bits_to_ids(bits, 80, 1, out)
 
 
+@given(st.lists(st.integers(0, 79), max_size=40))
+def test_ids_to_bits_sets_each_id_once_and_counts_the_distinct_ones(ids):
+    """Repeated ids (members sharing a token) set one bit and count once."""
+    bits = np.full(3, 0xFFFFFFFF, dtype=np.uint32)
+    assert _kernel.ids_to_bits(np.asarray(ids, dtype=np.int32), 80, bits) == len(set(ids))
+    assert [i for i in range(96) if bits[i >> 5] >> (i & 31) & 1] == sorted(set(ids))  # the padding cleared too
+
+
 @given(st.lists(st.lists(st.integers(0, 2**32 - 1), min_size=3, max_size=3), max_size=6))
 def test_or_bits_is_the_union_and_its_count(words):
     """Against numpy's OR and bit count; out may be the first mask (a count of one mask in place)."""
