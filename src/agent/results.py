@@ -54,6 +54,9 @@ class ResultErrorKind(enum.StrEnum):
     DENIED_BY_POLICY = "denied_by_policy"
     EXECUTION_FAILED = "execution_failed"
     """The tool ran and raised (or reported a failure)."""
+    SERVER_FAILED = "server_failed"
+    """The server that runs the tool (an MCP server) failed under the call: it exited, sent malformed JSON-RPC or
+    answered with a protocol error. Whether the effect happened is unknown."""
     TIMEOUT = "timeout"
     """The watchdog gave up; the worker was detached and its late result discarded."""
     CANCELLED = "cancelled"

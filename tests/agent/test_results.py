@@ -52,7 +52,7 @@ def test_error_result_refuses_an_unknown_kind():
 def test_result_kinds_are_the_contract_vocabulary():
     assert {k.value for k in ResultErrorKind} == {
         "malformed_call", "unknown_tool", "invalid_arguments", "denied_by_policy", "execution_failed", "timeout",
-        "cancelled", "result_not_serializable", "limit_exceeded"}
+        "cancelled", "result_not_serializable", "limit_exceeded", "server_failed"}
 
 
 def test_small_result_is_compact_utf8_json_and_not_truncated():

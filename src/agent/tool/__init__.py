@@ -7,9 +7,11 @@
 One job per module, each re-exported here (``from agent.tool import Tool, ToolRegistry, execute_tool`` is the
 import to use):
 
-- `agent.tool.definition`: `Tool`, `ToolKind`, `ToolContext`, `ToolFailure` (definitions, checked at definition)
+- `agent.tool.definition`: `Tool`, `ToolKind`, `ToolServer`, `ToolContext`, `ToolFailure` (definitions, checked at
+  definition)
 - `agent.tool.registry`: `ToolRegistry` (the ordered, unique-by-name set a session offers)
-- `agent.tool.approval`: `ApprovalDecision`, `ApprovalPolicy`, `default_policy`, `check_approval` (fail closed)
+- `agent.tool.approval`: `ApprovalDecision`, `ApprovalPolicy`, `default_policy`, `pre_approved`, `check_approval`
+  (fail closed)
 - `agent.tool.idempotency`: `IdempotencyStore` (an action runs at most once per key)
 - `agent.tool.outcome`: `ToolOutcome` (what an execution attempt produced: a value, never an exception)
 - `agent.tool.execution`: `execute_tool` (approval → idempotency → a watchdog over a worker thread)
@@ -18,9 +20,9 @@ Layered without cycles: definition ← registry, approval, idempotency (← outc
 through `execute_tool(tool, args, ctx, ...)`: the one door from `ValidatedArguments` to an effect.
 """
 
-from agent.tool.approval import ApprovalDecision, ApprovalPolicy, check_approval, default_policy
+from agent.tool.approval import ApprovalDecision, ApprovalPolicy, check_approval, default_policy, pre_approved
 from agent.tool.definition import (TOOL_NAME_RE, CancelSignal, Tool, ToolContext, ToolFailure, ToolFunction,
-                                   ToolKind)
+                                   ToolKind, ToolServer)
 from agent.tool.execution import execute_tool
 from agent.tool.idempotency import IDEMPOTENCY_KEY_FIELD, IdempotencyStore
 from agent.tool.outcome import ToolOutcome
@@ -40,7 +42,9 @@ __all__ = [
     "ToolKind",
     "ToolOutcome",
     "ToolRegistry",
+    "ToolServer",
     "check_approval",
     "default_policy",
     "execute_tool",
+    "pre_approved",
 ]

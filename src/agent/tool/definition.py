@@ -8,7 +8,8 @@ Owns: `Tool` (a name ``^[A-Za-z_][A-Za-z0-9_.-]{0,63}$``, dots for namespaces su
 description, a Draft 2020-12 parameters schema checked at definition, and a function that receives
 `ValidatedArguments` and a `ToolContext`, never raw model text), `ToolKind` (``data`` reads, retry-safe;
 ``action`` writes, keyed and approved; ``orchestration`` runs another session, its run id linked through
-`ToolContext.link_run`), `ToolContext` and `ToolFailure` (a tool's clean, model-facing way to fail a call).
+`ToolContext.link_run`), `ToolServer` (the out-of-process server a tool runs on, e.g. an MCP server: what the
+trace pins), `ToolContext` and `ToolFailure` (a tool's clean, model-facing way to fail a call).
 
 Refuses (raises `ToolDefinitionError`): bad names, non-callable or async functions, bad timeouts, parameters
 that are not an object schema, signatures the model could not call. Running a tool is `agent.tool.execution`;
@@ -43,7 +44,8 @@ from constrained.decoding import CancelSignal
 if TYPE_CHECKING:
     from agent.artifact import ArtifactStore
 
-__all__ = ["TOOL_NAME_RE", "CancelSignal", "Tool", "ToolContext", "ToolFailure", "ToolFunction", "ToolKind"]
+__all__ = ["TOOL_NAME_RE", "CancelSignal", "Tool", "ToolContext", "ToolFailure", "ToolFunction", "ToolKind",
+           "ToolServer"]
 
 TOOL_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
 
@@ -57,6 +59,32 @@ class ToolKind(enum.StrEnum):
     """Writes: send, create, charge. Not retry-safe without a key; approval applies."""
     ORCHESTRATION = "orchestration"
     """Runs another model session (agent-as-a-tool); links the nested run id."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolServer:
+    """The server a tool runs on when it is not a function in this process (`agent.mcp`): what pins it.
+
+    Shared by every tool of one server connection; a server whose tool list changed gets a new one."""
+
+    name: str
+    """The name the user configured for the server (the namespace of its tools: ``fs`` in ``fs.write_file``)."""
+    implementation: str
+    """The name the server reports for itself (MCP ``serverInfo.name``)."""
+    version: str
+    """The version the server reports (MCP ``serverInfo.version``)."""
+    protocol_version: str
+    """The protocol revision negotiated with it (e.g. MCP ``2025-11-25``)."""
+    tools_sha256: str
+    """Hex sha256 of the canonical JSON of the tool list the server returned (before any tool was left out)."""
+    transport: str = "stdio"
+    """How the server is reached: ``stdio`` (a child process) or ``http`` (Streamable HTTP)."""
+
+    def record(self) -> dict[str, Any]:
+        """The server as JSON, for the trace's provenance event."""
+        return {"name": self.name, "implementation": self.implementation, "version": self.version,
+                "protocol_version": self.protocol_version, "tools_sha256": self.tools_sha256,
+                "transport": self.transport}
 
 
 @dataclass(kw_only=True)
@@ -92,8 +120,10 @@ class ToolFailure(Exception):
     """Raised by a tool to fail the call with a clean, model-facing ``detail`` (no exception type prefix)."""
 
     def __init__(self, detail: str, *, kind: ResultErrorKind = ResultErrorKind.EXECUTION_FAILED) -> None:
-        if kind not in (ResultErrorKind.EXECUTION_FAILED, ResultErrorKind.INVALID_ARGUMENTS):
-            raise ValueError(f"a tool can fail as execution_failed or invalid_arguments, not {kind}")
+        if kind not in (ResultErrorKind.EXECUTION_FAILED, ResultErrorKind.INVALID_ARGUMENTS,
+                        ResultErrorKind.SERVER_FAILED):
+            raise ValueError(f"a tool can fail as execution_failed, invalid_arguments or server_failed (the server "
+                             f"that runs it failed), not {kind}")
         super().__init__(detail)
         self.detail = detail
         self.kind = kind
@@ -124,6 +154,15 @@ class Tool:
     """Per-tool timeout; the tighter of this and the run's timeout applies. None: the run's only."""
     external: bool = False
     """An action whose effects leave the run (email, payment, remote API). Denied by `default_policy`."""
+    requires_approval: bool = False
+    """The call runs only when an approval policy explicitly allows it: `default_policy` denies it (an MCP action
+    its server does not declare non-destructive, unless the user pre-approved it)."""
+    idempotent: bool = False
+    """Repeating the call with the same arguments has no further effect (MCP ``idempotentHint``). An action's
+    call that timed out or was cancelled may then run again under the same idempotency key; otherwise its first
+    outcome is replayed and it never runs twice (`agent.tool.idempotency`)."""
+    server: ToolServer | None = None
+    """The out-of-process server that runs the call (an MCP server); None for a function in this process."""
     schema_sha256: str = field(init=False, repr=False)
     """Hex sha256 of the canonical parameters JSON; `ValidatedArguments` must carry the same."""
     compiled_parameters: CompiledParameters = field(init=False, repr=False)
@@ -146,6 +185,8 @@ class Tool:
         if inspect.iscoroutinefunction(self.function):
             raise ToolDefinitionError(name, "async functions are not supported: the watchdog runs synchronous "
                                             "work in a worker thread")
+        if self.server is not None and not isinstance(self.server, ToolServer):
+            raise ToolDefinitionError(name, f"server must be a ToolServer or None, got {type(self.server).__name__}")
         if self.timeout_s is not None and not (isinstance(self.timeout_s, (int, float))
                                                and math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ToolDefinitionError(name, f"timeout_s must be a positive number or None, got {self.timeout_s!r}")
@@ -156,6 +197,8 @@ class Tool:
         object.__setattr__(self, "parameters", parameters)
         object.__setattr__(self, "constrained", bool(self.constrained))
         object.__setattr__(self, "external", bool(self.external))
+        object.__setattr__(self, "requires_approval", bool(self.requires_approval))
+        object.__setattr__(self, "idempotent", bool(self.idempotent))
         object.__setattr__(self, "schema_sha256", compiled.schema_sha256)
         object.__setattr__(self, "compiled_parameters", compiled)
 
@@ -173,10 +216,19 @@ class Tool:
         return _EXECUTORS[0](self, args, ctx, **options)
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything that defines the tool's contract, as JSON (for the provenance record)."""
-        return {"name": self.name, "description": self.description, "parameters": self.parameters,
-                "kind": self.kind.value, "constrained": self.constrained, "external": self.external,
-                "timeout_s": self.timeout_s}
+        """Everything that defines the tool's contract, as JSON (for the provenance record). ``requires_approval``,
+        ``idempotent`` and ``server`` (its name) appear only when set, so an in-process tool's snapshot, and the
+        registry hash over it, read as before they existed."""
+        record = {"name": self.name, "description": self.description, "parameters": self.parameters,
+                  "kind": self.kind.value, "constrained": self.constrained, "external": self.external,
+                  "timeout_s": self.timeout_s}
+        if self.requires_approval:
+            record["requires_approval"] = True
+        if self.idempotent:
+            record["idempotent"] = True
+        if self.server is not None:
+            record["server"] = self.server.name
+        return record
 
     # -- constructors ---------------------------------------------------------------------------------------
 

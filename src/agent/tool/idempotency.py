@@ -6,8 +6,10 @@
 
 The key is the tool's ``idempotency_key`` argument when its schema declares one, else the sha256 of its
 canonical arguments. Any outcome of a call that *started* is recorded (a timed-out charge may still have
-happened) and replayed; a call that never started (denied, cancelled first) is not. Concurrent calls with the
-same key wait for the first. In memory only.
+happened) and replayed; a call that never started (denied, cancelled first) is not. The one exception is an
+``idempotent`` tool (repeating it has no further effect, e.g. an MCP tool with ``idempotentHint: true``): a
+call of it that timed out or was cancelled does not settle its key, so a retry runs it again under the same key.
+Concurrent calls with the same key wait for the first. In memory only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from agent.results import ResultErrorKind
 from agent.schema import ValidatedArguments, canonical_json
 from agent.tool.definition import Tool
 from agent.tool.outcome import ToolOutcome
@@ -25,6 +28,8 @@ from agent.tool.outcome import ToolOutcome
 __all__ = ["IDEMPOTENCY_KEY_FIELD", "IdempotencyStore"]
 
 IDEMPOTENCY_KEY_FIELD: Final = "idempotency_key"
+_UNSETTLED: Final = frozenset({ResultErrorKind.TIMEOUT, ResultErrorKind.CANCELLED})
+"""Outcomes that leave it unknown whether the effect happened: an idempotent tool may run again after them."""
 
 
 def _held_lock() -> Any:
@@ -73,6 +78,9 @@ class IdempotencyStore:
         while True:
             with self._lock:
                 entry = self._entries.get(key)
+                if entry is not None and tool.idempotent and entry.outcome is not None \
+                        and entry.outcome.error_kind in _UNSETTLED and entry.args_sha256 == args.sha256:
+                    entry = None  # a retry of an idempotent call whose first attempt left the effect unknown
                 if entry is None:
                     self._entries[key] = _Entry(args_sha256=args.sha256)
                     return "run", key
