@@ -25,7 +25,7 @@ from agent.protocol.base import Action, FinalText, ToolCalls, ToolChoice, ToolSp
 from agent.results import ResultErrorKind
 from agent.run_result import Ending, LoopOutcome, Phase
 from agent.schema import ArgumentError, ValidatedArguments
-from agent.tool import Tool, ToolOutcome, ToolRegistry
+from agent.tool import IdempotencyStore, Tool, ToolKind, ToolOutcome, ToolRegistry
 from agent.trace import EventType, PrivacyMode, TraceRecorder, artifact_written_data, provenance_data
 from constrained.decoding import CancelSignal
 
@@ -35,6 +35,16 @@ __all__ = ["RunTrace", "tool_step"]
 def tool_step(call_id: str) -> str:
     """The trace step of a tool call: ``call-3`` → ``tool-3``."""
     return "tool-" + call_id.removeprefix("call-")
+
+
+def _server_records(tools: ToolRegistry) -> list[dict[str, Any]]:
+    """Each out-of-process server the tools run on (MCP), once, in tool order: name, reported version, protocol,
+    tool-list hash."""
+    records: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        if tool.server is not None and tool.server.name not in records:
+            records[tool.server.name] = tool.server.record()
+    return list(records.values())
 
 
 def _limits_record(limits: AgentLimits) -> dict[str, Any]:
@@ -65,6 +75,8 @@ class RunTrace:
 
     def __init__(self, recorder: TraceRecorder | None) -> None:
         self._rec = recorder
+        self._servers: dict[str, str] = {}
+        """call id -> the server that ran it (tools on an MCP server), so every execution event names it."""
 
     def _emit(self, event: EventType, step: str | None, phase: Phase, data: Mapping[str, Any]) -> None:
         if self._rec is not None:
@@ -93,8 +105,14 @@ class RunTrace:
             tool_schema_sha256=tools.snapshot_sha256, model_name=identity.pop("model_path", None),
             config={"tool_choice": tool_choice, "approval": getattr(approval, "__name__", type(approval).__name__),
                     "tools": tools.snapshot()},
-            limits=_limits_record(limits), engine=identity)
+            limits=_limits_record(limits), engine=identity, tool_servers=_server_records(tools))
         self._emit(EventType.PROVENANCE, None, Phase.START, data)
+
+    def tools_changed(self, step: str, tools: ToolRegistry, *, adopted: bool, detail: str = "") -> None:
+        """The offered tools changed between model turns (``adopted``: the next turn offers ``tools``)."""
+        self._emit(EventType.TOOLS_CHANGED, step, Phase.MODEL, {
+            "adopted": adopted, "detail": detail, "tool_schema_sha256": tools.snapshot_sha256,
+            "tools": tools.snapshot(), "tool_servers": _server_records(tools)})
 
     def on_prompt(self, step: str, n_messages: int, specs: Sequence[ToolSpec], tool_choice: ToolChoice,
                   max_tokens: int) -> Callable[[str], None] | None:
@@ -142,10 +160,15 @@ class RunTrace:
                        "errors": [{"path": e.path, "reason": e.reason, "kind": str(e.kind)} for e in errors],
                        "raw": self._payload(raw) if raw is not None else None})
 
-    def execution_started(self, call_id: str, tool: Tool, timeout_s: float | None) -> None:
-        self._emit(EventType.TOOL_EXECUTION_STARTED, tool_step(call_id), Phase.EXECUTE, {
-            "call_id": call_id, "tool": tool.name, "kind": str(tool.kind), "external": tool.external,
-            "timeout_s": timeout_s})
+    def execution_started(self, call_id: str, tool: Tool, timeout_s: float | None,
+                          args: ValidatedArguments | None = None) -> None:
+        data: dict[str, Any] = {"call_id": call_id, "tool": tool.name, "kind": str(tool.kind),
+                                "external": tool.external, "timeout_s": timeout_s}
+        if tool.server is not None:
+            data["server"] = self._servers[call_id] = tool.server.name
+        if args is not None and tool.kind is ToolKind.ACTION:
+            data["idempotency_key"] = IdempotencyStore.key_for(tool, args)
+        self._emit(EventType.TOOL_EXECUTION_STARTED, tool_step(call_id), Phase.EXECUTE, data)
 
     def execution_finished(self, call_id: str, tool: str, outcome: ToolOutcome, result: dict[str, Any],
                            content: str, truncated: bool) -> None:
@@ -162,7 +185,8 @@ class RunTrace:
             full_bytes = content.encode("utf-8")
             traced = result
         self._emit(EventType.TOOL_EXECUTION_FINISHED, tool_step(call_id), Phase.EXECUTE, {
-            "call_id": call_id, "tool": tool, "ok": outcome.ok, "duration_ms": outcome.duration_ms,
+            "call_id": call_id, "tool": tool, **self._server_of(call_id), "ok": outcome.ok,
+            "duration_ms": outcome.duration_ms,
             "error_kind": str(outcome.error_kind) if outcome.error_kind else None, "detail": outcome.detail,
             "replayed": outcome.replayed, "artifact_ids": [] if outcome.replayed else ids,
             "replayed_artifact_ids": ids if outcome.replayed else [],
@@ -192,10 +216,15 @@ class RunTrace:
 
     def result_uncommitted(self, call_id: str, tool: str, outcome: ToolOutcome, cancel: CancelSignal) -> None:
         self._emit(EventType.TOOL_RESULT_UNCOMMITTED, tool_step(call_id), Phase.REINJECT, {
-            "call_id": call_id, "tool": tool, "ok": outcome.ok, "executed": outcome.started and not outcome.replayed,
+            "call_id": call_id, "tool": tool, **self._server_of(call_id), "ok": outcome.ok,
+            "executed": outcome.started and not outcome.replayed,
             "artifact_ids": [ref.id for ref in outcome.artifacts],
             "reason": cancel.reason or "cancelled before the result was committed",
             "effect_visible": True})
+
+    def _server_of(self, call_id: str) -> dict[str, str]:
+        server = self._servers.get(call_id)
+        return {"server": server} if server is not None else {}
 
     def terminal(self, ending: Ending, usage: RunUsage, *, ledger_entries: int, cancel: CancelSignal) -> None:
         data: dict[str, Any] = {"outcome": ending.outcome.value, "steps": usage.steps,

@@ -151,7 +151,8 @@ class Session:
                  trace: TraceRecorder | None = None, artifacts: ArtifactStore | None = None,
                  approval: ApprovalPolicy = default_policy, system_prompt: str | None = None,
                  tool_choice: ToolChoice | Sequence[ToolChoice] = "auto", final_pattern: str | None = None,
-                 parallel_calls: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+                 parallel_calls: bool = True, clock: Callable[[], float] = time.monotonic,
+                 tool_updates: Callable[[ToolRegistry], ToolRegistry | None] | None = None) -> None:
         """Args:
             engine: the model seam (`ChatModelEngine`, or `testkit.ScriptedEngine` in tests).
             tools: the registry; the only tools that can ever run.
@@ -174,6 +175,10 @@ class Session:
                 contract: one call per step (the turn's grammar holds one; any further call is rejected
                 unexecuted with ``limit_exceeded``).
             clock: seconds, monotonic; injectable so wall-time limits are testable without sleeping.
+            tool_updates: asked before each model turn, never during one, with the tools offered now; returns a
+                new registry when they changed (`agent.mcp.McpToolset.refresh`: a server announced a new tool
+                list) or None. The change is traced (``tools_changed``); one whose tool choice names a tool no
+                longer offered is traced and not adopted.
         """
         self.engine = engine
         self.tools = tools
@@ -186,6 +191,7 @@ class Session:
         self.final_pattern = final_pattern
         self.parallel_calls = parallel_calls
         self.clock = clock
+        self.tool_updates = tool_updates
         self.idempotency = IdempotencyStore()
         """Shared by every run of this session: a retried action with the same key returns its first outcome."""
         self._specs = tuple(tools.specs())
@@ -322,7 +328,22 @@ class Session:
             return ending
         if breach := self.limits.check_before_model_turn(self._usage(run)):
             return Ending(outcome=LoopOutcome.LIMIT, phase=Phase.MODEL, breach=breach, detail=breach.describe())
+        self._update_tools(run)
         return None
+
+    def _update_tools(self, run: _Run) -> None:
+        """Between turns: offer the changed tool set ``tool_updates`` returns, if any (traced either way)."""
+        registry = self.tool_updates(self.tools) if self.tool_updates is not None else None
+        if registry is None or registry is self.tools:
+            return
+        step = f"model-{run.steps + 1}"
+        try:
+            tool_choice_plan(self.tool_choice, registry)
+        except ToolChoicePlanError as error:
+            run.trace.tools_changed(step, registry, adopted=False, detail=str(error))
+            return
+        self.tools, self._specs = registry, tuple(registry.specs())
+        run.trace.tools_changed(step, registry, adopted=True)
 
     def _before_tool_call(self, run: _Run, call_id: str, call: ToolCall) -> Ending | None:
         if ending := self._cancel_point(run, Phase.VALIDATE):
@@ -462,7 +483,7 @@ class Session:
         (same tool, same validated arguments) is not run again: its earlier outcome is replayed (see `_Run`)."""
         tool = accepted.tool
         timeout_s = self.limits.tool_timeout(tool.timeout_s, self._usage(run))
-        run.trace.execution_started(call_id, tool, timeout_s)
+        run.trace.execution_started(call_id, tool, timeout_s, accepted.args)
         earlier = run.executed.get((tool.name, accepted.args.sha256))
         if earlier is not None:
             return lambda: dataclasses.replace(earlier[1], replayed=True)

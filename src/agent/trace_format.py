@@ -53,6 +53,8 @@ class EventType(enum.StrEnum):
     TOOL_EXECUTION_FINISHED = "tool_execution_finished"
     TOOL_RESULT_COMMITTED = "tool_result_committed"
     TOOL_RESULT_UNCOMMITTED = "tool_result_uncommitted"
+    TOOLS_CHANGED = "tools_changed"
+    """Between two model turns the offered tools changed (an MCP server's ``list_changed``); data as provenance's."""
     MESSAGE_COMMITTED = "message_committed"
     ARTIFACT_WRITTEN = "artifact_written"
     TOKEN = "token"
