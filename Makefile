@@ -34,7 +34,14 @@ models: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/ember demo
 
-test: models
+# The reference MCP servers the tests run (tests/mcp_servers: exact versions, package-lock.json), from the npm
+# registry; Node.js and npm must be on PATH (.ci/run installs them when missing).
+MCP_SERVERS := tests/mcp_servers/node_modules/.ember-installed
+$(MCP_SERVERS): tests/mcp_servers/package.json tests/mcp_servers/package-lock.json
+	cd tests/mcp_servers && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+test: models $(MCP_SERVERS)
 	$(BIN)/python -m pytest -m "not slow" -q
 
 fuzz: models

@@ -33,8 +33,9 @@ def tool_spec(definition: Mapping[str, Any], *, constrained: bool) -> ToolSpec:
 
 
 def cases_from_args(*, tools_file: str | None, prompt: str | None, cases_file: str | None,
-                    tool_choice: str = "auto") -> list[dict[str, Any]]:
-    """The cases to run: every line of ``cases_file``, or one case from ``prompt`` and ``tools_file``.
+                    tool_choice: str = "auto", extra_tools: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The cases to run: every line of ``cases_file``, or one case from ``prompt`` and ``tools_file``;
+    ``extra_tools`` (``--mcp`` servers' tools, bare definitions) are offered in every case after its own.
 
     Every case is checked here, before a model loads: the shapes (``messages`` a non-empty list of
     ``{"role", ...}`` objects, ``tools`` a list of named tool definitions with valid JSON Schema parameters) and the
@@ -55,6 +56,8 @@ def cases_from_args(*, tools_file: str | None, prompt: str | None, cases_file: s
                                  f"not {_kind(case)}")
             if "messages" not in case:
                 raise InputError(f"{where}: the case has no \"messages\"")
+            if extra_tools:
+                case = {**case, "tools": [*case.get("tools", []), *extra_tools]}
             _check_messages(case["messages"], where)
             _check_tools(case.get("tools", []), f"{where}: \"tools\"")
             choice = case.get("tool_choice", tool_choice)
@@ -71,6 +74,9 @@ def cases_from_args(*, tools_file: str | None, prompt: str | None, cases_file: s
         what = f"--tools {tools_file}"
         tools = read_json_file(tools_file, what)
         _check_tools(tools, what)
+    if extra_tools:
+        tools = [*tools, *extra_tools]
+        _check_tools(tools, f"--tools {tools_file} with --mcp" if tools_file else "--mcp")
     _check_choice(tool_choice, tools, "--tool-choice")
     return [{"id": "1", "messages": [{"role": "user", "content": prompt}], "tools": tools}]
 

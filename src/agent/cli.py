@@ -118,8 +118,14 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 def _cmd_call(args: argparse.Namespace) -> int:
     from agent.calls import call_cases, cases_from_args
 
+    extra: list[dict[str, Any]] = []
+    if args.mcp:  # the servers' tools, listed (nothing is executed: the servers stop again at once)
+        from agent.runner import connect_mcp
+
+        with connect_mcp(args.mcp, progress=_progress) as mcp_tools:
+            extra = [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in mcp_tools]
     cases = cases_from_args(tools_file=args.tools, prompt=args.prompt, cases_file=args.cases,
-                            tool_choice=args.tool_choice)  # every case checked before the model loads
+                            tool_choice=args.tool_choice, extra_tools=extra)  # checked before the model loads
     for record in call_cases(args.model, cases, tool_choice=args.tool_choice, constrained=not args.no_constrained,
                              max_tokens=args.max_tokens, n_threads=args.threads, n_ctx=args.n_ctx,
                              progress=_progress):
@@ -136,13 +142,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from agent.limits import AgentLimits
     from agent.runner import run_session
 
-    result = run_session(model=args.model, tools=args.tools, prompt=args.prompt, trace_path=Path(args.trace),
+    tools = args.tools if args.tools is not None else ("builtin" if not args.mcp else [])
+    result = run_session(model=args.model, tools=tools, prompt=args.prompt, trace_path=Path(args.trace),
                          artifact_root=Path(args.artifacts) if args.artifacts else None,
                          sandbox_root=Path(args.sandbox) if args.sandbox else None,
                          privacy=args.privacy, json_output=args.json, system_prompt=args.system,
                          tool_choice=_tool_choice_plan(args.tool_choice), final_pattern=args.final_pattern,
                          limits=AgentLimits(max_model_steps=args.max_steps, max_output_tokens=args.max_tokens),
-                         n_threads=args.threads, n_ctx=args.n_ctx, force=args.force, progress=_progress)
+                         n_threads=args.threads, n_ctx=args.n_ctx, force=args.force, progress=_progress,
+                         mcp=args.mcp or (), approve=args.approve or (), mcp_strict=args.mcp_strict)
     return 0 if result.outcome == "completed" else 1
 
 
@@ -383,6 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tools", help="JSON file: a list of tools (OpenAI or bare {name, description, parameters})")
     p.add_argument("--prompt", help="the user message")
     p.add_argument("--cases", help='JSONL: one {"id", "messages", "tools"} per line; the model loads once')
+    p.add_argument("--mcp", action="append", metavar="FILE",
+                   help='an {"mcpServers": {...}} file: its servers\' tools are offered too (repeatable; the servers '
+                        "are started to list them, nothing is called)")
     p.add_argument("--tool-choice", default="auto",
                    help="auto | required | none | TOOL_NAME (a case's own tool_choice wins)")
     p.add_argument("--no-constrained", action="store_true",
@@ -395,7 +406,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="a full tool-calling session; writes an authoritative JSONL trace")
     p.add_argument("prompt", help="the user message")
     p.add_argument("--model", default=DEFAULT_MODEL, help=_MODEL_HELP)
-    p.add_argument("--tools", default="builtin", help="builtin | module:attr (a list of agent.tool.Tool)")
+    p.add_argument("--tools", help="builtin | module:attr (a list of agent.tool.Tool); default builtin, none when "
+                                   "--mcp is given")
+    p.add_argument("--mcp", action="append", metavar="FILE",
+                   help='an {"mcpServers": {...}} file (the format desktop clients use): its servers\' tools are '
+                        "offered as SERVER.TOOL (repeatable; docs/mcp.md)")
+    p.add_argument("--approve", action="append", metavar="PATTERN",
+                   help="pre-approve tools by name (glob, e.g. fs.write_file or 'memory.*'): an action that needs "
+                        "approval runs without asking (repeatable)")
+    p.add_argument("--mcp-strict", action="store_true",
+                   help="fail the start when a server offers a tool whose schema cannot be enforced (default: the "
+                        "tool is left out, with the reason on stderr)")
     p.add_argument("--trace", default="ember-trace.jsonl",
                    help="trace file to create (default ember-trace.jsonl); an existing non-empty file is refused")
     p.add_argument("--force", action="store_true", help="replace an existing --trace file instead of refusing")

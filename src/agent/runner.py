@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.artifact import ArtifactStore
 from agent.builtins import builtin_tools
@@ -24,11 +24,14 @@ from agent.inputs import InputError, import_attr, one_line
 from agent.limits import AgentLimits
 from agent.protocol.base import ToolChoice
 from agent.session import RunResult, Session, ToolChoicePlanError, tool_choice_plan
-from agent.tool import Tool, ToolRegistry
+from agent.tool import Tool, ToolRegistry, default_policy, pre_approved
 from agent.trace import PrivacyMode, TraceMisuseError, TraceRecorder, check_new_trace
 from constrained.sampling import SamplingParams
 
-__all__ = ["check_run_inputs", "load_tools", "run_session", "summarize_event", "view_event"]
+if TYPE_CHECKING:
+    from agent.mcp import McpToolset
+
+__all__ = ["check_run_inputs", "connect_mcp", "load_tools", "run_session", "summarize_event", "view_event"]
 
 
 def load_tools(spec: str, *, sandbox_root: Path) -> list[Tool]:
@@ -58,6 +61,37 @@ def load_tools(spec: str, *, sandbox_root: Path) -> list[Tool]:
     if bad is not None:
         raise InputError(f"--tools {spec}: not a list of agent.tool.Tool (it holds a {type(bad).__name__})")
     return tools
+
+
+def connect_mcp(files: Sequence[str | Path], *, strict: bool = False, log_dir: Path | None = None,
+                log_prefix: str = "", progress: Callable[[str], None] | None = None) -> McpToolset:
+    """The servers of ``--mcp`` files started and listed (`agent.mcp.connect`), every failure one line naming the
+    flag and the file, before any model loads. Tools left out (a schema the compiler refuses) are reported through
+    ``progress``.
+
+    Raises:
+        InputError: a file is missing, not JSON or holds a bad server entry; two files name the same server; a
+            server failed to start or to list its tools; ``strict`` and a tool's schema was refused.
+    """
+    from agent.mcp import McpConfigError, McpError, McpServerError, connect, load_config  # the SDK: ~0.6 s
+
+    configs = []
+    for file in files:
+        try:
+            configs.append(load_config(file))
+        except McpConfigError as error:
+            raise InputError(f"--mcp {error}") from None
+    try:
+        toolset = connect(configs, strict=strict, log_dir=log_dir, log_prefix=log_prefix)
+    except McpServerError as error:
+        source = next((c[error.server].source for c in configs if error.server in c), "")
+        raise InputError(f"--mcp {source}: {error}") from None
+    except McpError as error:
+        raise InputError(f"--mcp {' '.join(str(f) for f in files)}: {error}") from None
+    if progress is not None:
+        for skipped in toolset.skipped:
+            progress(f"--mcp: left out {skipped.server}.{skipped.tool}: {skipped.reason}")
+    return toolset
 
 
 def _check_tool_choice(tool_choice: ToolChoice | Sequence[ToolChoice], registry: ToolRegistry) -> None:
@@ -180,19 +214,44 @@ def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_p
                 final_pattern: str | None = None,
                 n_threads: int | None = None, progress: Callable[[str], None] | None = None,
                 echo: bool = True, n_ctx: int = 4096, force: bool = False,
-                sampling: SamplingParams | None = None) -> RunResult:
+                sampling: SamplingParams | None = None, mcp: Sequence[str | Path] = (),
+                approve: Sequence[str] = (), mcp_strict: bool = False) -> RunResult:
     """Run one session and return its typed result; the trace at ``trace_path`` is the record of it.
 
     Every input is checked before the model loads (`InputError`, one line naming the flag): the trace path (an
     existing non-empty file is never overwritten unless ``force``; the recorder creates the file exclusively
     either way), the sandbox and artifact directories, the tools, the tool-choice plan and the final pattern.
+
+    ``mcp`` files add the tools of their servers (`agent.mcp`), started before the model loads and stopped when the
+    run ends; each server's stderr goes to ``<trace stem>.<server>.stderr.log`` beside the trace. ``approve``
+    pre-approves tools by name pattern (`agent.tool.pre_approved`); ``mcp_strict`` fails the start on a tool whose
+    schema the compiler refuses instead of leaving it out.
     """
     sandbox = (sandbox_root or Path.cwd()).resolve()
     check_run_inputs(trace_path=trace_path, sandbox=sandbox, artifact_root=artifact_root, force=force)
-    registry = ToolRegistry(load_tools(tools, sandbox_root=sandbox) if isinstance(tools, str) else tools)
-    _check_tool_choice(tool_choice, registry)
+    local = load_tools(tools, sandbox_root=sandbox) if isinstance(tools, str) else list(tools)
     if final_pattern is not None:
         _check_final_pattern(final_pattern)
+    mcp_tools = connect_mcp(mcp, strict=mcp_strict, log_dir=trace_path.parent, log_prefix=f"{trace_path.stem}.",
+                            progress=progress) if mcp else None
+    try:
+        return _run(model=model, registry=ToolRegistry([*local, *(mcp_tools or ())]), mcp_tools=mcp_tools,
+                    prompt=prompt, trace_path=trace_path, artifact_root=artifact_root, privacy=privacy,
+                    json_output=json_output, system_prompt=system_prompt, limits=limits, tool_choice=tool_choice,
+                    final_pattern=final_pattern, n_threads=n_threads, progress=progress, echo=echo, n_ctx=n_ctx,
+                    force=force, sampling=sampling, approve=approve)
+    finally:
+        if mcp_tools is not None:
+            mcp_tools.close()
+
+
+def _run(*, model: str, registry: ToolRegistry, mcp_tools: McpToolset | None, prompt: str, trace_path: Path,
+         artifact_root: Path | None, privacy: str, json_output: bool, system_prompt: str | None,
+         limits: AgentLimits | None, tool_choice: ToolChoice | Sequence[ToolChoice], final_pattern: str | None,
+         n_threads: int | None, progress: Callable[[str], None] | None, echo: bool, n_ctx: int, force: bool,
+         sampling: SamplingParams | None, approve: Sequence[str]) -> RunResult:
+    """`run_session` once its tools are known: load the model, run, print."""
+    _check_tool_choice(tool_choice, registry)
     chat = load_chat_model(model, n_ctx=n_ctx, n_threads=n_threads, progress=progress)
     artifacts = ArtifactStore(artifact_root or trace_path.parent / "artifacts")  # creates the directory
 
@@ -216,7 +275,9 @@ def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_p
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     with _EchoingRecorder(trace_path, privacy=PrivacyMode(privacy), truncate=force, sink=show_event) as trace:
         session = Session(engine, registry, limits=limits or AgentLimits(), trace=trace, artifacts=artifacts,
-                          system_prompt=system_prompt, tool_choice=tool_choice, final_pattern=final_pattern)
+                          system_prompt=system_prompt, tool_choice=tool_choice, final_pattern=final_pattern,
+                          approval=pre_approved(approve) if approve else default_policy,
+                          tool_updates=mcp_tools.refresh if mcp_tools is not None else None)
         result = session.run(prompt)
     if echo and not json_output:
         print(("\n" if mid_line else "") + f"outcome: {result.outcome}"
