@@ -348,8 +348,9 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
     after = ("the nested run was stopped and its result is discarded" if finished
              else "the worker was detached and its result will be discarded")
     if detach_kind is ResultErrorKind.TIMEOUT:
+        effect = "; as an action, its effect may already have happened" if tool.kind is ToolKind.ACTION else ""
         return ToolOutcome(ok=False, error_kind=detach_kind, detail=f"tool {tool.name!r} did not finish within "
-                           f"{limit:g} s; {after}", **common)
+                           f"{limit:g} s; {after}{effect}", **common)
     if detach_kind is ResultErrorKind.CANCELLED:
         return ToolOutcome(ok=False, error_kind=detach_kind, detail="the run was cancelled while the tool was "
                            f"running; {after}", **common)

@@ -175,10 +175,12 @@ def test_after_a_timeout_only_an_idempotent_action_runs_again_under_the_same_key
     with no_hang(lambda: connect(config)) as toolset:
         session = Session(ScriptedEngine([write, final("slow"), write, final("slow again")], CODEC),
                           toolset.registry(), limits=AgentLimits(tool_timeout_s=1))
-        for _ in range(2):
-            assert no_hang(lambda: session.run("write")).outcome is LoopOutcome.COMPLETED
+        results = [no_hang(lambda: session.run("write")) for _ in range(2)]
+    assert all(r.outcome is LoopOutcome.COMPLETED for r in results)
     writes = [r for r in log_records(tmp_path) if r.get("call") == "slow_write"]
     assert len(writes) == (2 if idempotent else 1)
+    told = [json.loads(m["content"]) for m in results[0].messages if m["role"] == "tool"]
+    assert "its effect may already have happened" in told[0]["detail"]  # the model is not told it did not write
     assert len({json.dumps(r["meta"]) for r in writes}) == 1  # one key, reused by the retry
 
 
@@ -238,9 +240,9 @@ def test_server_stderr_goes_to_its_log_file_not_to_the_model(tmp_path: Path) -> 
 
 def test_every_step_of_a_server_that_hangs_on_list_is_bounded(tmp_path: Path) -> None:
     # a process that answers initialize and then nothing: the time server behind a pipe that stops after one line
-    relay = f"import sys,subprocess;p=subprocess.Popen([{time_server()!r}],stdin=subprocess.PIPE,stdout=subprocess.PIPE);" \
-            "l=sys.stdin.readline();p.stdin.write(l.encode());p.stdin.flush();" \
-            "sys.stdout.write(p.stdout.readline().decode());sys.stdout.flush();import time;time.sleep(600)"
+    relay = (f"import sys,subprocess,time;p=subprocess.Popen([{time_server()!r}],stdin=subprocess.PIPE,"
+             "stdout=subprocess.PIPE);l=sys.stdin.readline();p.stdin.write(l.encode());p.stdin.flush();"
+             "sys.stdout.write(p.stdout.readline().decode());sys.stdout.flush();time.sleep(600)")
     with pytest.raises(McpServerError) as error:
         no_hang(lambda: connect({"mcpServers": {"mute": {"command": sys.executable, "args": ["-c", relay]}}},
                                 startup_timeout_s=2))
