@@ -4,7 +4,8 @@
         ├─ engine     ChatModelEngine: one model turn as a transaction over constrained.decode (commit | rollback)
         ├─ protocol/  codecs per model family: render prompts, parse turns → FinalText | ToolCalls | MalformedToolCall,
         │             tool-call grammars (lazy, special-token triggers)
-        ├─ schema     raw JSON → ValidatedArguments (every error, with paths)
+        ├─ schema     raw JSON → ValidatedArguments (every error, with paths); json_depth: how deep model and
+        │             tool JSON may nest, checked where it enters
         ├─ tool       Tool / ToolRegistry, approval, idempotency, watchdog execution; builtins: read_file, calculator,
         │             write_artifact
         ├─ results    the one builder of ok / ok:false results reinjected to the model

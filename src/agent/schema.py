@@ -37,7 +37,8 @@ Owns:
   the arguments object itself is the empty path ``""``. A missing or unknown field is reported at the field's own
   path, one error per field.
 
-Refuses: schemas that are not valid Draft 2020-12 (`ToolDefinitionError`), ``max_depth`` outside 1..256.
+Refuses: schemas that are not valid Draft 2020-12 or nest deeper than `MAX_SCHEMA_DEPTH` containers
+(`ToolDefinitionError`), ``max_depth`` outside 1..256.
 
 `ValidatedArguments` can only be built here (a private constructor token) and is immutable: a deep-frozen copy
 (read-only mappings, tuples for arrays) taken after validation, so nothing the caller still holds can change it.
@@ -63,6 +64,7 @@ from jsonschema import Draft202012Validator
 from agent.argument_errors import (ArgumentError, ArgumentErrors, ValidationErrorKind, describe_errors, failed,
                                    json_type, render_path, safe_repr, show_value)
 from agent.errors import ToolDefinitionError
+from agent.json_depth import shown_path, text_depth, too_deep
 from agent.schema_closing import close_for_grammar, close_schema
 from agent.schema_formats import FORMAT_CHECKER, FORMATS
 
@@ -73,6 +75,7 @@ __all__ = [
     "FORMAT_CHECKER",
     "MAX_DEPTH_LIMIT",
     "MAX_NODES",
+    "MAX_SCHEMA_DEPTH",
     "MAX_STRING_BYTES",
     "MAX_TEXT_BYTES",
     "ValidatedArguments",
@@ -95,6 +98,11 @@ MAX_TEXT_BYTES: Final = 8 * 1024 * 1024
 MAX_DEPTH_LIMIT: Final = 256
 """The largest ``max_depth`` accepted: deeper bounds would let schema evaluation approach Python's recursion
 limit."""
+MAX_SCHEMA_DEPTH: Final = 64
+"""The deepest parameters schema accepted, in containers of the schema document (a nested object schema takes two:
+itself and its ``properties``), checked without recursion before anything reads the schema: jsonschema's
+meta-schema check takes ~8 frames a level (it failed at ~100 nested objects) and jsonschema-rs stops at ~255
+containers. Function-calling APIs allow about 10 levels of nesting; 64 containers is 31 nested objects."""
 _MAX_INT_BITS: Final = 4096
 """Integers past 2**4096 are refused (``out_of_range``): they cannot round-trip through every JSON reader."""
 
@@ -279,8 +287,9 @@ def check_parameters_schema(tool_name: str, schema: object) -> None:
     """Refuse a parameters schema that is not a valid Draft 2020-12 schema of an object.
 
     Raises:
-        ToolDefinitionError: not a dict, not a valid schema, a root ``type`` other than ``object``, or a
-            ``$ref`` that cannot be resolved locally.
+        ToolDefinitionError: not a dict, not a valid schema, a root ``type`` other than ``object``, a
+            ``$ref`` that cannot be resolved locally, or nested deeper than `MAX_SCHEMA_DEPTH` containers (the
+            message names the path).
     """
     _compile(tool_name, schema)
 
@@ -298,6 +307,13 @@ def _compile(tool_name: str, schema: object) -> CompiledParameters:
     if not isinstance(schema, Mapping):
         raise ToolDefinitionError(tool_name, f"parameters must be a JSON Schema object, got {type(schema).__name__}")
     try:
+        path = too_deep(schema, MAX_SCHEMA_DEPTH)  # before the recursive walks: canonical JSON, the meta-schema check
+    except Exception as exc:  # a hostile mapping whose items() raises
+        raise ToolDefinitionError(tool_name, f"parameters is not JSON: {type(exc).__name__}") from None
+    if path is not None:
+        raise ToolDefinitionError(tool_name, f"parameters nest deeper than MAX_SCHEMA_DEPTH = {MAX_SCHEMA_DEPTH} "
+                                             f"containers at {shown_path(path, pointer=True)}")  # fmt: skip
+    try:
         text = canonical_json(schema)
     except (TypeError, ValueError) as exc:
         raise ToolDefinitionError(tool_name, f"parameters is not JSON: {exc}") from None
@@ -309,6 +325,8 @@ def _compiled(tool_name: str, schema_text: str) -> CompiledParameters:
     schema = json.loads(schema_text)
     try:
         Draft202012Validator.check_schema(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    except RecursionError:  # not within MAX_SCHEMA_DEPTH: a caller already deep in its own stack
+        raise ToolDefinitionError(tool_name, "parameters nest too deeply to check here") from None
     except jsonschema.SchemaError as exc:
         where = render_path(list(exc.absolute_path)) or "(root)"
         raise ToolDefinitionError(tool_name, f"parameters is not a valid JSON Schema at {where}: "
@@ -436,7 +454,7 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _parse_text(raw: str | bytes | bytearray) -> tuple[Any, ArgumentError | None]:
+def _parse_text(raw: str | bytes | bytearray, max_depth: int) -> tuple[Any, ArgumentError | None]:
     def fail(kind: ValidationErrorKind, reason: str) -> tuple[Any, ArgumentError]:
         return None, ArgumentError(path="", reason=reason, kind=kind)
 
@@ -452,7 +470,10 @@ def _parse_text(raw: str | bytes | bytearray) -> tuple[Any, ArgumentError | None
     try:
         return json.loads(raw, object_pairs_hook=_no_duplicates, parse_constant=_no_constants), None
     except RecursionError:
-        return fail(ValidationErrorKind.TOO_DEEP, "arguments nested too deeply to parse")
+        depth, at = text_depth(raw, len(raw) - len(raw.lstrip(" \t\n\r")))
+        deeper = f", deeper than {max_depth} levels" if depth > max_depth else ""
+        return fail(ValidationErrorKind.TOO_DEEP, f"nested {depth:,} levels deep (at character {at:,}){deeper}: too "
+                    f"deep to parse")  # fmt: skip
     except _DuplicateKey as exc:
         return fail(ValidationErrorKind.OTHER, f"invalid JSON: duplicate key {show_value(exc.args[0])}")
     except json.JSONDecodeError as exc:
@@ -490,7 +511,7 @@ def validate_arguments(tool_name: str, schema: Mapping[str, Any] | CompiledParam
     compiled = schema if isinstance(schema, CompiledParameters) else _compile(tool_name, schema)
 
     if isinstance(raw, (str, bytes, bytearray)):
-        raw, parse_error = _parse_text(raw)
+        raw, parse_error = _parse_text(raw, max_depth)
         if parse_error is not None:
             return failed(tool_name, [((), parse_error)])
     if not isinstance(raw, Mapping):

@@ -8,6 +8,7 @@ rendered the way llama-cpp-python renders it. The data path, one module per arro
                                                                      ├─index──► per-state token masks (C kernel,
     Vocabulary ──────────────────────────────────────────────────────┘            lazy, cached in memory + disk)
     JSON Schema ──schema──► rules (when one DFA cannot hold it: recursion, size) ──pushdown──► PushdownGrammar
+    (either way its depth first: schema_depth refuses one past MAX_SCHEMA_DEPTH before any recursive walk)
     GBNF text ──gbnf──► rules ──pushdown──► PushdownGrammar (compile_gbnf: llama.cpp's grammar format)
     PushdownGrammar (rules calling rules; compile_rules) ──► PushdownMatcher (the Matcher interface, with a stack)
     Grammar (grammar: DFA + index, immutable) ──► Matcher (matcher: one sequence, budget-aware closing)

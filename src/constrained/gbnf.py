@@ -17,11 +17,13 @@ Meaning, as llama.cpp's matcher gives it: terminals are Unicode code points, the
 the whole preceding item (``"ab"*`` repeats ``ab``); an empty literal ``""`` or empty class ``[]`` matches the
 empty string; a rule defined twice keeps its last definition; ``root`` is the start rule. llama.cpp's limits
 are kept: a repetition count above 2000 is an error (a maximum above 2000 means "no maximum"), and so is a
-repetition whose rule expansion would exceed 2000 rules. One deliberate difference: ``{m,n}`` with ``n < m``
-is refused (llama.cpp loops there until memory runs out).
+repetition whose rule expansion would exceed 2000 rules. Two deliberate differences: ``{m,n}`` with ``n < m``
+is refused (llama.cpp loops there until memory runs out), and so are groups nested deeper than `MAX_NESTING`
+(256) parentheses (llama.cpp recurses on, to its stack's end).
 
 Translation (`gbnf_to_rules`) maps every rule reachable from the start to one body of our regex dialect, with
-``(?&=NAME)`` calling rule NAME; groups and repetitions stay inline as ``(?:...)`` and quantifiers. Terminals
+``(?&=NAME)`` calling rule NAME; groups and repetitions stay inline as ``(?:...)`` and quantifiers, up to
+`_HOIST_DEPTH` levels (a deeper one becomes a rule ``<rule>.gN`` of its own, as in llama.cpp). Terminals
 are valid UTF-8 only: surrogates and values above U+10FFFF match nothing, and U+0000 matches nothing either
 (llama.cpp reads token text as C strings and never matches a NUL). Token references (``<[id]>``, ``<text>``) are
 translated only when they name a special token of the vocabulary (to ``(?&TEXT)``); a negated token (``!<...>``)
@@ -64,6 +66,14 @@ __all__ = [
 
 MAX_REPETITION = 2000
 """llama.cpp's ``MAX_REPETITION_THRESHOLD``: the largest repetition count and the largest rule expansion."""
+MAX_NESTING = 256
+"""Deepest parenthesised group nesting parsed (`GbnfSyntaxError` at the ``(`` past it). llama.cpp has no such
+limit; ours keeps the recursive-descent parser (two frames a level) far from Python's recursion limit. Grammars
+nest a handful of groups: depth belongs in rules, which may call each other to any depth."""
+_HOIST_DEPTH = 32
+"""Translation: a group or repetition this many levels deep inside one body becomes a rule of its own (named
+``<rule>.gN``, called where it stood), as llama.cpp makes every group a rule. Bodies stay far inside the regex
+dialect's group nesting limit (100), and translating one stays shallow."""
 
 _MAX_SCALAR = 0x10FFFF
 _SURROGATES = (0xD800, 0xDFFF)
@@ -190,6 +200,8 @@ class _Parser:
         self.generated = 0
         self.rules: dict[str, Rule] = {}
         self.refs: list[RuleRef] = []
+        self.depth = 0
+        """Parenthesised groups open around the current position (at most `MAX_NESTING`)."""
 
     # -- positions and errors
 
@@ -365,10 +377,15 @@ class _Parser:
                 items.append(ref)
                 last, n_prev = len(items) - 1, 1
             elif c == "(":
+                if self.depth >= MAX_NESTING:
+                    self.fail(i, f"groups nested deeper than {MAX_NESTING} (MAX_NESTING); move the inner ones to "
+                              f"rules of their own")  # fmt: skip
                 i = self.space(i + 1, True)
                 before = self.n_symbols()
                 self.generated += 1
+                self.depth += 1
                 group, i = self.alternates(i, True)
+                self.depth -= 1
                 n_prev = max(1, self.n_symbols() - before)
                 if self.ch(i) != ")":
                     self.fail(i, "expecting ')'")
@@ -524,9 +541,43 @@ class _Translator:
     def __init__(self, vocab: Vocabulary | None) -> None:
         self.vocab = vocab
         self.uses_tokens = False
+        self.depth = 0
+        """Groups open in the body being translated; at `_HOIST_DEPTH` the next one is hoisted."""
+        self.rule = ""
+        """The rule whose body is being translated (hoisted groups are named after it)."""
+        self.hoisted: list[tuple[str, Alternatives | Repeat]] = []
+        """Groups hoisted into rules of their own, not translated yet (`rules` translates them, one at a time)."""
+        self.n_hoisted = 0
+
+    def rules(self, grammar: GbnfGrammar, names: list[str]) -> dict[str, str]:
+        """Every named rule's body, then the bodies of the groups hoisted out of them (a worklist: translating a
+        10,000-level nesting stays `_HOIST_DEPTH` deep)."""
+        out = {}
+        for name in names:
+            self.rule = name
+            out[name] = self.alternatives(grammar.rules[name].body, nested=False)
+        while self.hoisted:
+            name, node = self.hoisted.pop()
+            self.rule = name.partition(".")[0]
+            out[name] = (self.alternatives(node, nested=False) if isinstance(node, Alternatives)
+                         else self.item(node))  # fmt: skip
+        return out
+
+    def group(self, node: Alternatives | Repeat) -> str | None:
+        """A call of a new rule for ``node`` when it would nest `_HOIST_DEPTH` groups deep, else None."""
+        if self.depth < _HOIST_DEPTH:
+            return None
+        self.n_hoisted += 1
+        name = f"{self.rule}.g{self.n_hoisted}"  # "." is no GBNF name character: never a user's rule
+        self.hoisted.append((name, node))
+        return f"(?&={name})"
 
     def alternatives(self, node: Alternatives, nested: bool) -> str:
+        if nested and (call := self.group(node)) is not None:
+            return call
+        self.depth += nested
         texts = [self.sequence(option) for option in node.options]
+        self.depth -= nested
         if len(texts) == 1:
             return f"(?:{texts[0]})" if nested and texts[0] else texts[0]
         body = "|".join(texts)
@@ -550,7 +601,11 @@ class _Translator:
         if isinstance(node, Alternatives):
             return self.alternatives(node, nested=True)
         if isinstance(node, Repeat):
+            if (call := self.group(node)) is not None:
+                return call
+            self.depth += 1
             inner = f"(?:{self.item(node.item)})"
+            self.depth -= 1
             if node.max is None:
                 quantifier = "*" if node.min == 0 else "+" if node.min == 1 else f"{{{node.min},}}"
             elif node.min == node.max:
@@ -601,8 +656,7 @@ def _translate(grammar: GbnfGrammar, start: str, vocab: Vocabulary | None) -> tu
     if start not in grammar.rules:
         raise GbnfSyntaxError(1, 1, f"the grammar has no rule named {start!r}")
     translator = _Translator(vocab)
-    rules = {name: translator.alternatives(grammar.rules[name].body, nested=False)
-             for name in _reachable(grammar, start)}  # fmt: skip
+    rules = translator.rules(grammar, _reachable(grammar, start))
     return rules, translator.uses_tokens
 
 

@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from constrained import fsm, grammar_file, pushdown
+from constrained import fsm, grammar_file, pushdown, schema_depth
 from constrained.errors import GrammarTooLargeError, UnknownKeywordWarning
 from constrained.fsm import DFA
 from constrained.grammar_file import FORMAT
@@ -234,46 +234,49 @@ def compile_json_schema(
     document.
 
     Raises:
-        UnsupportedSchemaError, InvalidSchemaError: from the schema compiler.
+        UnsupportedSchemaError, InvalidSchemaError: from the schema compiler; a schema nested deeper than
+            ``MAX_SCHEMA_DEPTH`` (`constrained.schema_depth`), refused before any recursive walk.
         IncompatibleVocabularyError: the vocabulary cannot spell the grammar.
     """
-    canonical = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False, separators=(",", ":"))
-    schema_key = (canonical, whitespace, unknown_keywords, property_order)
-    rules = _schema_rules.get(schema_key)
-    rules_alias = None
-    if rules is None:
-        remembered = _schema_patterns.get(schema_key)
-        if remembered is not None:  # a one-DFA schema seen in this process
-            _emit_unknown_keywords(remembered[1])
-            return compile_regex(remembered[0], vocab)
-        alias = _schema_alias_path(schema_key, vocab)
-        if alias is not None:  # a schema of rules compiled before: no translation, no DFA attempt
-            rules_alias = f"{alias}.rules.json"
-            loaded = _load_schema_rules(rules_alias, schema_key, vocab)
-            if loaded is not None:
-                return loaded
-        warned = False
-        if property_order == "schema" and not _open_at_root(schema):
-            try:
-                return _compile_schema_dfa(schema, schema_key, vocab, None if alias is None else f"{alias}.json")
-            except _OneDfaCannot as wall:
-                warned = wall.warned
-        rules = _rules_for(schema, schema_key, warned=warned)
-    else:
-        _emit_unknown_keywords(rules[2])
-    try:
-        grammar = compile_rules(rules[0], rules[1], vocab)
-    except GrammarTooLargeError:
-        if rules[3]:
-            raise
-        rules = _rules_for(schema, schema_key, warned=True, fine=True)  # a rule too big for one automaton: smaller
-        grammar = compile_rules(rules[0], rules[1], vocab)
-    if rules_alias is not None and schema_key in _schema_rules:  # a complete translation (no stray warning)
-        alias = {"format": FORMAT, "rules": grammar.fingerprint, "warnings": list(rules[2]), "fine": rules[3]}
-        grammar.saver = grammar.saver or _RulesSaver(None)
-        grammar.saver.aliases[rules_alias] = json.dumps(alias).encode()
-        _live.add(grammar)
-    return grammar
+    schema_depth.check_schema_depth(schema)  # iterative: before json.dumps, the compile's first recursive walk
+    with schema_depth.recursion_room():  # a schema MAX_SCHEMA_DEPTH deep takes more frames than the default limit
+        canonical = schema if isinstance(schema, str) else json.dumps(schema, sort_keys=False, separators=(",", ":"))
+        schema_key = (canonical, whitespace, unknown_keywords, property_order)
+        rules = _schema_rules.get(schema_key)
+        rules_alias = None
+        if rules is None:
+            remembered = _schema_patterns.get(schema_key)
+            if remembered is not None:  # a one-DFA schema seen in this process
+                _emit_unknown_keywords(remembered[1])
+                return compile_regex(remembered[0], vocab)
+            alias = _schema_alias_path(schema_key, vocab)
+            if alias is not None:  # a schema of rules compiled before: no translation, no DFA attempt
+                rules_alias = f"{alias}.rules.json"
+                loaded = _load_schema_rules(rules_alias, schema_key, vocab)
+                if loaded is not None:
+                    return loaded
+            warned = False
+            if property_order == "schema" and not _open_at_root(schema):
+                try:
+                    return _compile_schema_dfa(schema, schema_key, vocab, None if alias is None else f"{alias}.json")
+                except _OneDfaCannot as wall:
+                    warned = wall.warned
+            rules = _rules_for(schema, schema_key, warned=warned)
+        else:
+            _emit_unknown_keywords(rules[2])
+        try:
+            grammar = compile_rules(rules[0], rules[1], vocab)
+        except GrammarTooLargeError:
+            if rules[3]:
+                raise
+            rules = _rules_for(schema, schema_key, warned=True, fine=True)  # a rule too big for one automaton: smaller
+            grammar = compile_rules(rules[0], rules[1], vocab)
+        if rules_alias is not None and schema_key in _schema_rules:  # a complete translation (no stray warning)
+            alias = {"format": FORMAT, "rules": grammar.fingerprint, "warnings": list(rules[2]), "fine": rules[3]}
+            grammar.saver = grammar.saver or _RulesSaver(None)
+            grammar.saver.aliases[rules_alias] = json.dumps(alias).encode()
+            _live.add(grammar)
+        return grammar
 
 
 def _open_at_root(schema: Any) -> bool:

@@ -454,21 +454,24 @@ class PushdownGrammar:
                         seen.add(cont)
                         todo.append(cont)
         names = {state: name for name, state in self._starts.items()}
-        visiting: dict[int, int] = {}
-
-        def visit(rule: int, path: list[int]) -> None:
-            visiting[rule] = 1
-            for callee in edges.get(rule, ()):
-                if visiting.get(callee) == 1:
-                    cycle = path[path.index(callee):] + [callee] if callee in path else [rule, callee]
+        visiting: dict[int, int] = {}  # 1: on the current path, 2: done
+        for root in self._starts.values():  # depth first, with an explicit stack: a chain of 10,000 rules is fine
+            if root in visiting:
+                continue
+            visiting[root] = 1
+            path, pending = [root], [iter(edges.get(root, ()))]
+            while pending:
+                callee = next(pending[-1], None)
+                if callee is None:
+                    visiting[path.pop()] = 2
+                    pending.pop()
+                elif visiting.get(callee) == 1:
+                    cycle = path[path.index(callee):] + [callee]
                     raise GrammarError("left recursion: " + " -> ".join(names[r] for r in cycle))
-                if callee not in visiting:
-                    visit(callee, path + [callee])
-            visiting[rule] = 2
-
-        for rule in self._starts.values():
-            if rule not in visiting:
-                visit(rule, [rule])
+                elif callee not in visiting:
+                    visiting[callee] = 1
+                    path.append(callee)
+                    pending.append(iter(edges.get(callee, ())))
 
     # -- the public surface ----------------------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from . import schema_keywords as _kw
 from .errors import GrammarTooLargeError, InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
+from .schema_depth import MAX_SCHEMA_DEPTH, check_schema_depth, recursion_room, too_deep
 
 __all__ = [
     "schema_to_pattern",
@@ -57,6 +58,7 @@ __all__ = [
     "INTEGER_DIGITS",
     "IMPLICIT_EXTRA_DEPTH",
     "MAX_PATTERN_CHARS",
+    "MAX_SCHEMA_DEPTH",
     "FRACTION_DIGITS",
 ]
 
@@ -669,11 +671,33 @@ class _Compiler:
         optional members chained (`subsequence_rules`), extra keys as an automaton."""
         self.any_order = False
         """Rule mode, ``schema_to_rules(property_order="any")``: members in any order (`any_order_object`)."""
+        self.level = 0
+        """Values and subschemas entered along the path being compiled (`compile` and `flatten` calls open),
+        ``$ref`` hops included: refused past `MAX_SCHEMA_DEPTH` (`enter`; the document's own depth was checked
+        before, a ``$ref`` chain adds levels)."""
 
     # -- entry: a schema node at a position ----------------------------------------------------------
 
     def compile(self, node: Any, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
-        """Pattern of `node` at container depth `depth` (containers already open around it)."""
+        """Pattern of `node` at container depth `depth` (containers already open around it), one `level` deeper."""
+        self.enter(path, trail)
+        try:
+            return self.compile_level(node, path, depth, trail)
+        finally:
+            self.level -= 1
+
+    def enter(self, path: str, trail: tuple[str, ...]) -> None:
+        """One level deeper (`compile` into a nested value, `flatten` into a subschema), refused past the limit. A
+        value's own `flatten` is one level below its `compile`: a document of MAX_SCHEMA_DEPTH containers reaches
+        MAX_SCHEMA_DEPTH + 1."""
+        if self.level > MAX_SCHEMA_DEPTH:
+            through_ref = any(target != "|" for target in trail) or "/$defs/" in path or "/definitions/" in path
+            raise too_deep(path, "levels (values and subschemas entered along this path, $ref hops included)",
+                           "$ref" if through_ref else None)  # fmt: skip
+        self.level += 1
+
+    def compile_level(self, node: Any, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
+        """`compile` of one node, its level counted."""
         if node is True or node == {}:
             return self.any_value(depth, self.any_value_depth, path)
         if self.rules is not None and depth > 0:
@@ -780,7 +804,16 @@ class _Compiler:
     # -- combinators → disjunction of flat nodes -----------------------------------------------------
 
     def flatten(self, node: Any, path: str, trail: tuple[str, ...]) -> list[tuple[dict, str, tuple[str, ...]]]:
-        """Eliminate $ref/allOf/anyOf/oneOf/nullable at this level: a list of merged flat nodes."""
+        """Eliminate $ref/allOf/anyOf/oneOf/nullable at this level: a list of merged flat nodes. One level deeper
+        (`level`): every subschema the walk enters comes through here."""
+        self.enter(path, trail)
+        try:
+            return self.flatten_level(node, path, trail)
+        finally:
+            self.level -= 1
+
+    def flatten_level(self, node: Any, path: str, trail: tuple[str, ...]) -> list[tuple[dict, str, tuple[str, ...]]]:
+        """`flatten` of one node, its level counted."""
         if node is True:
             return [({}, path, trail)]
         if node is False:
@@ -1628,16 +1661,18 @@ def schema_to_pattern(
         The pattern (constrained.regex dialect; also valid Python ``re`` unless it embeds an automaton ``(?@``).
 
     Raises:
-        UnsupportedSchemaError: a keyword (or keyword value) that cannot be enforced exactly.
+        UnsupportedSchemaError: a keyword (or keyword value) that cannot be enforced exactly; a schema nested deeper
+            than `MAX_SCHEMA_DEPTH` (`constrained.schema_depth`).
         InvalidSchemaError: malformed schema, dangling $ref, or a schema no document satisfies.
         GrammarTooLargeError: the pattern would exceed MAX_PATTERN_CHARS.
     """
     if max_depth < 1:
         raise ValueError("max_depth must be >= 1")
-    schema = _checked_arguments(schema, whitespace, any_value_depth, unknown_keywords)
-    compiler = _Compiler(schema, whitespace, max_depth, any_value_depth, unknown_keywords)
-    compiler.exact = exact
-    pattern = compiler.compile(schema, "#", 0, ())
+    with recursion_room():  # a schema MAX_SCHEMA_DEPTH deep takes more frames than Python's default limit
+        schema = _checked_arguments(schema, whitespace, any_value_depth, unknown_keywords)
+        compiler = _Compiler(schema, whitespace, max_depth, any_value_depth, unknown_keywords)
+        compiler.exact = exact
+        pattern = compiler.compile(schema, "#", 0, ())
     if pattern is None:
         raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")
     if len(pattern) > MAX_PATTERN_CHARS:
@@ -1663,16 +1698,18 @@ def schema_to_rules(
     a rule, optional members are chained rules and counting starts past 256 characters, for a schema whose default
     rules are too big for one automaton each (masks then cross more rule boundaries). ``property_order="any"``: an
     object's members in any order, each listed one at most once (`_Compiler.any_order_object`), except where
-    ``minProperties``/``maxProperties`` count them (schema order there). Returns (rules, start rule name).
+    ``minProperties``/``maxProperties`` count them (schema order there). Returns (rules, start rule name). A schema
+    nested deeper than `MAX_SCHEMA_DEPTH` (``$ref`` hops included) is an `UnsupportedSchemaError`.
     """
-    schema = _checked_arguments(schema, whitespace, 0, unknown_keywords)
     if property_order not in ("schema", "any"):
         raise ValueError(f"property_order must be 'schema' or 'any', not {property_order!r}")
-    compiler = _Compiler(schema, whitespace, _UNBOUNDED_DEPTH, 0, unknown_keywords)
-    compiler.rules = {}
-    compiler.fine = fine
-    compiler.any_order = property_order == "any"
-    root = compiler.compile(schema, "#", 0, ())
+    with recursion_room():  # a schema MAX_SCHEMA_DEPTH deep takes more frames than Python's default limit
+        schema = _checked_arguments(schema, whitespace, 0, unknown_keywords)
+        compiler = _Compiler(schema, whitespace, _UNBOUNDED_DEPTH, 0, unknown_keywords)
+        compiler.rules = {}
+        compiler.fine = fine
+        compiler.any_order = property_order == "any"
+        root = compiler.compile(schema, "#", 0, ())
     if root is None:
         raise InvalidSchemaError("#", "no JSON document satisfies this schema within the compiler's limits")
     return _hoist_whitespace(compiler.share_lexemes({"root": root, **compiler.rules}), "root", compiler.ws), "root"
@@ -1766,6 +1803,7 @@ def _checked_arguments(schema: Any, whitespace: str, any_value_depth: int, unkno
         raise ValueError("any_value_depth must be >= 0")
     if whitespace not in ("compact", "spaced", "flexible"):
         raise ValueError(f"whitespace must be 'compact', 'spaced' or 'flexible', not {whitespace!r}")
+    check_schema_depth(schema)  # before any recursive walk, json.loads included
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)

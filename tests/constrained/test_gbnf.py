@@ -187,6 +187,45 @@ def test_left_recursion_is_refused(llama3_vocab):
         compile_gbnf('root ::= root "a" | "b"', llama3_vocab)
 
 
+def _byte_vocabulary():
+    from constrained.vocabulary import Vocabulary
+
+    return Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], eos_token_ids=[256],
+                                  special_ids_by_name={"</s>": 256}, normal_ids=range(256), name="bytes")
+
+
+def test_groups_nested_past_max_nesting_are_a_syntax_error_at_the_group():
+    from constrained.gbnf import MAX_NESTING
+
+    parse_gbnf("root ::= " + "(" * MAX_NESTING + '"a"' + ")" * MAX_NESTING)
+    with pytest.raises(GbnfSyntaxError, match=f"groups nested deeper than {MAX_NESTING}") as info:
+        parse_gbnf("root ::= " + "(" * 10_000 + '"a"' + ")" * 10_000)  # was a RecursionError
+    assert (info.value.line, info.value.column) == (1, len("root ::= ") + MAX_NESTING + 1)
+
+
+def test_groups_nested_deeper_than_a_body_holds_become_rules_with_the_same_language():
+    depth = 200  # 400 regex groups inline: past the dialect's 100
+    text = "root ::= " + '("x" ' * depth + '"a"' + ")?" * depth
+    rules, start = gbnf_to_rules(parse_gbnf(text))
+    assert start == "root" and len(rules) > 1 and all(name.startswith("root.g") for name in rules if name != start)
+    grammar = compile_gbnf(text, _byte_vocabulary())
+    for n in (0, 1, 57, depth - 1):  # each group optional: any prefix of x's short of the innermost "x" "a"
+        assert grammar.accepts(b"x" * n) and not grammar.accepts(b"x" * n + b"y")
+    assert grammar.accepts(b"x" * depth + b"a") and not grammar.accepts(b"x" * depth)
+    assert not grammar.accepts(b"x" * (depth - 1) + b"a")
+    stars = compile_gbnf('root ::= "a"' + "*" * 5_000, _byte_vocabulary())  # repetitions stacked on one item
+    assert stars.accepts(b"aaaa") and not stars.accepts(b"ab")
+
+
+def test_a_long_chain_of_leftmost_calls_is_checked_without_recursion():
+    n = 3_000  # the left-recursion check walked the chain recursively: a RecursionError at ~1,000
+    chain = "\n".join(['root ::= r1 "x"'] + [f'r{i} ::= r{i + 1} "x"' for i in range(1, n)] + [f'r{n} ::= "a"'])
+    assert compile_gbnf(chain, _byte_vocabulary()).accepts(b"a" + b"x" * n)
+    cycle = chain.replace(f'r{n} ::= "a"', f'r{n} ::= r1 "a" | "b"')
+    with pytest.raises(GrammarError, match=f"left recursion: r1 -> r2 -> .* -> r{n} -> r1"):
+        compile_gbnf(cycle, _byte_vocabulary())
+
+
 # --------------------------------------------------------------------------------- reference recognizer (tests)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent.json_depth import MAX_JSON_DEPTH, shown_path, text_depth, too_deep
 from agent.protocol.base import MalformedReason, MalformedToolCall, ToolCall, ToolCalls
 
 __all__ = ["FENCE_CLOSE", "FENCE_OPEN", "JSON_WS", "DIALECT_WS", "JsonFailure", "call_from_object", "decode_value",
@@ -59,18 +60,27 @@ def decode_value(text: str, start: int = 0) -> tuple[Any, int]:
     """Decode one strict JSON value beginning exactly at ``start``; return it and the index just past it.
 
     Raises:
-        JsonFailure: with a detail naming the position, for any syntax error or non-standard JSON.
+        JsonFailure: with a detail naming the position, for any syntax error or non-standard JSON; naming the depth
+            for a value nested deeper than `MAX_JSON_DEPTH` (what the session copies and traces must stay far from
+            Python's recursion limit).
     """
     try:
-        return _DECODER.raw_decode(text, start)
+        value, end = _DECODER.raw_decode(text, start)
     except JsonFailure:
         raise
     except json.JSONDecodeError as exc:
         raise JsonFailure(f"{exc.msg} at char {exc.pos - start}") from None
     except RecursionError:
-        raise JsonFailure("nesting too deep") from None
+        depth, at = text_depth(text, start)
+        raise JsonFailure(f"nested {depth:,} levels deep (at char {at - start:,}), deeper than the "
+                          f"{MAX_JSON_DEPTH} levels a call may nest") from None  # fmt: skip
     except ValueError as exc:  # e.g. int longer than sys.get_int_max_str_digits()
         raise JsonFailure(str(exc)) from None
+    path = too_deep(value, MAX_JSON_DEPTH)
+    if path is not None:
+        raise JsonFailure(f"nested deeper than the {MAX_JSON_DEPTH} levels a call may nest (at "
+                          f"{shown_path(path)})")  # fmt: skip
+    return value, end
 
 
 def is_carriable_name(name: str) -> bool:

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from agent.errors import ArgumentsMismatchError
+from agent.json_depth import MAX_JSON_DEPTH, shown_path, too_deep
 from agent.results import ResultErrorKind
 from agent.schema import ValidatedArguments
 from agent.tool.approval import ApprovalPolicy, check_approval
@@ -360,6 +361,11 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
             return ToolOutcome(ok=False, error_kind=exc.kind, detail=exc.detail, **common)
         return ToolOutcome(ok=False, error_kind=ResultErrorKind.EXECUTION_FAILED, detail=_describe(exc), **common)
     try:
+        path = too_deep(box[0], MAX_JSON_DEPTH)  # before the recursive encoder, and what copies the value later
+        if path is not None:
+            return ToolOutcome(ok=False, error_kind=ResultErrorKind.RESULT_NOT_SERIALIZABLE,
+                               detail=f"the tool returned a value nested deeper than the {MAX_JSON_DEPTH} levels a "
+                               f"result may nest (at {shown_path(('result', *path))})", **common)  # fmt: skip
         value = json.loads(_RESULT_ENCODER.encode(box[0]))
     except Exception as exc:  # TypeError, ValueError, RecursionError, or whatever a hostile __iter__/items raises
         return ToolOutcome(ok=False, error_kind=ResultErrorKind.RESULT_NOT_SERIALIZABLE,
