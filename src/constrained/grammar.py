@@ -214,13 +214,15 @@ def compile_json_schema(
     vocab: Vocabulary,
     whitespace: Literal["compact", "spaced", "flexible"] = "compact",
     *,
-    unknown_keywords: Literal["warn", "error"] = "warn",
+    unknown_keywords: Literal["warn", "error", "annotation"] = "warn",
     property_order: Literal["schema", "any"] = "schema",
 ) -> Grammar:
     """Compile a JSON Schema (dict or JSON text) to a grammar over ``vocab``.
 
     ``unknown_keywords``: keys that are no JSON Schema keyword are warned about and ignored ("warn") or refused
-    ("error"); see `constrained.schema.schema_to_pattern`. The warnings are emitted on every call, cached or not.
+    ("error"); a ``format`` the engine does not know is refused either way, unless "annotation" ignores it too
+    (JSON Schema's reading); see `constrained.schema.schema_to_pattern`. The warnings are emitted on every call,
+    cached or not.
 
     ``property_order``: "schema" (generation: one canonical spelling per object, its properties in schema order)
     or "any" (acceptance: an object's members in any order, each at most once; always a pushdown grammar, see

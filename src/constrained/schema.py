@@ -1017,10 +1017,12 @@ class _Compiler:
         elif fmt in _kw.FORMAT_ALIASES:
             out["format"] = _kw.FORMAT_ALIASES[fmt]
         elif fmt is not None and fmt not in STRING_FORMATS:
-            if fmt in _kw.KNOWN_UNENFORCED_FORMATS or self.unknown_keywords == "error":
-                raise UnsupportedSchemaError(path, "format", f"format {fmt!r} is not enforced")
+            if fmt in _kw.KNOWN_UNENFORCED_FORMATS or self.unknown_keywords != "annotation":
+                raise UnsupportedSchemaError(path, "format", f"format {fmt!r} is not enforced (a format is a "
+                                             "constraint: unknown_keywords='annotation' lets an unknown one constrain "
+                                             "nothing)")
             warnings.warn(f"ignoring format {fmt!r} at {path}: not a known format, so an annotation that constrains "
-                          f"nothing (pass unknown_keywords='error' to refuse it)", UnknownKeywordWarning, stacklevel=2)
+                          f"nothing (unknown_keywords='annotation')", UnknownKeywordWarning, stacklevel=2)
             out.pop("format")
         if out.get("patternProperties") == {}:
             out.pop("patternProperties")
@@ -1159,6 +1161,15 @@ class _Compiler:
                 bodies.append(("pattern", _regex.json_string_body_pattern(flat["pattern"])))
             except ImportError:
                 raise UnsupportedSchemaError(path, "pattern", "ECMA pattern translation is unavailable") from None
+            except UnsupportedSchemaError as err:
+                raise UnsupportedSchemaError(path, "pattern", err.detail) from None
+        for more in flat.get(_kw.ALL_PATTERNS) or ():
+            if not isinstance(more, str):
+                raise InvalidSchemaError(path, "pattern must be a string")
+            try:
+                from . import regex as _regex
+
+                bodies.append(("pattern", _regex.json_string_body_pattern(more)))
             except UnsupportedSchemaError as err:
                 raise UnsupportedSchemaError(path, "pattern", err.detail) from None
         if "format" in flat:
@@ -1599,8 +1610,11 @@ def _merge(a: dict, b: dict, path: str) -> dict | None:
             out[key] = [v for v in av if _value_key(v) in keep]
         elif key == "uniqueItems":
             out[key] = bool(av) or bool(bv)
-        elif key in (_kw.NOT_PATTERN, _kw.NOT_STRINGS):
+        elif key in (_kw.NOT_PATTERN, _kw.NOT_STRINGS, _kw.ALL_PATTERNS):
             out[key] = list(av) + [v for v in bv if v not in av]
+        elif key == "pattern" and isinstance(av, str) and isinstance(bv, str) and av != bv:
+            more = list(out.get(_kw.ALL_PATTERNS, ()))
+            out[_kw.ALL_PATTERNS] = more + ([bv] if bv not in more else [])
         elif key == _kw.NOT_INTEGER:
             out[key] = bool(av) or bool(bv)
         elif key == "propertyNames":
@@ -1634,7 +1648,7 @@ def schema_to_pattern(
     whitespace: Whitespace = "compact",
     max_depth: int = 12,
     any_value_depth: int = 2,
-    unknown_keywords: Literal["warn", "error"] = "warn",
+    unknown_keywords: Literal["warn", "error", "annotation"] = "warn",
     exact: bool = False,
 ) -> str:
     """Compile a JSON Schema into a full-match pattern for its (bounded) valid JSON texts.
@@ -1651,7 +1665,10 @@ def schema_to_pattern(
             explicit ``additionalProperties: true``) may nest. Extra properties allowed only because
             ``additionalProperties`` is absent nest at most min(IMPLICIT_EXTRA_DEPTH, any_value_depth).
         unknown_keywords: a key that is no JSON Schema keyword is an annotation per the spec: "warn" ignores
-            it with an `UnknownKeywordWarning` naming key and path; "error" raises UnsupportedSchemaError.
+            it with an `UnknownKeywordWarning` naming key and path; "error" raises UnsupportedSchemaError. A
+            ``format`` the engine does not know is a constraint it cannot enforce: refused under both, unless
+            "annotation" (JSON Schema's own reading, where an unknown format validates anything) lets it, like an
+            unknown key, constrain nothing, with a warning.
         exact: where one pattern can only approximate the schema — a recursive ``$ref`` (unrolled
             ``_MAX_REF_UNROLL`` times, deeper documents cut), an open-ended value (its depth bounded as above),
             containers deeper than ``max_depth`` (cut) — False approximates (every accepted document still validates)
@@ -1684,7 +1701,7 @@ def schema_to_rules(
     schema: dict | bool | str,
     *,
     whitespace: Whitespace = "compact",
-    unknown_keywords: Literal["warn", "error"] = "warn",
+    unknown_keywords: Literal["warn", "error", "annotation"] = "warn",
     fine: bool = False,
     property_order: Literal["schema", "any"] = "schema",
 ) -> tuple[dict[str, str], str]:
@@ -1750,7 +1767,7 @@ _MEMBER_BLOCK = 16
 _WIDE_BYTES = 64
 """Rule mode: a string lexeme with a state where this many bytes go on is wide (see `_wide`)."""
 _LEXEME_CALL = re.compile(r"\(\?&=(s\d+)\)")
-_SHAPED = frozenset({"pattern", "format", _kw.NOT_PATTERN, _kw.NOT_STRINGS})
+_SHAPED = frozenset({"pattern", "format", _kw.NOT_PATTERN, _kw.NOT_STRINGS, _kw.ALL_PATTERNS})
 """The string keywords that give a lexeme its own automaton (worth sharing when it is wide)."""
 
 
@@ -1811,6 +1828,6 @@ def _checked_arguments(schema: Any, whitespace: str, any_value_depth: int, unkno
             raise InvalidSchemaError("#", f"not JSON text: {err}") from None
     if not isinstance(schema, (dict, bool)):
         raise InvalidSchemaError("#", f"a schema must be an object or a boolean, not {type(schema).__name__}")
-    if unknown_keywords not in ("warn", "error"):
-        raise ValueError(f"unknown_keywords must be 'warn' or 'error', not {unknown_keywords!r}")
+    if unknown_keywords not in ("warn", "error", "annotation"):
+        raise ValueError(f"unknown_keywords must be 'warn', 'error' or 'annotation', not {unknown_keywords!r}")
     return schema

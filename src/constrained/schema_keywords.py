@@ -32,6 +32,7 @@ from .errors import ConstrainedError, InvalidSchemaError, UnsupportedSchemaError
 
 __all__ = [
     "NOT_PATTERN",
+    "ALL_PATTERNS",
     "NOT_STRINGS",
     "NOT_INTEGER",
     "INTERNAL_KEYWORDS",
@@ -55,7 +56,10 @@ NOT_STRINGS = "$ember:notStrings"
 """Internal: a list of strings a string value must not equal."""
 NOT_INTEGER = "$ember:notInteger"
 """Internal: the number must not be integer-valued (what ``not: {type: integer}`` leaves of numbers)."""
-INTERNAL_KEYWORDS = frozenset({NOT_PATTERN, NOT_STRINGS, NOT_INTEGER})
+ALL_PATTERNS = "$ember:allPatterns"
+"""Internal: a list of further ECMA patterns a string must match besides ``pattern`` (allOf members whose patterns
+differ: the string languages are intersected)."""
+INTERNAL_KEYWORDS = frozenset({NOT_PATTERN, NOT_STRINGS, NOT_INTEGER, ALL_PATTERNS})
 """Read by the compiler; `_merge` unites the list-valued ones."""
 
 def internal_validators() -> dict[str, Any]:
@@ -79,12 +83,22 @@ def internal_validators() -> dict[str, Any]:
                 if hit:
                     yield jsonschema.ValidationError(f"{instance!r} may match the excluded pattern {pattern!r}")
 
+    def all_patterns(validator: Any, patterns: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, str):
+            for pattern in patterns:
+                try:
+                    hit = re.search(pattern, instance) is not None
+                except (re.error, TypeError):
+                    hit = False
+                if not hit:
+                    yield jsonschema.ValidationError(f"{instance!r} may not match the pattern {pattern!r}")
+
     def not_integer(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
         if value and isinstance(instance, (int, float)) and not isinstance(instance, bool):
             if float(instance).is_integer():
                 yield jsonschema.ValidationError(f"{instance!r} is integer-valued")
 
-    return {NOT_STRINGS: not_strings, NOT_PATTERN: not_pattern, NOT_INTEGER: not_integer}
+    return {NOT_STRINGS: not_strings, NOT_PATTERN: not_pattern, NOT_INTEGER: not_integer, ALL_PATTERNS: all_patterns}
 
 
 REWRITTEN_KEYWORDS = frozenset({"not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas"})

@@ -363,8 +363,24 @@ def test_all_of_is_an_intersection_not_a_concatenation():
     with pytest.raises(InvalidSchemaError):
         schema_to_pattern({"allOf": [{"type": "string"}, {"type": "integer"}]})
     with pytest.raises(UnsupportedSchemaError) as err:
-        schema_to_pattern({"allOf": [{"type": "string", "pattern": "a"}, {"pattern": "b"}]})
-    assert err.value.keyword == "pattern"
+        schema_to_pattern({"allOf": [{"type": "string", "format": "date"}, {"format": "uuid"}]})
+    assert err.value.keyword == "format"
+
+
+@settings(max_examples=150, deadline=None)
+@given(first=st.sampled_from(["a", "^a", "b$", "^[ab]+$", "ab", "[0-9]"]),
+       second=st.sampled_from(["b", "^b", "a$", "^a*b*$", "ba", "^[a-z]*$"]),
+       text=st.text(alphabet="ab1", max_size=6))
+def test_two_patterns_in_all_of_are_both_enforced(first, second, text):
+    """allOf members with different patterns: the string languages are intersected, exactly."""
+    schema = {"allOf": [{"type": "string", "pattern": first}, {"pattern": second}]}
+    both = re.search(first, text) is not None and re.search(second, text) is not None
+    try:
+        accepts = fullmatcher(schema_to_pattern(schema))
+    except InvalidSchemaError:  # the two languages do not meet (e.g. "^a" and "^b")
+        assert not both
+        return
+    assert bool(accepts(json.dumps(text))) == both
 
 
 OVERLAPPING_ONE_OF = {
@@ -592,14 +608,15 @@ def test_new_formats_and_aliases_are_enforced(fmt):
         assert not match(compact(text)), text
 
 
-def test_a_non_standard_format_is_an_annotation_warned_about():
+def test_a_non_standard_format_is_refused_unless_read_as_an_annotation():
     schema = {"type": "string", "format": "path"}
-    with pytest.warns(UnknownKeywordWarning, match="path"):
-        pattern = schema_to_pattern(schema)
+    for strict in ("warn", "error"):  # a format is a constraint: one the engine does not know cannot be enforced
+        with pytest.raises(UnsupportedSchemaError, match="format 'path' is not enforced") as err:
+            schema_to_pattern(schema, unknown_keywords=strict)
+        assert err.value.keyword == "format"
+    with pytest.warns(UnknownKeywordWarning, match="path"):  # JSON Schema's own reading: it constrains nothing
+        pattern = schema_to_pattern(schema, unknown_keywords="annotation")
     assert fullmatcher(pattern)('"any thing / at all"') and not fullmatcher(pattern)("1")
-    with pytest.raises(UnsupportedSchemaError) as err:
-        schema_to_pattern(schema, unknown_keywords="error")
-    assert err.value.keyword == "format"
 
 
 def test_trivially_true_forms_are_accepted():

@@ -202,14 +202,6 @@ def test_a_number_language_is_remembered_by_its_keywords_and_errors_name_each_pa
         assert err.value.path == f"#/properties/{name}"
 
 
-def test_unknown_formats_are_annotations_with_a_warning_or_refused_on_request() -> None:
-    with pytest.warns(UnknownKeywordWarning, match="path"):
-        dfa = compile_dfa(schema_to_pattern({"type": "string", "format": "path"}))
-    assert dfa.accepts(b'"any thing"')
-    with pytest.raises(UnsupportedSchemaError):
-        schema_to_pattern({"type": "string", "format": "path"}, unknown_keywords="error")
-
-
 def test_internal_keywords_only_narrow() -> None:
     assert schema_keywords.NOT_STRINGS in schema_keywords.INTERNAL_KEYWORDS
     dfa = compile_dfa(schema_to_pattern({"type": "string", schema_keywords.NOT_STRINGS: ["a"]}))

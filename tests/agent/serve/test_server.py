@@ -6,8 +6,6 @@ where the task leaves the default model no real choice.
 """
 
 from __future__ import annotations
-
-import json
 import threading
 
 import httpx2 as httpx  # the HTTP client the openai SDK itself uses
@@ -273,10 +271,18 @@ def test_past_the_deadline_a_request_is_a_504_and_the_worker_serves_on(client, w
      "tools[0].function.parameters", "'contains' at #/properties/x"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "launch"}}},
      "tool_choice", "launch"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": True, "schema": {
+        "type": "string", "format": "no-such-format-xyz"}}}},
+     "response_format.json_schema.schema", "format 'no-such-format-xyz' is not enforced"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+        "type": "object", "properties": {"when": {"type": "string", "format": "no-such-format-xyz"}},
+        "required": ["when"], "additionalProperties": False}}}]},
+     "tools[0].function.parameters", "format 'no-such-format-xyz' is not enforced"),
     ({"n": 2}, "n", "n=2"),
     ({"messages": ask("word " * 3000)}, "messages", "context window"),
     ({"max_tokens": 2047}, "max_tokens", "context window"),
-], ids=["unsupported-response-schema", "unsupported-tool-schema", "unknown-tool", "n", "context", "max_tokens"])
+], ids=["unsupported-response-schema", "unsupported-tool-schema", "unknown-tool", "unknown-format-response",
+        "unknown-format-tool", "n", "context", "max_tokens"])
 def test_what_cannot_be_enforced_is_a_400_in_openai_shape(client, request_, param, needle):
     request_ = {"model": MODEL, "messages": ask("hi"), **request_}
     with pytest.raises(openai.BadRequestError) as caught:
@@ -285,6 +291,16 @@ def test_what_cannot_be_enforced_is_a_400_in_openai_shape(client, request_, para
     assert caught.value.status_code == 400
     assert set(error) == {"message", "type", "param", "code"}
     assert error["param"] == param and needle in error["message"]
+
+
+def test_annotations_constrain_nothing_and_are_accepted_in_a_strict_schema(client):
+    schema = {"type": "object", "title": "T", "description": "d", "examples": [{"n": 1}], "x-vendor": {"a": 1},
+              "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9, "x-unit": "count"}},
+              "required": ["n"], "additionalProperties": False}
+    reply = client.chat.completions.create(model=MODEL, messages=ask("pick a number"), max_tokens=16,
+                                           response_format={"type": "json_schema", "json_schema": {
+                                               "name": "t", "strict": True, "schema": schema}})
+    assert 1 <= json.loads(reply.choices[0].message.content)["n"] <= 9
 
 
 def test_an_unknown_field_is_refused_not_ignored(client):
