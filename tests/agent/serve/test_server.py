@@ -6,6 +6,8 @@ where the task leaves the default model no real choice.
 """
 
 from __future__ import annotations
+
+import json
 import threading
 
 import httpx2 as httpx  # the HTTP client the openai SDK itself uses
