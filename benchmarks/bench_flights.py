@@ -19,7 +19,9 @@ The auto study (`AUTO_ROWS`, English and Finnish requests, ``--lang en,fi``): ev
 ``tool_choice="auto"`` — no per-turn plan, no forced first tool — on top of the constrained rich schema: the
 baseline, (a) today and weekday in the system prompt, (b) airports.lookup offered, (b2) calendar.resolve_date
 offered (`knowledge_tools`), (c) the IATA enum, (a) + (c), (e) the tools run on the request by the application
-and their answers in the system prompt, (f) those answers as the schema's enums, (e) + (f'), and agent as a tool
+and their answers in the system prompt, (f) those answers as the schema's enums, (e) + (f'), (g) today's date from
+the real ``mcp-server-time`` server over MCP (`knowledge_tools.time_server_tools`; scored against the date that
+server returned, since the study's fixed today is not the machine's), and agent as a tool
 (one ``travel_desk`` tool whose implementation is a child Session with airports.lookup and calendar.resolve_date,
 `agent.subagent.agent_tool`). Each request is traced and the trace verified (nested traces included); one request's
 trace per row is kept under ``benchmarks/traces/flights/``. Each row's per-request results are stored under
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
 import json
 import sys
 import time
@@ -128,6 +131,9 @@ class Row:
     resolved: bool = False
     """Knowledge (e): the knowledge tools run on the request by the application, their answers in the system
     prompt (`knowledge_tools.request_prompt`)."""
+    mcp_time: bool = False
+    """Knowledge (g): the real ``mcp-server-time`` server's tools offered (over MCP, `agent.mcp`); the request is
+    scored against the date the server returned (`knowledge_tools.server_today`), not the study's fixed today."""
     request_enum: str = ""
     """Knowledge (f): those answers as the schema's enums (`knowledge_tools.request_enums`): from/to one of the
     request's two airports, listed ``"sorted"`` or ``"as named"`` (in the request's order); the date the one it
@@ -187,6 +193,8 @@ AUTO_ROWS: tuple[Row, ...] = (
         schema=_rich_c, constrained=True, session=True, resolved=True, request_enum="as named"),
     Row(key="auto-agent", label="agent as a tool: travel_desk (lookup + calendar)", schema=_rich_c,
         constrained=True, session=True, agent=True),
+    Row(key="auto-mcp-time", label="+ (g) time.get_current_time offered: the real mcp-server-time over MCP "
+        "(scored against its date)", schema=_rich_c, constrained=True, session=True, mcp_time=True),
 )
 """The auto study's rows: every request a real `Session` under ``tool_choice="auto"`` (no per-turn plan, no forced
 first tool), knowledge rows on top of the constrained auto baseline."""
@@ -194,6 +202,9 @@ first tool), knowledge rows on top of the constrained auto baseline."""
 DIAGNOSTIC_ROWS: tuple[Row, ...] = (
     Row(key="auto-agent-first", label="diagnostic: travel_desk forced first, then auto", schema=_rich_c,
         constrained=True, session=True, agent=True, first_tool_choice=AGENT_TOOL_NAME),
+    Row(key="auto-mcp-time-first", label="diagnostic: time.get_current_time (mcp-server-time) forced first, then "
+        "auto (scored against its date)", schema=_rich_c, constrained=True, session=True, mcp_time=True,
+        first_tool_choice="time.get_current_time"),
 )
 """Not part of the auto study (they force a first tool): what the child agent does when it is called at all."""
 
@@ -295,6 +306,7 @@ TOOL_HINTS: tuple[tuple[str, str], ...] = (
     ("calendar", "Before search_flights, call calendar.resolve_date with the date words of the request to get the "
                  "date."),
     ("agent", "Before search_flights, ask travel_desk for the airport codes and the date."),
+    ("mcp_time", "Before search_flights, call time.get_current_time to learn today's date."),
 )
 """Auto rows only: one sentence per offered knowledge tool, appended to the system prompt (a study input: with the
 plain prompt this model called none of them in a smoke run, see RESULTS.md)."""
@@ -454,6 +466,8 @@ def auto_tools(engine: Any, row: Row, searches: list[dict[str, Any]], request: s
         tools.append(kt.airports_tool(constrained=row.constrained))
     if row.calendar:
         tools.append(kt.calendar_tool(constrained=row.constrained))
+    if row.mcp_time:
+        tools += kt.time_server_tools()
     if row.agent:
         desk = SubAgent(engine=engine, tools=ToolRegistry([kt.airports_tool(), kt.calendar_tool()]),
                         system_prompt=AGENT_SYSTEM_PROMPT,
@@ -515,11 +529,15 @@ def _run_auto(engine: Any, row: Row, request: sd.Request, max_tokens: int, trace
             raw.append(message["content"])
         if call is None:
             call = _search_call(strict, message)
+    if row.mcp_time:  # score against the date the server said it is, not the study's fixed today
+        request, server_today, today_from = _server_request(request, result.messages)
     detail: dict[str, Any] = {
         "outcome": str(result.outcome.value), "steps": result.steps, "tool_calls": result.tool_calls,
         "calls": [[n, a] for n, a in calls], "executed_searches": searches,
         "limit": str(result.limit.value) if result.limit else None, "run_id": result.run_id,
         "final_text": result.final_text}
+    if row.mcp_time:
+        detail.update(server_today=server_today.isoformat(), server_today_from=today_from)
     if trace_path is not None:
         detail["child_calls"] = _child_calls(trace_path.parent, result.run_id)
         detail["child_runs"] = len(list(trace_path.parent.glob(f"{result.run_id}.*.jsonl")))
@@ -529,6 +547,29 @@ def _run_auto(engine: Any, row: Row, request: sd.Request, max_tokens: int, trace
         detail["trace"] = str(trace_path)
     return RequestOutcome(request_id=request.id, score=sd.score_call(call, request, tool=FLIGHT_TOOL),
                           call=_call_dict(call), raw="\n".join(raw), seconds=seconds, detail=detail)
+
+
+def _server_request(request: sd.Request, messages: Sequence[Mapping[str, Any]]
+                    ) -> tuple[sd.Request, dt.date, str]:
+    """``request`` with its expected date resolved against the time server's today: the one the model was told
+    when it asked the server, else the one the server gives the benchmark now (same server, same clock)."""
+    import knowledge_tools as kt
+
+    today, source = kt.server_today(messages), "the model's call"
+    if today is None:
+        [clock] = [t for t in kt.time_server_tools() if t.name == kt.TIME_TOOL]
+        from agent.schema import validate_arguments
+
+        args = validate_arguments(clock.name, clock.compiled_parameters, {"timezone": "Etc/UTC"})
+        outcome = clock.execute(args, _context(), timeout_s=30)
+        today, source = dt.date.fromisoformat(outcome.value["datetime"][:10]), "the benchmark's own call"
+    return dataclasses.replace(request, date=sd.resolve_date(request.phrase, today).isoformat()), today, source
+
+
+def _context() -> Any:
+    from agent.tool import ToolContext
+
+    return ToolContext(run_id="bench-flights", call_id="server-today")
 
 
 def _child_calls(directory: Path, run_id: str) -> list[list[Any]]:
@@ -549,7 +590,7 @@ def _child_calls(directory: Path, run_id: str) -> list[list[Any]]:
 
 
 KNOWLEDGE_TOOLS: tuple[tuple[str, str], ...] = (("lookup", "airports.lookup"), ("calendar", "calendar.resolve_date"),
-                                                ("agent", AGENT_TOOL))
+                                                ("agent", AGENT_TOOL), ("mcp_time", "time.get_current_time"))
 
 
 def knowledge_use(result: "RowResult") -> dict[str, int]:
@@ -712,6 +753,11 @@ def _knowledge_note(result: RowResult) -> str:
                      f"called in {sum(any(c[0] == 'airports.lookup' for c in cs) for cs in child)}/{n}, "
                      f"calendar.resolve_date in {sum(any(c[0] == 'calendar.resolve_date' for c in cs) for cs in child)}"
                      f"/{n} requests")
+    if result.row.mcp_time:
+        told = sum(o.detail.get("server_today_from") == "the model's call" for o in result.outcomes)
+        days = sorted({o.detail.get("server_today") for o in result.outcomes if o.detail.get("server_today")})
+        verified += (f"; scored against the server's today ({', '.join(days)}), which the model itself was told "
+                     f"in {told}/{n} requests")
     return (f"- {result.row.label}: {'; '.join(parts) + '; ' if parts else ''}search_flights attempted in "
             f"{reached}/{n}, executed in {executed}/{n}{verified}.")
 
@@ -753,7 +799,10 @@ def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: 
         "two codes in the order the request names the cities, the order the lookup returns them (neither says "
         "which is from and which is to). The agent row offers one tool `{AGENT_TOOL}`: a child Session "
         "(`agent.subagent.agent_tool`) with its own system prompt, airports.lookup and calendar.resolve_date, "
-        "the same limits, and a nested trace per call.",
+        "the same limits, and a nested trace per call. (g) offers the two tools of the real `mcp-server-time` "
+        "server (PyPI, over MCP through `agent.mcp`, named `time.*`); its clock is the machine's, so each request "
+        "of that row is scored against the date the server returned — to the model when it called the server, "
+        "else to the benchmark's own call at that moment (`bench_flights._server_request`).",
         "- Study inputs chosen here (prompts, descriptions): knowledge-tool descriptions say what to pass and what "
         "comes back (`knowledge_tools.py`); each knowledge row appends one sentence per offered tool to the system "
         "prompt, e.g. \"" + TOOL_HINTS[1][1] + "\" (`bench_flights.TOOL_HINTS`; in a 2-request smoke the plain "
@@ -777,8 +826,8 @@ def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: 
                   table(results), ""]
         parts += [_knowledge_note(r) for r in results]
     if diagnostic:
-        parts += ["", "### Diagnostic (not the auto study: the first turn is forced to the travel desk, "
-                  "`Session(tool_choice=(\"travel_desk\", \"auto\"))`)", "",
+        parts += ["", "### Diagnostic (not the auto study: the first turn is forced to one knowledge tool, "
+                  "`Session(tool_choice=(TOOL, \"auto\"))`; the model still writes its arguments)", "",
                   table([dataclasses.replace(r, row=dataclasses.replace(r.row, label=f"[{lang}] {r.row.label}"))
                          for lang, r in diagnostic]), ""]
         parts += [_knowledge_note(r) for _, r in diagnostic]

@@ -9,6 +9,8 @@ Refuses: answer keys (that is `studies_data`), model turns, scoring.
 
     "next Friday" / "ensi perjantaina" ──resolve_expression(expr, today)──► date ──► {"expression","date","weekday"}
     "Madrid" / "Berliiniin" ──lookup_city──► {"city", "iata"}                          (ToolFailure when unknown)
+    mcp-server-time (a real MCP server) ──time_server_tools──► time.get_current_time, time.convert_time
+        its answers in a run ──server_today──► the date the server said it is (what a request is scored against)
 
 Date semantics (the same as `studies_data.resolve_date` for the study's phrases, which the tests check):
 
@@ -34,7 +36,7 @@ import calendar
 import datetime as dt
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import studies_data as sd
@@ -54,10 +56,15 @@ __all__ = [
     "request_enums",
     "request_prompt",
     "resolve_expression",
+    "server_today",
+    "time_server_tools",
 ]
 
 CALENDAR_TOOL = "calendar.resolve_date"
 LOOKUP_TOOL = "airports.lookup"
+TIME_TOOL = "time.get_current_time"
+"""The real ``mcp-server-time`` server's clock, offered through `agent.mcp` (`time_server_tools`)."""
+_TIME_SERVER: list[Any] = []
 
 EN_WEEKDAYS: tuple[str, ...] = tuple(calendar.day_name[i].lower() for i in range(7))
 EN_MONTHS: tuple[str, ...] = tuple(calendar.month_name[i].lower() for i in range(1, 13))
@@ -322,3 +329,38 @@ def request_enums(text: str, today: dt.date = sd.TODAY, *, as_named: bool = Fals
     found = date_in(text, today)
     codes = list(dict.fromkeys(code for *_, code in airports_in(text)))
     return codes if as_named else sorted(codes), [found[1].isoformat()] if found else []
+
+
+def time_server_tools() -> list[Any]:
+    """The tools of the real ``mcp-server-time`` server (PyPI, pinned in the dev extras, installed beside this
+    interpreter), connected once per process through `agent.mcp.connect` and named ``time.*``. Its clock is the
+    machine's, not the study's fixed `studies_data.TODAY`: a request that uses it is scored against the date the
+    server returned (`server_today`)."""
+    import sys
+    from pathlib import Path
+
+    from agent.mcp import connect
+
+    if not _TIME_SERVER:
+        command = str(Path(sys.executable).parent / "mcp-server-time")
+        _TIME_SERVER.append(connect({"mcpServers": {"time": {"command": command}}}))  # stopped at exit
+    return list(_TIME_SERVER[0].tools)
+
+
+def server_today(messages: Sequence[Mapping[str, Any]]) -> dt.date | None:
+    """The date in the first ``time.*`` result the model received in ``messages`` (a tool message whose result
+    carries a ``datetime``, as ``get_current_time`` answers), or None when it asked the server nothing."""
+    import json
+
+    for message in messages:
+        if message.get("role") not in ("tool", "ipython"):
+            continue
+        try:
+            value = json.loads(message.get("content") or "")
+        except (TypeError, ValueError):
+            continue
+        result = value.get("result") if isinstance(value, dict) and value.get("ok") else None
+        stamp = result.get("datetime") if isinstance(result, dict) else None
+        if isinstance(stamp, str) and re.match(r"\d{4}-\d{2}-\d{2}T", stamp):
+            return dt.date.fromisoformat(stamp[:10])
+    return None
