@@ -40,6 +40,8 @@ class ValidationErrorKind(enum.StrEnum):
     TOO_LONG = "too_long"
     TOO_SHORT = "too_short"
     TOO_DEEP = "too_deep"
+    UNGROUNDED = "ungrounded"
+    """A value its tool requires to be grounded was found in no admitted source (`agent.grounding`)."""
     NOT_AN_OBJECT = "not_an_object"
     OTHER = "other"
     """Everything else: invalid JSON text, non-JSON values, ``uniqueItems``, unmatched ``anyOf``…"""

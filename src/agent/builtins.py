@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Final
 
 from agent.errors import ToolDefinitionError
+from agent.grounding import GROUNDED_KEY
 from agent.results import ResultErrorKind
 from agent.schema import ValidatedArguments
 from agent.tool import Tool, ToolContext, ToolFailure, ToolKind
@@ -233,11 +234,17 @@ def evaluate_arithmetic(expression: str) -> int | float:
         raise ToolFailure("the result is too large (numeric overflow)") from None
 
 
-def calculator_tool() -> Tool:
-    """``calculator(expression)``: exact arithmetic on numbers (data)."""
+def calculator_tool(*, grounded: bool = False) -> Tool:
+    """``calculator(expression)``: exact arithmetic on numbers (data). ``grounded``: every number in the expression
+    must be one the conversation or a tool result holds (``x-grounded``, `agent.grounding`), so the model computes
+    on the numbers it read, not on numbers it recalls."""
 
     def calculator(args: ValidatedArguments, ctx: ToolContext) -> int | float:
         return evaluate_arithmetic(args["expression"])
+
+    # Grounded, the grammar also holds each number to one the sources hold; a counted length on top of that would
+    # multiply the automaton's states by the count, so the length is left to evaluate_arithmetic's own cap.
+    pattern = r"^(?:[0-9eE+\-*/%(). ,]|round)+$" if grounded else r"^(?:[0-9eE+\-*/%(). ,]|round){1,200}$"
 
     return Tool(
         name="calculator",
@@ -245,9 +252,9 @@ def calculator_tool() -> Tool:
                      "1e-3), + - * / // % **, parentheses and round(x, n); no variables or other functions. "
                      "Example: round((0.744 - 0.612) / 0.612 * 100, 2)"),
         parameters={"type": "object",
-                    "properties": {"expression": {"type": "string",
-                                                  "pattern": r"^(?:[0-9eE+\-*/%(). ,]|round){1,200}$",
-                                                  "description": "Arithmetic over numbers only, e.g. (2 + 3) * 4"}},
+                    "properties": {"expression": {"type": "string", "pattern": pattern,
+                                                  "description": "Arithmetic over numbers only, e.g. (2 + 3) * 4",
+                                                  **({GROUNDED_KEY: {"match": "claims"}} if grounded else {})}},
                     "required": ["expression"], "additionalProperties": False},
         function=calculator, kind=ToolKind.DATA, constrained=True)
 
@@ -284,11 +291,12 @@ def write_artifact_tool(*, max_bytes: int = _DEFAULT_MAX_BYTES) -> Tool:
 
 
 def builtin_tools(sandbox_root: Path, *, max_read_bytes: int = _DEFAULT_MAX_BYTES,
-                  max_artifact_bytes: int = _DEFAULT_MAX_BYTES) -> list[Tool]:
-    """``[read_file, calculator, write_artifact]``, reads confined to ``sandbox_root``.
+                  max_artifact_bytes: int = _DEFAULT_MAX_BYTES, calculator_grounded: bool = False) -> list[Tool]:
+    """``[read_file, calculator, write_artifact]``, reads confined to ``sandbox_root`` (``calculator_grounded``:
+    see `calculator_tool`).
 
     Raises:
         ToolDefinitionError: ``sandbox_root`` does not exist or is not a directory.
     """
-    return [read_file_tool(sandbox_root, max_bytes=max_read_bytes), calculator_tool(),
+    return [read_file_tool(sandbox_root, max_bytes=max_read_bytes), calculator_tool(grounded=calculator_grounded),
             write_artifact_tool(max_bytes=max_artifact_bytes)]

@@ -5,6 +5,14 @@ or bare ``{"name", "description", "parameters"}`` form. The model loads once for
 turn the engine rolls the speculative turn back, so cases never see each other.
 
     cases ─► ChatModelEngine.run_turn(tools, tool_choice) ─► codec.parse ─► one JSON record per case
+                                                                   └─► grounding policy (`ground_record`)
+
+With no tool result yet, the request's messages are the only sources, and the grounding policy
+(`agent.grounding_policy.judge_call`) reads each call against them: a call written twice stands once; a call whose
+required values are mostly the model's own is withheld (listed under ``withheld``, not returned as a call; when none
+is left the turn is a ``final_text``, its text the model's words before the calls, often empty); an optional
+argument whose values are all the model's own is dropped so the tool's default applies (listed per call under
+``dropped``). Every returned call carries each value's source.
 """
 
 from __future__ import annotations
@@ -17,9 +25,12 @@ from typing import Any
 from agent.chat import load_chat_model
 from agent.engine import ChatModelEngine
 from agent.inputs import InputError, check_json_schema, read_json_file, read_jsonl_file
+from agent.grounding import Sources
+from agent.grounding_policy import judge_call
 from agent.protocol.base import Action, FinalText, MalformedToolCall, ToolCalls, ToolChoice, ToolSpec
+from agent.repeats import call_key, distinct_calls
 
-__all__ = ["action_record", "call_cases", "cases_from_args", "tool_spec"]
+__all__ = ["action_record", "call_cases", "cases_from_args", "ground_record", "tool_spec"]
 
 
 def tool_spec(definition: Mapping[str, Any], *, constrained: bool) -> ToolSpec:
@@ -143,6 +154,34 @@ def _check_choice(choice: Any, tools: Any, where: str) -> None:
                          f"(use auto, required, none or one of: {offered})")
 
 
+def ground_record(record: dict[str, Any], case: Mapping[str, Any], tool_choice: ToolChoice = "auto") -> dict[str, Any]:
+    """``record`` (an `action_record`) under the one-turn grounding policy (see the module docstring): calls
+    written twice stand once, calls made mostly of ungrounded required values move to ``withheld`` (only under
+    ``auto``: a required or named call is the caller's demand), ungrounded optional arguments are dropped, and each
+    call gets ``sources`` (its argument leaves' grounding records)."""
+    if record["action"] != "tool_calls":
+        return {**record, "withheld": []}
+    sources = Sources()
+    for index, message in enumerate(case["messages"]):
+        sources.add_entry(index, str(message.get("role")), message)
+    parameters = {spec.name: spec.parameters for spec in (tool_spec(t, constrained=True) for t in case.get("tools", []))}
+    kept: list[dict[str, Any]] = []
+    withheld: list[dict[str, Any]] = []
+    distinct, _ = distinct_calls(record["calls"], lambda c: call_key(c["name"], c["arguments"]))
+    for call in distinct:
+        verdict = judge_call(call["arguments"], parameters.get(call["name"]) or {}, sources)
+        sourced = {"sources": [g.to_record() for g in verdict.grounding]}
+        if verdict.withheld and case.get("tool_choice", tool_choice) == "auto":
+            withheld.append({**call, **sourced})
+        else:
+            kept.append({"name": call["name"], "arguments": verdict.arguments, "dropped": list(verdict.dropped),
+                         **sourced})
+    out = {**record, "calls": kept, "withheld": withheld}
+    if not kept:
+        out["action"] = "final_text"
+    return out
+
+
 def action_record(case_id: Any, action: Action, *, raw: str, tokens: int, seconds: float) -> dict[str, Any]:
     """The documented per-case output: ``{"id","action","text","calls","raw","tokens","seconds"}`` (``seconds``
     rounded to the millisecond)."""
@@ -162,9 +201,10 @@ def action_record(case_id: Any, action: Action, *, raw: str, tokens: int, second
 def call_cases(model: str, cases: Sequence[Mapping[str, Any]], *, tool_choice: ToolChoice = "auto",
                constrained: bool = True, max_tokens: int = 256, n_threads: int | None = None,
                n_ctx: int = 4096, progress: Callable[[str], None] | None = None,
-               parallel_calls: bool = True) -> Iterator[dict[str, Any]]:
+               parallel_calls: bool = True, grounding: bool = True) -> Iterator[dict[str, Any]]:
     """Run one turn per case on one loaded model and yield its record; nothing is executed. A turn may hold
-    several calls (``parallel_calls``), as OpenAI's API allows by default."""
+    several calls (``parallel_calls``), as OpenAI's API allows by default. ``grounding``: the one-turn policy
+    (`ground_record`); off, the calls are returned as the model wrote them."""
     chat = load_chat_model(model, n_ctx=n_ctx, n_threads=n_threads, progress=progress)
     engine = ChatModelEngine(chat.model, chat.codec)
     for case in cases:
@@ -173,5 +213,6 @@ def call_cases(model: str, cases: Sequence[Mapping[str, Any]], *, tool_choice: T
         turn = engine.run_turn(case["messages"], tools=specs, tool_choice=case.get("tool_choice", tool_choice),
                                max_tokens=max_tokens, parallel_calls=parallel_calls)
         engine.rollback()
-        yield action_record(case.get("id"), chat.codec.parse(turn.text), raw=turn.text,
-                            tokens=turn.n_output_tokens, seconds=time.perf_counter() - started)
+        record = action_record(case.get("id"), chat.codec.parse(turn.text), raw=turn.text,
+                               tokens=turn.n_output_tokens, seconds=time.perf_counter() - started)
+        yield ground_record(record, case, tool_choice) if grounding else record

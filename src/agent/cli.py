@@ -14,7 +14,7 @@ GGUF magic and the codec before the weights load).
     ember run        a full tool-calling session, writes a trace
     ember trace      show | verify | report a trace file
     ember bench      the benchmarks in benchmarks/
-    ember demo       the README's main job on the default model (--auto: no per-turn plan)
+    ember demo       the README's main job on the default model, under auto (--plan: the scripted variant)
     ember serve      an OpenAI-compatible HTTP server (constrained tool calls and JSON answers)
 """
 
@@ -128,7 +128,7 @@ def _cmd_call(args: argparse.Namespace) -> int:
                             tool_choice=args.tool_choice, extra_tools=extra)  # checked before the model loads
     for record in call_cases(args.model, cases, tool_choice=args.tool_choice, constrained=not args.no_constrained,
                              max_tokens=args.max_tokens, n_threads=args.threads, n_ctx=args.n_ctx,
-                             progress=_progress):
+                             progress=_progress, grounding=not args.no_grounding):
         if args.json or args.cases:
             _print_json(record)
         else:
@@ -176,18 +176,22 @@ def _cmd_trace(args: argparse.Namespace) -> int:
                                     narration=not args.no_narration)
         if args.json:
             _print_json({"ok": report.ok, "problems": list(report.problems), "warnings": list(report.warnings),
-                         "narration": list(report.narration)})
+                         "ungrounded": list(report.ungrounded), "narration": list(report.narration)})
         else:
             for problem in report.problems:
                 print(f"PROBLEM    {problem}")
+            for finding in report.ungrounded:
+                print(f"UNGROUNDED {finding}")
             for finding in report.narration:
                 print(f"heuristic  {finding}")
             for warning in report.warnings:
                 print(f"warning    {warning}")
             print("trace verification FAILED" if not report.ok else
+                  "trace verified: the record is OK, but the final answer states what no input or tool result "
+                  "holds" if report.ungrounded else
                   "trace verified: OK, but the narration check flagged the final answer" if report.narration else
                   "trace verified: OK")
-        return 1 if not report.ok else 3 if report.narration else 0
+        return 1 if not report.ok else 4 if report.ungrounded else 3 if report.narration else 0
     read = _read_events(Path(args.file))
     skipped = f"{len(read.problems)} malformed line(s) skipped, first: {read.problems[0]}" if read.problems else ""
     if args.action == "show":
@@ -268,8 +272,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from agent.demo import run_demo
 
     return run_demo(model=args.model, out_dir=Path(args.out), n_threads=args.threads, progress=_progress,
-                    n_ctx=args.n_ctx, force=args.force, auto=args.auto, temperature=args.temperature,
-                    seed=args.seed)
+                    n_ctx=args.n_ctx, force=args.force, plan=args.plan, grounded=not args.ungrounded,
+                    temperature=args.temperature, top_p=args.top_p, seed=args.seed)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -327,6 +331,16 @@ def _temperature(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _top_p(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text}")
     return value
 
 
@@ -398,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto | required | none | TOOL_NAME (a case's own tool_choice wins)")
     p.add_argument("--no-constrained", action="store_true",
                    help="tools are not constrained (with tool_choice auto, decoding is free)")
+    p.add_argument("--no-grounding", action="store_true",
+                   help="return the calls as the model wrote them: no call withheld for values the request does not "
+                        "hold, no ungrounded optional argument dropped (docs/grounding.md)")
     p.add_argument("--max-tokens", type=_positive, default=256, help="most tokens the turn may generate (default 256)")
     p.add_argument("--json", action="store_true", help="one compact JSON record per line (always so with --cases)")
     _model_options(p)
@@ -439,14 +456,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("trace", help="inspect a trace: show | verify | report")
     p.add_argument("action", choices=["show", "verify", "report"],
-                   help="show: a timeline | verify: check the record (exit 1 on a problem, 3 when only the narration "
-                        "check flags the answer) | report: HTML")
+                   help="show: a timeline | verify: check the record (exit 1 on a problem, 4 when a claim of the "
+                        "final answer is ungrounded, 3 when only the narration check flags it) | report: HTML")
     p.add_argument("file", help="a trace written by `ember run` (JSONL)")
     p.add_argument("--artifacts", help="artifact directory to check hashes against (verify; default: the "
                                        "artifacts/ directory beside the trace, when there is one)")
     p.add_argument("-o", "--output", help="HTML file to write (report; default: the trace path with .html)")
     p.add_argument("--json", action="store_true",
-                   help="verify: print {ok, problems, warnings, narration} as JSON")
+                   help="verify: print {ok, problems, warnings, ungrounded, narration} as JSON")
     p.add_argument("--no-narration", action="store_true",
                    help="verify: skip the narration heuristic (does the final answer claim artifacts never written?)")
     p.set_defaults(handler=_cmd_trace)
@@ -462,9 +479,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory for the trace, report and artifacts; a previous run there is moved to "
                         "OUT/previous/TIME/ first")
     p.add_argument("--force", action="store_true", help="delete a previous run in --out instead of keeping it")
-    p.add_argument("--auto", action="store_true",
-                   help="the same task under tool_choice auto with no per-turn plan: the model decides each step")
+    p.add_argument("--plan", action="store_true",
+                   help="the scripted variant: a per-turn tool-choice plan fixes which tool each step calls (by "
+                        "default the model decides every step under tool_choice auto)")
+    p.add_argument("--ungrounded", action="store_true",
+                   help="hold only the answer's form (DONE <number>%%), not that its number is a calculator result "
+                        "and the calculator's numbers come from the conversation")
+    p.add_argument("--auto", action="store_true", help=argparse.SUPPRESS)  # the default since grounding
     p.add_argument("--temperature", type=_temperature, default=0.0, help="0 = greedy (default); must be >= 0")
+    p.add_argument("--top-p", type=_top_p, default=1.0,
+                   help="nucleus sampling with --temperature: keep the most likely tokens up to this probability mass "
+                        "(default 1.0: all; Qwen2.5 recommends 0.8 with temperature 0.7)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (with --temperature)")
     _model_options(p)
     p.set_defaults(handler=_cmd_demo)

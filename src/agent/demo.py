@@ -4,10 +4,14 @@ The model reads two experiment summaries (read_file), computes the relative impr
 writes a Markdown artifact (write_artifact) and answers ``DONE 21.57%``. Then the demo writes the HTML
 report and runs `verify_trace`, so the final line is a checked fact, not the model's word.
 
-Constraint does the form, the model does the content: a per-turn tool-choice plan fixes *which* tool each
-step calls and a final-answer pattern fixes the answer's *shape* (``DONE <number>%``), while every value —
-which file to read, the numbers in the expression, the artifact text, the final number — is the model's own.
-That is what lets a 0.5B model finish the workflow reliably; a wrong value still fails the demo.
+The model runs the task under ``tool_choice="auto"``: which tool each turn calls, and every value (which file to
+read, the numbers in the expression, the artifact text) is its own. Constraint holds the form, grounding holds the
+truth: the final answer is ``DONE <number>%`` where the number must be one a calculator result holds
+(``DONE {{number@calculator}}%``, `agent.grounding_policy`), so the model cannot answer before it has computed,
+nor with a number it made up; the calculator's expression must take its numbers from the conversation (the files
+read, the task's ``* 100`` and ``2``), so it cannot compute on numbers it made up either. A wrong value still fails
+the demo. ``plan=True`` runs the scripted variant for comparison: a per-turn tool-choice plan fixes which tool each
+step calls (`TOOL_PLAN`).
 
     data/demo/*.md ─► sandbox ─► run_session(builtin tools, constrained calls) ─► trace.jsonl + artifacts/
                                                                               └─► verify_trace ─► report.html
@@ -24,16 +28,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent import trace, trace_report
+from agent.builtins import builtin_tools
 from agent.limits import AgentLimits
 from agent.runner import run_session
 from constrained.sampling import SamplingParams
 
-__all__ = ["AUTO_PROMPT", "DEMO_PROMPT", "EXPECTED_ANSWER", "run_demo"]
+__all__ = ["AUTO_PROMPT", "DEMO_PROMPT", "EXPECTED_ANSWER", "GROUNDED_ANSWER_PATTERN", "run_demo"]
 
 DEMO_DATA = Path(__file__).parent / "data" / "demo"
 TOOL_PLAN = ("read_file", "read_file", "calculator", "write_artifact", "none")
 """Which tool each model turn must call (the last entry, ``none``, is the final answer)."""
 FINAL_ANSWER_PATTERN = r"DONE [0-9]{1,6}\.[0-9]{2}%"
+"""The answer's form alone (``grounded=False``, and the scripted plan)."""
+GROUNDED_ANSWER_PATTERN = "DONE {{number@calculator}}%"
+"""The answer's form, its number one a calculator result holds."""
 EXPECTED_ANSWER = "DONE 21.57%"
 SYSTEM_PROMPT = ("You are a careful research assistant. You learn file contents only by calling read_file, compute "
                  "only with calculator, and create files only with write_artifact. Make exactly one tool call per "
@@ -45,7 +53,7 @@ AUTO_PROMPT = ("The experiment summaries baseline_q4.md and tuned_q8.md each rep
                "baseline_score * 100, 2) with the calculator, write a short Markdown report named best-config.md "
                "with write_artifact (the best configuration, both scores and the improvement), then reply with "
                "exactly one line: DONE <improvement>%")
-"""``ember demo --auto``: the task, not a plan; which tool each turn calls is the model's decision."""
+"""``ember demo``: the task, not a plan; which tool each turn calls, and with what, is the model's decision."""
 DEMO_PROMPT = ("Follow this plan, one step per turn:\n"
                "1. read_file with path baseline_q4.md\n"
                "2. read_file with path tuned_q8.md\n"
@@ -90,11 +98,14 @@ def _set_aside_previous_run(out_dir: Path, *, force: bool, progress: Callable[[s
 
 def run_demo(*, model: str, out_dir: Path, n_threads: int | None = None,
              progress: Callable[[str], None] | None = None, n_ctx: int = 4096, force: bool = False,
-             auto: bool = False, temperature: float = 0.0, seed: int | None = None) -> int:
+             plan: bool = False, grounded: bool = True, temperature: float = 0.0, top_p: float = 1.0,
+             seed: int | None = None) -> int:
     """Run the workflow; exit status 0 only if the answer is right and the trace verifies.
 
-    ``auto`` runs the same task under ``tool_choice="auto"`` with no per-turn plan (`AUTO_PROMPT`): the model
-    chooses every step, as in the seed's run; the final answer keeps its ``DONE <number>%`` form.
+    By default the task runs under ``tool_choice="auto"`` with no per-turn plan (`AUTO_PROMPT`): the model chooses
+    every step, as in the seed's run, and its answer's number must come from a calculator result. ``grounded=False``
+    holds only the answer's form (``DONE <number>%``) and lets the calculator take any number. ``plan`` runs the
+    scripted variant instead (`TOOL_PLAN`, `DEMO_PROMPT`).
 
     A previous run in ``out_dir`` is moved to ``out_dir/previous/<time>/`` first, or deleted with ``force``."""
     out_dir = out_dir.resolve()
@@ -110,12 +121,14 @@ def run_demo(*, model: str, out_dir: Path, n_threads: int | None = None,
     trace_path = out_dir / "trace.jsonl"
     artifact_root = out_dir / "artifacts"
 
-    result = run_session(model=model, tools="builtin", prompt=AUTO_PROMPT if auto else DEMO_PROMPT,
+    tools = builtin_tools(sandbox, calculator_grounded=grounded and not plan)
+    result = run_session(model=model, tools=tools, prompt=DEMO_PROMPT if plan else AUTO_PROMPT,
                          trace_path=trace_path, artifact_root=artifact_root, sandbox_root=sandbox,
-                         system_prompt=AUTO_SYSTEM_PROMPT if auto else SYSTEM_PROMPT,
-                         limits=AgentLimits(max_model_steps=8), tool_choice="auto" if auto else TOOL_PLAN,
-                         final_pattern=FINAL_ANSWER_PATTERN, n_threads=n_threads, progress=progress,
-                         n_ctx=n_ctx, sampling=SamplingParams(temperature=temperature, seed=seed))
+                         system_prompt=SYSTEM_PROMPT if plan else AUTO_SYSTEM_PROMPT,
+                         limits=AgentLimits(max_model_steps=8), tool_choice=TOOL_PLAN if plan else "auto",
+                         final_pattern=GROUNDED_ANSWER_PATTERN if grounded and not plan else FINAL_ANSWER_PATTERN,
+                         n_threads=n_threads, progress=progress, n_ctx=n_ctx, parallel_calls=False,
+                         sampling=SamplingParams(temperature=temperature, top_p=top_p, seed=seed))
 
     report_path = out_dir / "report.html"
     events = trace.read_trace(trace_path).events
@@ -130,9 +143,11 @@ def run_demo(*, model: str, out_dir: Path, n_threads: int | None = None,
     print(f"artifacts    : {', '.join(artifacts) or '(none)'} in {artifact_root}")
     for problem in verification.problems:
         print(f"PROBLEM      : {problem}")
+    for finding in verification.ungrounded:
+        print(f"UNGROUNDED   : {finding}")
     for finding in verification.narration:
         print(f"heuristic    : {finding}")
-    verified = verification.ok and not verification.narration
+    verified = verification.ok and not verification.ungrounded and not verification.narration
     print(f"trace verify : {'OK' if verified else 'FAILED'}")
     answer_ok = (result.final_text or "").strip() == EXPECTED_ANSWER
     if not answer_ok:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from constrained.vocabulary import Vocabulary
 
 __all__ = ["MODEL_FAILURES", "ChatModelEngine", "ContextWindowError", "EngineError", "ModelTurn", "TurnEngine",
-           "prompt_tools"]
+           "callable_tools", "prompt_tools"]
 
 
 class EngineError(AgentError):
@@ -141,8 +141,18 @@ def prompt_tools(tools: Sequence[ToolSpec], tool_choice: ToolChoice) -> list[Too
 
 
 def _spec_key(tools: Sequence[ToolSpec], tool_choice: ToolChoice) -> str:
-    return json.dumps([[t.name, t.description, t.parameters, t.constrained] for t in tools] + [tool_choice],
-                      sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps([[t.name, t.description, t.parameters, t.constrained, t.constraint] for t in tools]
+                      + [tool_choice], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def callable_tools(tools: Sequence[ToolSpec], tool_choice: ToolChoice) -> list[ToolSpec]:
+    """The tools a turn's grammar may call: all but those whose turn constraint is False (no grounded value yet),
+    unless the choice names one (then it stays, held by its declared schema, and validation speaks)."""
+    return [t for t in tools if t.constraint is not False or t.name == tool_choice]
+
+
+_MAX_GRAMMARS = 64
+"""Compiled turn grammars an engine keeps (most recent); per-turn constraints (dynamic enums) make new ones."""
 
 
 class ChatModelEngine:
@@ -264,14 +274,17 @@ class ChatModelEngine:
                  parallel_calls: bool = False) -> Grammar | PushdownGrammar | None:
         """The compiled tool-call grammar, or None when decoding is free (no constrained tool, choice auto, no
         final-answer pattern)."""
+        tools = callable_tools(tools, tool_choice)
         if tool_choice == "auto" and final_pattern is None and not any(t.constrained for t in tools):
             return None
         key = _spec_key(tools, tool_choice) + f"|{parallel_calls}|" + (final_pattern or "")
-        grammar = self._grammars.get(key)
+        grammar = self._grammars.pop(key, None)
         if grammar is None:
             grammar = tool_call_grammar(self.codec, list(tools), tool_choice, self.model.vocabulary,
                                         parallel_calls=parallel_calls, final_pattern=final_pattern)
-            self._grammars[key] = grammar
+            while len(self._grammars) >= _MAX_GRAMMARS:
+                del self._grammars[next(iter(self._grammars))]
+        self._grammars[key] = grammar  # most recently used last
         return grammar
 
 

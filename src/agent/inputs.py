@@ -15,7 +15,6 @@ import importlib
 import json
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -99,20 +98,11 @@ def check_json_schema(schema: Any, what: str) -> None:
     except jsonschema.SchemaError as error:
         where = "/" + "/".join(str(part) for part in error.absolute_path)
         raise InputError(f"{what}: not a valid JSON Schema: at {where}: {one_line(error.message)}") from None
-    from constrained.errors import ConstrainedError, GrammarTooLargeError
-    from constrained.schema import schema_to_pattern, schema_to_rules
+    from agent.schema import enforcement_refusal
 
-    try:
-        with warnings.catch_warnings():  # unknown keywords are warned about once, by the real compile later
-            warnings.simplefilter("ignore")
-            try:
-                schema_to_pattern(schema, whitespace="compact")
-            except GrammarTooLargeError:  # too big for one pattern: the compile will take rules (schema-coverage.md)
-                schema_to_rules(schema, whitespace="compact")
-    except ConstrainedError as error:
-        raise InputError(f"{what}: {one_line(error, 300)}") from None
-    except RecursionError:
-        raise InputError(f"{what}: the schema is nested too deeply to compile") from None
+    refusal = enforcement_refusal(schema)
+    if refusal is not None:
+        raise InputError(f"{what}: {one_line(refusal, 300)}")
 
 
 def _json_kind(value: Any) -> str:

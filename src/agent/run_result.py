@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from agent.grounding import ClaimGrounding
 from agent.ledger import LedgerEntry
 from agent.limits import LimitBreach, LimitKind
 
@@ -65,6 +66,9 @@ class RunResult:
     """The bound hit when ``outcome`` is ``limit``; None otherwise."""
     final_text: str | None
     """The committed final answer when ``outcome`` is ``completed``; None otherwise."""
+    claims: tuple[ClaimGrounding, ...] = ()
+    """The final answer's claims (numbers, quoted strings, names), each with its source (`agent.grounding`); a
+    claim whose ``source.grounded`` is false came from the model's memory."""
     messages: list[dict[str, Any]]
     """The committed conversation (OpenAI-format messages), system and user included."""
     ledger: tuple[LedgerEntry, ...]
@@ -92,5 +96,7 @@ class Ending:
     """The limit hit, when ``outcome`` is ``limit``."""
     final_text: str | None = None
     """The committed answer, when ``outcome`` is ``completed``."""
+    claims: tuple[ClaimGrounding, ...] = ()
+    """The answer's claims and their sources, when ``outcome`` is ``completed``."""
     step: str | None = None
     """The trace step the ending belongs to (``model-3``, ``tool-2``), if any."""

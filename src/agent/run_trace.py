@@ -19,6 +19,7 @@ from typing import Any
 
 from agent import results
 from agent.engine import ModelTurn, TurnEngine
+from agent.grounding import ValueGrounding
 from agent.ledger import EntryKind, LedgerEntry
 from agent.limits import AgentLimits, RunUsage
 from agent.protocol.base import Action, FinalText, ToolCalls, ToolChoice, ToolSpec
@@ -135,22 +136,32 @@ class RunTrace:
             "constrained": turn.constrained, "duration_ms": round(turn.seconds * 1000, 3),
             "timings": dict(turn.timings) if turn.timings else None, "output": self._payload(turn.text)})
 
-    def action_parsed(self, step: str, action: Action, call_ids: list[str]) -> None:
+    def action_parsed(self, step: str, action: Action, call_ids: list[str], *, duplicates: int = 0) -> None:
         data: dict[str, Any] = {"text": self._payload(action.text)}
         if isinstance(action, FinalText):
             data["action"] = "final_text"
         elif isinstance(action, ToolCalls):
             data["action"] = "tool_calls"
             data["calls"] = [{"call_id": i, "tool": c.name} for i, c in zip(call_ids, action.calls)]
+            if duplicates:
+                data["duplicates_dropped"] = duplicates
         else:
             data.update(action="malformed_tool_call", call_id=call_ids[0], reason=action.reason.value,
                         detail=action.detail, raw=self._payload(action.raw))
         self._emit(EventType.ASSISTANT_ACTION_PARSED, step, Phase.PARSE, data)
 
-    def call_validated(self, call_id: str, args: ValidatedArguments) -> None:
+    def repeats_refused(self, step: str, calls: Sequence[tuple[str, str, str]]) -> None:
+        """A turn made only of calls the conversation already answered was rolled back unrun; ``calls`` are
+        (call id, tool, the call that answered it)."""
+        self._emit(EventType.REPEATS_REFUSED, step, Phase.PARSE, {
+            "calls": [{"call_id": i, "tool": t, "answered_by": a} for i, t, a in calls],
+            "next_tool_choice": "none"})
+
+    def call_validated(self, call_id: str, args: ValidatedArguments,
+                       grounding: Sequence[ValueGrounding] = ()) -> None:
         self._emit(EventType.TOOL_CALL_VALIDATED, tool_step(call_id), Phase.VALIDATE, {
             "call_id": call_id, "tool": args.tool_name, "arguments": self._payload(json.loads(args.to_json())),
-            "arguments_sha256": args.sha256})
+            "arguments_sha256": args.sha256, "grounding": [g.to_record() for g in grounding]})
 
     def call_rejected(self, call_id: str, tool: str | None, kind: ResultErrorKind, detail: str,
                       errors: Sequence[ArgumentError], *, raw: str | None) -> None:
@@ -232,6 +243,7 @@ class RunTrace:
                                 "detail": ending.detail, "ledger_entries": ledger_entries}
         if ending.outcome is LoopOutcome.COMPLETED:
             event, data["final_text"] = EventType.RUN_COMPLETED, self._payload(ending.final_text)
+            data["grounding"] = [claim.to_record(self._payload(claim.text)) for claim in ending.claims]
         elif ending.outcome is LoopOutcome.CANCELLED:
             event, data["reason"] = EventType.RUN_CANCELLED, cancel.reason
         elif ending.outcome is LoopOutcome.LIMIT:

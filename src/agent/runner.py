@@ -107,6 +107,7 @@ def _check_tool_choice(tool_choice: ToolChoice | Sequence[ToolChoice], registry:
 
 
 def _check_final_pattern(pattern: str) -> None:
+    from agent.grounding_policy import SLOT_RE
     from constrained.errors import ConstrainedError
     from constrained.fsm import compile_dfa
 
@@ -114,7 +115,7 @@ def _check_final_pattern(pattern: str) -> None:
         raise InputError(f"--final-pattern {one_line(pattern, 60)}: must not start with '{{' (a turn starting with "
                          "{ is read as a tool call)")
     try:
-        compile_dfa(pattern)
+        compile_dfa(SLOT_RE.sub("0", pattern))  # a slot ({{number@calculator}}) is filled per turn
     except ConstrainedError as error:
         raise InputError(f"--final-pattern {one_line(pattern, 60)}: {one_line(error)}") from None
     except RecursionError:
@@ -215,7 +216,7 @@ def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_p
                 n_threads: int | None = None, progress: Callable[[str], None] | None = None,
                 echo: bool = True, n_ctx: int = 4096, force: bool = False,
                 sampling: SamplingParams | None = None, mcp: Sequence[str | Path] = (),
-                approve: Sequence[str] = (), mcp_strict: bool = False) -> RunResult:
+                approve: Sequence[str] = (), mcp_strict: bool = False, parallel_calls: bool = True) -> RunResult:
     """Run one session and return its typed result; the trace at ``trace_path`` is the record of it.
 
     Every input is checked before the model loads (`InputError`, one line naming the flag): the trace path (an
@@ -225,7 +226,7 @@ def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_p
     ``mcp`` files add the tools of their servers (`agent.mcp`), started before the model loads and stopped when the
     run ends; each server's stderr goes to ``<trace stem>.<server>.stderr.log`` beside the trace. ``approve``
     pre-approves tools by name pattern (`agent.tool.pre_approved`); ``mcp_strict`` fails the start on a tool whose
-    schema the compiler refuses instead of leaving it out.
+    schema the compiler refuses instead of leaving it out. ``parallel_calls``: as `Session`'s.
     """
     sandbox = (sandbox_root or Path.cwd()).resolve()
     check_run_inputs(trace_path=trace_path, sandbox=sandbox, artifact_root=artifact_root, force=force)
@@ -239,7 +240,7 @@ def run_session(*, model: str, tools: str | Sequence[Tool], prompt: str, trace_p
                     prompt=prompt, trace_path=trace_path, artifact_root=artifact_root, privacy=privacy,
                     json_output=json_output, system_prompt=system_prompt, limits=limits, tool_choice=tool_choice,
                     final_pattern=final_pattern, n_threads=n_threads, progress=progress, echo=echo, n_ctx=n_ctx,
-                    force=force, sampling=sampling, approve=approve)
+                    force=force, sampling=sampling, approve=approve, parallel_calls=parallel_calls)
     finally:
         if mcp_tools is not None:
             mcp_tools.close()
@@ -249,7 +250,7 @@ def _run(*, model: str, registry: ToolRegistry, mcp_tools: McpToolset | None, pr
          artifact_root: Path | None, privacy: str, json_output: bool, system_prompt: str | None,
          limits: AgentLimits | None, tool_choice: ToolChoice | Sequence[ToolChoice], final_pattern: str | None,
          n_threads: int | None, progress: Callable[[str], None] | None, echo: bool, n_ctx: int, force: bool,
-         sampling: SamplingParams | None, approve: Sequence[str]) -> RunResult:
+         sampling: SamplingParams | None, approve: Sequence[str], parallel_calls: bool) -> RunResult:
     """`run_session` once its tools are known: load the model, run, print."""
     _check_tool_choice(tool_choice, registry)
     chat = load_chat_model(model, n_ctx=n_ctx, n_threads=n_threads, progress=progress)
@@ -277,7 +278,8 @@ def _run(*, model: str, registry: ToolRegistry, mcp_tools: McpToolset | None, pr
         session = Session(engine, registry, limits=limits or AgentLimits(), trace=trace, artifacts=artifacts,
                           system_prompt=system_prompt, tool_choice=tool_choice, final_pattern=final_pattern,
                           approval=pre_approved(approve) if approve else default_policy,
-                          tool_updates=mcp_tools.refresh if mcp_tools is not None else None)
+                          tool_updates=mcp_tools.refresh if mcp_tools is not None else None,
+                          parallel_calls=parallel_calls)
         result = session.run(prompt)
     if echo and not json_output:
         print(("\n" if mid_line else "") + f"outcome: {result.outcome}"

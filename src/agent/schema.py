@@ -85,6 +85,7 @@ __all__ = [
     "check_parameters_schema",
     "close_schema",
     "compile_parameters",
+    "enforcement_refusal",
     "render_path",
     "validate_arguments",
 ]
@@ -531,3 +532,27 @@ def validate_arguments(tool_name: str, schema: Mapping[str, Any] | CompiledParam
                                                               reason="does not match the parameters schema"))])
     return ValidatedArguments(_CONSTRUCTOR_TOKEN, tool_name=tool_name, plain=plain,
                               schema_sha256=compiled.schema_sha256)
+
+
+def enforcement_refusal(schema: Any, *, whitespace: str = "compact") -> Exception | None:
+    """Why the engine cannot constrain a document to ``schema`` exactly (its schema compiler's refusal: an unsupported
+    keyword, an unknown ``format``, an unsatisfiable schema, one too large), or None when it can. The one check
+    behind every schema the project is asked to enforce: ``ember generate``/``call`` inputs, a constrained `Tool`,
+    an MCP tool's ``inputSchema``. No vocabulary is needed: the front end alone decides."""
+    import warnings
+
+    from constrained.errors import ConstrainedError, GrammarTooLargeError
+    from constrained.schema import schema_to_pattern, schema_to_rules
+
+    try:
+        with warnings.catch_warnings():  # unknown keys are annotations, warned about by the real compile
+            warnings.simplefilter("ignore")
+            try:
+                schema_to_pattern(schema, whitespace=whitespace)
+            except GrammarTooLargeError:  # too big for one pattern: the real compile takes rules
+                schema_to_rules(schema, whitespace=whitespace)
+    except ConstrainedError as error:
+        return error
+    except RecursionError:
+        return ValueError("the schema is nested too deeply to compile")
+    return None

@@ -9,11 +9,12 @@ owns every transition.
     ┌──► boundary: cancel? steps? wall? ───────────────────────────────────────► cancelled | limit
     │    model turn (engine, speculative) ── cancelled / cut at max_tokens ──► rollback ─► cancelled | limit
     │    parse (codec) ── cancel? ──────────────────────────────────────────► rollback ─► cancelled
-    │    commit assistant turn ─── FinalText ─────────────────────────────────────────► completed
+    │      only calls already answered? ─► rollback, the next turn answers (repeats_refused) ──────────┐
+    │    commit assistant turn ─── FinalText (its claims grounded) ─────────────────────► completed
     │      MalformedToolCall ─► reject ─► reinject ok:false ─────────────────────────────────┐
     │      ToolCalls: for each call, in order:                                               │
     │        boundary: cancel? tool calls? wall? ───────────────────────────────► cancelled | limit
-    │        validate (unknown tool / invalid arguments ⇒ reject) ── cancel? ───► cancelled
+    │        validate (unknown tool / invalid / ungrounded arguments ⇒ reject) ── cancel? ─► cancelled
     │        approve (policy; denied ⇒ reject) ── cancel? ──────────────────────► cancelled
     │        execute (timeout, cancel token, idempotency) ── cancel? ─► tool_result_uncommitted ─► cancelled
     │        reinject (result bounded to max_result_bytes) ─► commit tool result                │
@@ -29,9 +30,19 @@ Several calls in one turn (``parallel_calls``, the default) are each validated, 
 ``max_tool_calls`` behind their own boundary, in call order. Consecutive data calls then run concurrently (they
 are read-only and retry-safe); an action runs alone, after every call before it, through approval and its
 idempotency key; every result is reinjected in call order. (The Rust original executed one call per step and
-only counted the rest; ``parallel_calls=False`` keeps that contract.) A call identical to one the run already
-executed (same tool, same validated arguments) replays that outcome with a note instead of running again, and
-the next turn must answer in text: a model that repeats a call has the result it asked for.
+only counted the rest; ``parallel_calls=False`` keeps that contract.)
+
+Repeats (`agent.repeats`, the rule ``ember serve`` keeps too): a call written twice in one turn stands once. A turn
+made only of calls the conversation already answered is rolled back unrun (``repeats_refused``) and the next turn
+is decoded under ``none``, the last result carrying a note: a model that repeats a call has the result it asked
+for. In a turn that also makes new calls, a repeat replays its earlier outcome with a note instead of running
+again, and the next turn must answer in text.
+
+Grounding (`agent.grounding`, `agent.grounding_policy`): each turn's values are traced with their sources, as of
+the turn's start; a value a tool or parameter declares grounded is held by the turn's grammar where its candidates
+are enumerable (a dynamic enum) and refused by validation otherwise; a final pattern's slots
+(``{{number@calculator}}``) take only values their source holds, and while one has none the answer cannot be
+written.
 
 Rejected calls (malformed, unknown tool, invalid arguments, denied by policy) never reach a tool: they are traced
 as ``tool_call_rejected`` and reinjected as ok:false results, so the model may repair them within the same limits.
@@ -53,13 +64,18 @@ from agent.artifact import ArtifactStore
 from agent.cancel import CancelToken
 from agent.engine import MODEL_FAILURES, ModelTurn, TurnEngine
 from agent.errors import AgentError
+from agent.grounding import Sources, ground_text
+from agent.grounding_policy import (SLOT_RE, final_pattern_for_turn, ground_arguments, has_slots,
+                                    narrowed_parameters, slot_sources, ungrounded_errors)
 from agent.ledger import CommitLedger, EntryKind
 from agent.limits import AgentLimits, RunUsage
-from agent.protocol.base import Action, FinalText, MalformedToolCall, ToolCall, ToolCalls, ToolChoice
+from agent.protocol._pattern import escape
+from agent.protocol.base import Action, FinalText, MalformedToolCall, ToolCall, ToolCalls, ToolChoice, ToolSpec
+from agent.repeats import CallKey, call_key, distinct_calls, only_repeats, repeat_note, with_repeat_note
 from agent.results import ResultErrorKind
 from agent.run_result import Ending, LoopOutcome, Phase, RunResult
 from agent.run_trace import RunTrace, tool_step
-from agent.schema import ArgumentError, ArgumentErrors, ValidatedArguments, validate_arguments
+from agent.schema import ArgumentError, ArgumentErrors, ValidatedArguments, ValidationErrorKind, validate_arguments
 from agent.tool import (ApprovalPolicy, IdempotencyStore, Tool, ToolContext, ToolKind, ToolOutcome, ToolRegistry,
                         check_approval, default_policy, execute_tool)
 from agent.trace import TraceError, TraceMisuseError, TraceRecorder, TraceWriteError
@@ -142,6 +158,16 @@ class _Run:
     """(tool, arguments sha256) → (call id, outcome) of every call this run started: a repeat replays it."""
     repeated: bool = False
     """The last tool-call turn repeated an executed call: the next turn answers in text (``none``)."""
+    answered: dict[CallKey, str] = field(default_factory=dict)
+    """Every call the conversation holds a result for (run, replayed or rejected) → the call id that answered it."""
+    ungrounded: dict[CallKey, tuple[str, int]] = field(default_factory=dict)
+    """Calls refused for ungrounded values → (call id, how many texts the sources held then): such a call is
+    answered until a new source arrives (a lookup's result may ground it)."""
+    answer_now: bool = False
+    """The last turn only repeated answered calls and was refused: the next is decoded under ``none``, the last tool
+    result carrying `agent.repeats.REPEAT_NOTE` (`agent.repeats`)."""
+    sources: Sources = field(default_factory=Sources)
+    """What the model was given, indexed for grounding as of the current turn's start (`agent.grounding`)."""
 
 
 class Session:
@@ -195,12 +221,19 @@ class Session:
         self.idempotency = IdempotencyStore()
         """Shared by every run of this session: a retried action with the same key returns its first outcome."""
         self._specs = tuple(tools.specs())
+        self._grounding_tools = _grounding_tools(tools)
+        """Constrained tools that require grounded values: their grammar is narrowed each turn."""
         plan = tool_choice_plan(self.tool_choice, tools)
         # Registering tools compiles their grammars now: an unsupported schema fails here, not mid-run, and the
         # first turn pays no compile. A single choice relaxes to "auto" after a call (see `_commit_turn`).
         relaxed = ("auto",) if isinstance(self.tool_choice, str) and self.tool_choice != "none" else ()
-        engine.prepare(self._specs, (*plan, *relaxed, *(("none",) if relaxed else ())), final_pattern,
-                       parallel_calls)
+        for kind, names in slot_sources(final_pattern or ""):
+            unknown = sorted(n for n in names if n not in ("user", "system", "tool_result") and n not in tools)
+            if unknown:
+                raise SessionError(f"final_pattern slot {{{{{kind}@{','.join(sorted(names))}}}}} names no source "
+                                   f"{unknown}: use user, system, tool_result or a registered tool's name")
+        engine.prepare(self._specs, (*plan, *relaxed, *(("none",) if relaxed else ())),
+                       SLOT_RE.sub("0", final_pattern) if final_pattern else None, parallel_calls)
 
     # -- the loop ------------------------------------------------------------------------------------------------
 
@@ -244,6 +277,9 @@ class Session:
             action = self._parse(run, turn)
             if ending := self._cancel_point(run, Phase.PARSE, discard_turn=True):
                 return ending
+            if isinstance(action, ToolCalls) and self._repeats_only(run, action):
+                self._refuse_repeats(run, action)  # -- rolled back: the next turn answers from the results --
+                continue
             # -- commit the assistant turn --
             call_ids = self._commit_turn(run, action)
             if isinstance(action, FinalText):
@@ -251,7 +287,7 @@ class Session:
                     return Ending(outcome=LoopOutcome.FAILED, phase=Phase.FINISH, step=run.model_step,
                                    detail="the model's final answer is empty")
                 return Ending(outcome=LoopOutcome.COMPLETED, phase=Phase.FINISH, final_text=action.text,
-                               step=run.model_step)
+                              step=run.model_step, claims=ground_text(action.text, run.sources))
             if isinstance(action, MalformedToolCall):
                 # -- reject + reinject (a malformed call reaches no tool) --
                 rejected = self._reject_malformed(run, call_ids[0], action)
@@ -343,6 +379,7 @@ class Session:
             run.trace.tools_changed(step, registry, adopted=False, detail=str(error))
             return
         self.tools, self._specs = registry, tuple(registry.specs())
+        self._grounding_tools = _grounding_tools(registry)
         run.trace.tools_changed(step, registry, adopted=True)
 
     def _before_tool_call(self, run: _Run, call_id: str, call: ToolCall) -> Ending | None:
@@ -358,18 +395,31 @@ class Session:
         """One speculative turn. Cancelled or cut turns are rolled back here; engine faults end the run."""
         run.steps += 1
         run.model_step = f"model-{run.steps}"
+        run.sources.extend(run.ledger.entries)  # the turn's values are grounded in what it was given
+        specs, final_pattern, answerable = self._turn_constraints(run)
+        planned = self._planned_choice(run.steps - 1)
         if not isinstance(self.tool_choice, str):
-            run.tool_choice = self._planned_choice(run.steps - 1)
+            run.tool_choice = planned
         elif run.repeated:  # the model repeated a call it has the result of: now it answers
             run.tool_choice = "none"
         messages = run.ledger.messages()
+        if run.answer_now:  # its whole last turn repeated answered calls (refused): now it answers, if it can
+            run.answer_now = False
+            messages = with_repeat_note(messages, repeat_note(() if answerable else self._slot_tools()))
+            run.tool_choice = "none" if answerable else "auto"
+        if not answerable and run.tool_choice == "none":
+            if planned == "none":
+                return Ending(outcome=LoopOutcome.FAILED, phase=Phase.MODEL, step=run.model_step,
+                              detail=f"the final answer must take a value from a source ({self.final_pattern!r}) "
+                                     "and no such source holds one")
+            run.tool_choice = "auto"  # asked to answer, it cannot yet: calling a tool is the only way on
         max_tokens = self.limits.max_output_tokens
         on_prompt = run.trace.on_prompt(run.model_step, len(messages), self._specs, run.tool_choice, max_tokens)
         try:
-            turn = self.engine.run_turn(messages, tools=self._specs, tool_choice=run.tool_choice,
+            turn = self.engine.run_turn(messages, tools=specs, tool_choice=run.tool_choice,
                                         max_tokens=max_tokens, cancel=run.cancel, on_prompt=on_prompt,
                                         parallel_calls=self.parallel_calls,
-                                        **({"final_pattern": self.final_pattern} if self.final_pattern else {}))
+                                        **({"final_pattern": final_pattern} if final_pattern else {}))
         except MODEL_FAILURES as e:  # the model's faults (context overflow, decode errors) are a failed run; a bug
             self.engine.rollback()  # in our own code is not caught here and surfaces as itself
             return Ending(outcome=LoopOutcome.FAILED, phase=Phase.MODEL, step=run.model_step,
@@ -386,16 +436,64 @@ class Session:
                            detail=f"{breach.describe()}; the cut turn was not committed")
         return turn
 
+    def _turn_constraints(self, run: _Run) -> tuple[tuple[ToolSpec, ...], str | None, bool]:
+        """What this turn's grammar holds: the tools, each declared grounded leaf of a constrained tool narrowed to
+        the values the sources hold (`narrowed_parameters`: a dynamic enum per turn), and the final pattern with its
+        slots filled; whether a final answer can be written at all (every slot has a value)."""
+        specs = self._specs
+        if self._grounding_tools:
+            specs = tuple(self._narrowed(spec, run.sources) if spec.name in self._grounding_tools else spec
+                          for spec in specs)
+        if not has_slots(self.final_pattern):
+            return specs, self.final_pattern, True
+        pattern, answerable = final_pattern_for_turn(self.final_pattern, run.sources, escape)
+        return specs, pattern, answerable
+
+    def _slot_tools(self) -> list[str]:
+        """The sources the final pattern's slots take values from (tool names, or ``tool_result``...)."""
+        return sorted({name for _, names in slot_sources(self.final_pattern or "") for name in names})
+
+    def _narrowed(self, spec: ToolSpec, sources: Sources) -> ToolSpec:
+        tool = self.tools.get(spec.name)
+        assert tool is not None
+        narrowed = narrowed_parameters(tool.parameters, sources, tool_requirement=tool.grounding_requirement)
+        return spec if narrowed is None else dataclasses.replace(spec, constraint=narrowed)
+
     def _parse(self, run: _Run, turn: ModelTurn) -> Action:
+        """The codec's reading of the turn; a call written twice in one turn stands once (the copies are counted
+        in the trace, never run or committed)."""
         action = self.engine.codec.parse(turn.text)
+        duplicates = 0
         if isinstance(action, ToolCalls):
+            calls, duplicates = distinct_calls(action.calls, _call_key)
+            if duplicates:
+                action = dataclasses.replace(action, calls=tuple(calls))
             run.call_ids = [self._next_call_id(run) for _ in action.calls]
         elif isinstance(action, MalformedToolCall):
             run.call_ids = [self._next_call_id(run)]
         else:
             run.call_ids = []
-        run.trace.action_parsed(run.model_step, action, run.call_ids)
+        run.trace.action_parsed(run.model_step, action, run.call_ids, duplicates=duplicates)
         return action
+
+    def _answered(self, run: _Run) -> dict[CallKey, str]:
+        """The calls whose result the conversation holds and would hold again: those run or refused, and those
+        refused as ungrounded while no new source has arrived since."""
+        unchanged = {key: call_id for key, (call_id, texts) in run.ungrounded.items()
+                     if texts == len(run.sources.texts)}
+        return {**unchanged, **run.answered}
+
+    def _repeats_only(self, run: _Run, action: ToolCalls) -> bool:
+        """Under ``auto``, every call of the turn already has its result (`agent.repeats.only_repeats`)."""
+        return run.tool_choice == "auto" and only_repeats(map(_call_key, action.calls), self._answered(run))
+
+    def _refuse_repeats(self, run: _Run, action: ToolCalls) -> None:
+        """Roll the turn back (nothing is committed or run) and have the next turn answer from the results."""
+        self.engine.rollback()
+        answered = self._answered(run)
+        run.trace.repeats_refused(run.model_step, [(call_id, call.name, answered[_call_key(call)])
+                                                   for call_id, call in zip(run.call_ids, action.calls)])
+        run.answer_now = True
 
     def _next_call_id(self, run: _Run) -> str:
         run.n_call_ids += 1
@@ -431,8 +529,14 @@ class Session:
             if isinstance(checked, ArgumentErrors):
                 rejected = _rejection(ResultErrorKind.INVALID_ARGUMENTS, checked.detail, checked.errors)
             else:
-                run.trace.call_validated(call_id, checked)
-                return _Accepted(tool=tool, args=checked)
+                grounding = ground_arguments(checked.values, tool.parameters, run.sources,
+                                             tool_requirement=tool.grounding_requirement)
+                errors = ungrounded_errors(grounding)
+                if not errors:
+                    run.trace.call_validated(call_id, checked, grounding)
+                    return _Accepted(tool=tool, args=checked)
+                rejected = _rejection(ResultErrorKind.INVALID_ARGUMENTS, f"{len(errors)} ungrounded argument"
+                                      f"{'s' if len(errors) != 1 else ''} for tool {tool.name!r}", errors)
         run.trace.call_rejected(call_id, call.name, rejected.kind, rejected.detail, rejected.errors, raw=call.raw)
         return rejected
 
@@ -519,6 +623,12 @@ class Session:
         message = self.engine.codec.tool_result_message(call, content)
         run.ledger.commit(kind, message, step=tool_step(call_id), call_ids=(call_id,), tool=call.name or None,
                           ok=ok, truncated=truncated)
+        if not call.name:
+            return
+        if isinstance(result, _Rejected) and any(e.kind is ValidationErrorKind.UNGROUNDED for e in result.errors):
+            run.ungrounded[_call_key(call)] = (call_id, len(run.sources.texts))  # grounded later, it may run
+        else:
+            run.answered.setdefault(_call_key(call), call_id)
 
     # -- exits ---------------------------------------------------------------------------------------------------
 
@@ -531,7 +641,8 @@ class Session:
 
     def _result(self, run: _Run, ending: Ending) -> RunResult:
         return RunResult(outcome=ending.outcome, limit=ending.breach.kind if ending.breach else None,
-                         final_text=ending.final_text, messages=run.ledger.messages(), ledger=run.ledger.entries,
+                         final_text=ending.final_text, claims=ending.claims, messages=run.ledger.messages(),
+                         ledger=run.ledger.entries,
                          steps=run.steps, tool_calls=run.tool_calls, run_id=run.run_id, detail=ending.detail,
                          phase=ending.phase)
 
@@ -541,6 +652,14 @@ class Session:
 
 def _rejection(kind: ResultErrorKind, detail: str, errors: tuple[ArgumentError, ...] = ()) -> _Rejected:
     return _Rejected(kind=kind, detail=detail, result=results.error_result(kind, detail, errors), errors=errors)
+
+
+def _grounding_tools(tools: ToolRegistry) -> frozenset[str]:
+    return frozenset(t.name for t in tools if t.constrained and t.declares_grounding)
+
+
+def _call_key(call: ToolCall) -> CallKey:
+    return call_key(call.name, call.arguments)
 
 
 def _malformed_as_call(action: MalformedToolCall) -> ToolCall:

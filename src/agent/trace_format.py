@@ -47,6 +47,8 @@ class EventType(enum.StrEnum):
     MODEL_CALL_STARTED = "model_call_started"
     MODEL_CALL_FINISHED = "model_call_finished"
     ASSISTANT_ACTION_PARSED = "assistant_action_parsed"
+    REPEATS_REFUSED = "repeats_refused"
+    """A turn made only of calls the conversation already answered was rolled back unrun (`agent.repeats`)."""
     TOOL_CALL_VALIDATED = "tool_call_validated"
     TOOL_CALL_REJECTED = "tool_call_rejected"
     TOOL_EXECUTION_STARTED = "tool_execution_started"

@@ -72,7 +72,8 @@ def _summary(event_type: str, d: Mapping[str, Any]) -> str:
             return f"{d.get('action', '?')}{' ' + names if names else ''}{reason}"
         case EventType.TOOL_CALL_VALIDATED:
             args = f" {_excerpt(d['arguments'], 72)}" if "arguments" in d else ""
-            return f"{tool} call={call}{args}"
+            loose = _ungrounded_paths(d.get("grounding"))
+            return f"{tool} call={call}{args}" + (f" ungrounded: {', '.join(loose)}" if loose else "")
         case EventType.TOOL_CALL_REJECTED:
             return f"{tool} call={call} {d.get('kind', '?')}: {_excerpt(d.get('detail', ''))}"
         case EventType.TOOL_EXECUTION_STARTED:
@@ -93,7 +94,8 @@ def _summary(event_type: str, d: Mapping[str, Any]) -> str:
             return (f"{d.get('artifact_id', '?')} sha256={str(d.get('sha256'))[:12]} "
                     f"{d.get('size_bytes', '?')}B call={call}")
         case EventType.RUN_COMPLETED:
-            return f"final: {_excerpt(d.get('final_text', ''))}"
+            loose = [str(c.get("text")) for c in _records(d.get("grounding")) if _source_kind(c) == "none"]
+            return f"final: {_excerpt(d.get('final_text', ''))}" + (f" ungrounded: {', '.join(loose)}" if loose else "")
         case EventType.RUN_FAILED:
             return f"{d.get('error', d.get('kind', '?'))}: {_excerpt(d.get('detail', ''))}"
         case EventType.RUN_CANCELLED:
@@ -102,6 +104,19 @@ def _summary(event_type: str, d: Mapping[str, Any]) -> str:
             return f"limit: {d.get('limit', '?')} {_excerpt(d.get('detail', ''))}".rstrip()
         case _:
             return _excerpt(d)
+
+
+def _records(value: Any) -> list[dict[str, Any]]:
+    return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+
+
+def _source_kind(record: Mapping[str, Any]) -> str:
+    source = record.get("source")
+    return str(source.get("kind", "?")) if isinstance(source, dict) else "?"
+
+
+def _ungrounded_paths(grounding: Any) -> list[str]:
+    return [str(r.get("path")) or "(arguments)" for r in _records(grounding) if _source_kind(r) == "none"]
 
 
 def render_timeline(events: Iterable[TraceEvent | Mapping[str, Any]]) -> str:
@@ -183,6 +198,7 @@ def render_html_report(events: Iterable[TraceEvent | Mapping[str, Any]], *, titl
         out.append("</table>")
     else:
         out.append("<p>No artifact was written.</p>")
+    out += _grounding_section(evs, datas)
     out.append("<h2>Timeline</h2><table><tr><th class=\"num\">seq</th><th class=\"num\">t</th><th>step</th>"
                "<th>event</th><th>details</th></tr>")
     for e, d in zip(evs, datas):
@@ -192,8 +208,70 @@ def render_html_report(events: Iterable[TraceEvent | Mapping[str, Any]], *, titl
         body = f"{esc(_summary(event_type, d))}"
         if d:
             body += f"<details><summary>data</summary>{_pre(d)}</details>"
-        out.append(f"<tr class=\"{_row_class(event_type, d)}\"><td class=\"num\">{esc(str(e.get('seq', '?')))}</td>"
+        out.append(f"<tr id=\"seq-{esc(str(e.get('seq', '?')))}\" class=\"{_row_class(event_type, d)}\">"
+                   f"<td class=\"num\">{esc(str(e.get('seq', '?')))}</td>"
                    f"<td class=\"num\">{esc(t_text)}</td><td>{esc(str(e.get('step') or '-'))}</td>"
                    f"<td><code>{esc(event_type)}</code></td><td>{body}</td></tr>")
     out.append("</table></body></html>")
     return "\n".join(out) + "\n"
+
+
+def _grounding_section(evs: list[dict[str, Any]], datas: list[dict[str, Any]]) -> list[str]:
+    """Every argument value and final-answer claim with where it came from: a user or system message, a tool result
+    (linked to the event that committed it), the schema, or nowhere (ungrounded, marked)."""
+    esc = html.escape
+    results = {d["call_id"]: e.get("seq") for e, d in zip(evs, datas)
+               if e.get("event_type") == EventType.TOOL_RESULT_COMMITTED and isinstance(d.get("call_id"), str)}
+    messages = {d["ledger_index"]: e.get("seq") for e, d in zip(evs, datas)
+                if e.get("event_type") == EventType.MESSAGE_COMMITTED and isinstance(d.get("ledger_index"), int)}
+
+    def where(record: Mapping[str, Any]) -> str:
+        source = record.get("source") if isinstance(record.get("source"), dict) else {}
+        kind = str(source.get("kind", "?"))
+        if kind == "none":
+            return "<strong class=\"err\">ungrounded</strong>: in no message and no tool result"
+        if kind == "tool_result":
+            seq = results.get(source["call_id"]) if isinstance(source.get("call_id"), str) else None
+            path = f" at <code>{esc(str(source.get('path')))}</code>" if source.get("path") else ""
+            label = f"{esc(str(source.get('tool')))} result ({esc(str(source.get('call_id')))}){path}"
+            return f"<a href=\"#seq-{esc(str(seq))}\">{label}</a>" if seq is not None else label
+        if kind in ("user", "system"):
+            seq = messages.get(source["ledger_index"]) if isinstance(source.get("ledger_index"), int) else None
+            span = source.get("span")
+            label = f"{kind} message" + (f" [{esc(str(span[0]))}:{esc(str(span[1]))}]" if isinstance(span, list)
+                                         and len(span) == 2 else "")
+            return f"<a href=\"#seq-{esc(str(seq))}\">{label}</a>" if seq is not None else label
+        parts = _records(record.get("parts"))
+        if kind == "composed" and parts:
+            return "composed of grounded parts: " + ", ".join(_source_kind(p) for p in parts)
+        return "fixed by the schema" if kind == "schema" else esc(kind)
+
+    rows: list[str] = []
+    for e, d in zip(evs, datas):
+        if e.get("event_type") == EventType.TOOL_CALL_VALIDATED:
+            values = _leaf_values(d.get("arguments"))
+            for record in _records(d.get("grounding")):
+                path = str(record.get("path", ""))
+                shown = _excerpt(values[path], 60) if path in values else "?"
+                bad = " class=\"bad\"" if _source_kind(record) == "none" else ""
+                rows.append(f"<tr{bad}><td>{esc(str(d.get('call_id')))} {esc(str(d.get('tool')))}</td>"
+                            f"<td><code>{esc(path or '(arguments)')}</code></td><td><code>{esc(shown)}</code></td>"
+                            f"<td>{where(record)}</td></tr>")
+        elif e.get("event_type") == EventType.RUN_COMPLETED:
+            for record in _records(d.get("grounding")):
+                bad = " class=\"bad\"" if _source_kind(record) == "none" else ""
+                rows.append(f"<tr{bad}><td>final answer</td><td>{esc(str(record.get('kind')))}</td>"
+                            f"<td><code>{esc(_excerpt(record.get('text'), 60))}</code></td><td>{where(record)}</td></tr>")
+    if not rows:
+        return []
+    return ["<h2>Where the values came from</h2><table><tr><th>call</th><th>argument / claim</th><th>value</th>"
+            "<th>source</th></tr>", *rows, "</table>"]
+
+
+def _leaf_values(arguments: Any) -> dict[str, Any]:
+    from agent.grounding import iter_leaves
+    from agent.schema import render_path
+
+    if not isinstance(arguments, (dict, list)):
+        return {}
+    return {render_path(parts): value for parts, value in iter_leaves(arguments)}

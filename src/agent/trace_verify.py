@@ -3,12 +3,15 @@
     file ─► read_trace ─► envelope checks (seq, run_id, first / terminal events, provenance)
                       ─► execution checks (started ↔ finished, artifact_written ↔ its call ↔ bytes on disk)
                       ─► nested runs (an orchestration call's linked run: its own trace, verified the same way)
-                      ─► VerifyReport(ok, problems, warnings)      + narration: check_narration's findings
+                      ─► grounding: the final answer's claims, recomputed from the committed ledger
+                      ─► VerifyReport(ok, problems, warnings, ungrounded)   + narration: check_narration's findings
 
-Every check here reads recorded facts (event order, ids, hashes, files). What the final answer *says* is read
-by `agent.trace_narration`, a heuristic whose findings the report keeps apart (``VerifyReport.narration``)
-and which never changes ``ok``. ``ember trace verify`` prints both and exits 0 (verified), 1 (a fact problem)
-or 3 (facts verified, the narration check flagged the answer): docs/trace.md.
+Every check here reads recorded facts (event order, ids, hashes, files, the committed messages). A claim of the
+final answer that no input and no tool result holds is a finding of its own (``VerifyReport.ungrounded``,
+`agent.trace_grounding`); what the final answer says about artifacts is read by `agent.trace_narration`, a heuristic
+whose findings the report keeps apart (``VerifyReport.narration``). Neither changes ``ok``. ``ember trace verify``
+exits 0 (verified), 1 (a fact problem), 4 (facts verified, a final-answer claim is ungrounded) or 3 (facts
+verified, only the narration check flagged the answer): docs/trace.md.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from agent.trace_format import TERMINAL_EVENTS, EventType, UnsupportedTraceSchemaError
+from agent.trace_grounding import check_grounding
 from agent.trace_narration import check_narration
 from agent.trace_reader import TraceEvent, read_trace
 
@@ -51,6 +55,10 @@ class VerifyReport:
     """Findings of the narration heuristic (`agent.trace_narration.check_narration`): what the final answer
     says about artifacts, set against what the trace records. A heuristic reading of English, reported apart
     from the facts; empty when it found nothing or did not run."""
+    ungrounded: tuple[str, ...] = ()
+    """Claims of the final answer (numbers, quoted strings, names) that no user or system message and no tool result
+    holds (`agent.trace_grounding`): the model's memory. Recomputed from the committed ledger; empty when every
+    claim is grounded or the check could not run (see ``warnings``)."""
 
 
 def _check_envelope(events: list[TraceEvent], problems: list[str], warnings: list[str]) -> None:
@@ -240,6 +248,8 @@ def verify_trace(path: str | os.PathLike[str] | BinaryIO | bytes, *,
     A run that a call linked (agent as a tool) is verified too, from its own trace file when one is found (see
     `_nested_traces`; only for a ``path`` on disk): its problems are the parent's, prefixed with its run id.
 
+    The final answer's claims are grounded again from the committed messages (`agent.trace_grounding`): an
+    ungrounded claim is a finding of its own (``ungrounded``), and recorded grounding that disagrees is a problem.
     With ``narration`` (the default) the report also carries `check_narration`'s findings, apart from the facts.
     """
     return _verify(path, artifact_root=artifact_root, narration=narration, depth=0)
@@ -262,6 +272,10 @@ def _verify(path: str | os.PathLike[str] | BinaryIO | bytes, *, artifact_root: s
     _check_executions(events, root, problems, warnings)
     if isinstance(path, (str, os.PathLike)):
         _check_nested(events, Path(path).parent, depth, problems, warnings)
+    grounding = check_grounding(events)
+    problems.extend(grounding.problems)
+    if grounding.skipped:
+        warnings.append(f"grounding check skipped: {grounding.skipped}")
     findings: tuple[str, ...] = ()
     if narration:
         narrated = check_narration(events)
@@ -269,4 +283,4 @@ def _verify(path: str | os.PathLike[str] | BinaryIO | bytes, *, artifact_root: s
         if narrated.skipped:
             warnings.append(f"narration check skipped: {narrated.skipped}")
     return VerifyReport(ok=not problems, problems=tuple(problems), warnings=tuple(warnings),
-                        n_events=len(events), narration=findings)
+                        n_events=len(events), narration=findings, ungrounded=grounding.ungrounded)

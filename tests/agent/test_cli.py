@@ -26,7 +26,7 @@ from agent.schema import ValidatedArguments, validate_arguments
 ROOT = Path(__file__).resolve().parents[2]
 QWEN = "qwen2.5-coder-0.5b-instruct"
 SMOL = "smollm2-135m-instruct"
-RECORD_KEYS = {"id", "action", "text", "calls", "raw", "tokens", "seconds"}
+RECORD_KEYS = {"id", "action", "text", "calls", "withheld", "raw", "tokens", "seconds"}
 
 WEATHER = {"type": "object",
            "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}},
@@ -161,7 +161,7 @@ def test_call_prints_one_documented_record_with_a_valid_call(tmp_path, capsys):
     assert record["id"] == "1" and record["action"] == "tool_calls"
     assert record["raw"].startswith(("<tool_call>", "```json\n{", "{"))  # required: a call shape from the start
     assert isinstance(record["tokens"], int) and record["tokens"] > 0 and record["seconds"] >= 0
-    assert record["calls"] and all(set(call) == {"name", "arguments"} for call in record["calls"])
+    assert record["calls"] and all(set(call) == {"name", "arguments", "dropped", "sources"} for call in record["calls"])
     schemas = {"get_weather": WEATHER, "add": ADD}
     for call in record["calls"]:
         assert isinstance(validate_arguments(call["name"], schemas[call["name"]], call["arguments"]),

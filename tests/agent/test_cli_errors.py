@@ -112,7 +112,8 @@ def test_a_schema_whose_nested_keyword_is_invalid_names_its_path(capsys, tmp_pat
     ("", "not JSON"),
     ('{"$dynamicRef": "#x"}', "unsupported JSON Schema keyword '$dynamicRef'"),
     ('{"type": "integer", "minimum": 5, "maximum": 1}', "no JSON document satisfies"),
-], ids=["array", "string", "latin1", "truncated", "empty", "unsupported", "unsatisfiable"])
+    ('{"type": "string", "format": "no-such-format-xyz"}', "format 'no-such-format-xyz' is not enforced"),
+], ids=["array", "string", "latin1", "truncated", "empty", "unsupported", "unsatisfiable", "unknown-format"])
 def test_a_schema_file_that_is_not_a_usable_schema(capsys, tmp_path, content, expected):
     schema = write(tmp_path / "schema.json", content)
     line = input_error(capsys, *gen("--schema", schema))
@@ -224,8 +225,11 @@ def test_a_model_without_a_tool_codec_is_refused_before_loading(capsys, tmp_path
     ('["add"]', "tool 0 must be an object, not a string"),
     ('[{"name": "a"}, {"name": "a"}]', "tool name 'a' is given twice"),
     ('[{"name": "a", "parameters": {"type": "objekt"}}]', "tool 'a' parameters: not a valid JSON Schema"),
+    ('[{"name": "a", "parameters": {"type": "object", "properties": {"d": {"type": "string", "format": "nope"}}}}]',
+     "format 'nope' is not enforced"),
     ("[", "not JSON"),
-], ids=["object", "no-name", "openai-no-name", "empty-name", "string", "duplicate", "bad-parameters", "not-json"])
+], ids=["object", "no-name", "openai-no-name", "empty-name", "string", "duplicate", "bad-parameters",
+        "unknown-format", "not-json"])
 def test_a_tools_file_that_is_not_a_list_of_named_tools(capsys, tmp_path, content, expected):
     tools = write(tmp_path / "tools.json", content)
     line = input_error(capsys, "call", "--tools", tools, "--prompt", "x")
@@ -398,7 +402,7 @@ def test_a_demo_rerun_moves_the_previous_run_aside_and_force_deletes_it(tmp_path
     monkeypatch.setattr(agent.demo, "run_session", fake_run_session)
     monkeypatch.setattr(agent.demo.trace, "read_trace", lambda path: SimpleNamespace(events=()))
     monkeypatch.setattr(agent.demo.trace, "verify_trace",
-                        lambda *a, **k: SimpleNamespace(ok=True, problems=(), narration=()))
+                        lambda *a, **k: SimpleNamespace(ok=True, problems=(), narration=(), ungrounded=()))
     for _ in range(2):
         agent.demo.run_demo(model="m", out_dir=out, n_ctx=2048)
     assert runs[-1]["n_ctx"] == 2048
@@ -533,3 +537,16 @@ def test_version_is_the_package_version():
     result = subprocess.run([sys.executable, "-m", "agent.cli", "--version"], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == f"ember {version('ember')}"
+
+
+def test_annotations_constrain_nothing_and_an_unknown_format_is_refused_by_a_constrained_tool():
+    from agent.errors import ToolDefinitionError
+    from agent.tool import Tool
+
+    annotated = {"type": "object", "title": "t", "examples": [{}], "x-vendor": 1,
+                 "properties": {"d": {"type": "string", "description": "a day", "x-unit": "day"}}}
+    assert Tool(name="ok", function=lambda a, c: 0, parameters=annotated, constrained=True).constrained
+    unknown = {"type": "object", "properties": {"d": {"type": "string", "format": "no-such-format-xyz"}}}
+    with pytest.raises(ToolDefinitionError, match="format 'no-such-format-xyz' is not enforced"):
+        Tool(name="strict", function=lambda a, c: 0, parameters=unknown, constrained=True)
+    assert not Tool(name="loose", function=lambda a, c: 0, parameters=unknown).constrained  # validated, not masked

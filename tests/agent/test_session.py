@@ -379,15 +379,15 @@ def test_policy_sees_validated_arguments(kit: Kit) -> None:
 
 
 def test_idempotent_retry_runs_the_action_once_and_replays_the_first_outcome(kit: Kit) -> None:
-    retry = call("record", note="hello", idempotency_key="k1")
-    session, _ = kit.session([retry, retry, final("recorded")])
+    retry = ("record", {"note": "hello", "idempotency_key": "k1"})
+    session, _ = kit.session([calls(retry), calls(retry, ("add", {"a": 1, "b": 2})), final("recorded")])
     result = session.run("record it")
     assert result.outcome is LoopOutcome.COMPLETED
-    assert [name for name, _ in kit.executed] == ["record"]
+    assert [name for name, _ in kit.executed] == ["record", "add"]
     assert reinjected(result, 0) == {"ok": True, "result": "recorded hello"}
     repeat = reinjected(result, 1)  # within one run the repeat says so: the model already has this result
     assert repeat.pop("note").startswith("identical to call-1") and repeat == reinjected(result, 0)
-    assert [f["replayed"] for f in kit.of(EventType.TOOL_EXECUTION_FINISHED)] == [False, True]
+    assert [f["replayed"] for f in kit.of(EventType.TOOL_EXECUTION_FINISHED)] == [False, True, False]
     kit.verify()
 
 
@@ -904,14 +904,38 @@ def test_one_call_per_step_rejects_the_turns_further_calls_unexecuted(kit: Kit) 
     kit.verify()
 
 
-def test_a_repeated_call_replays_its_result_and_the_next_turn_must_answer(kit: Kit) -> None:
+def test_a_turn_of_only_answered_calls_is_rolled_back_and_the_next_turn_answers_from_the_results(kit: Kit) -> None:
     same = call("add", a=17.5, b=4.2)
     session, engine = kit.session([same, same, final("21.7")])
     result = session.run("add them")
-    assert result.outcome is LoopOutcome.COMPLETED and len(kit.executed) == 1
+    assert result.outcome is LoopOutcome.COMPLETED and result.final_text == "21.7" and len(kit.executed) == 1
+    assert result.tool_calls == 1 and len([m for m in result.messages if m["role"] == "tool"]) == 1
+    assert [c.tool_choice for c in engine.calls] == ["auto", "auto", "none"]
+    assert "You already have the result of this call" in engine.calls[2].prompt  # seen by the model, traced
+    (refused,) = kit.of(EventType.REPEATS_REFUSED)
+    assert refused["calls"] == [{"call_id": "call-2", "tool": "add", "answered_by": "call-1"}]
+    kit.verify()
+
+
+def test_a_repeat_beside_a_new_call_replays_its_result_and_the_next_turn_must_answer(kit: Kit) -> None:
+    same = ("add", {"a": 17.5, "b": 4.2})
+    session, engine = kit.session([calls(same), calls(same, ("add", {"a": 1, "b": 2})), final("21.7")])
+    result = session.run("add them")
+    assert result.outcome is LoopOutcome.COMPLETED and len(kit.executed) == 2
     assert reinjected(result, 1)["note"].startswith("identical to call-1")
     assert [c.tool_choice for c in engine.calls] == ["auto", "auto", "none"]
-    assert [f["replayed"] for f in kit.of(EventType.TOOL_EXECUTION_FINISHED)] == [False, True]
+    assert [f["replayed"] for f in kit.of(EventType.TOOL_EXECUTION_FINISHED)] == [False, True, False]
+    kit.verify()
+
+
+def test_a_call_written_twice_in_one_turn_runs_once_and_is_committed_once(kit: Kit) -> None:
+    same = ("add", {"a": 17.5, "b": 4.2})
+    session, _ = kit.session([calls(same, same, same), final("21.7")])
+    result = session.run("add them")
+    assert result.outcome is LoopOutcome.COMPLETED and len(kit.executed) == 1 and result.tool_calls == 1
+    assert len(result.messages[2]["tool_calls"]) == 1  # the committed turn holds the call once
+    (parsed,) = [e for e in kit.of(EventType.ASSISTANT_ACTION_PARSED) if e["action"] == "tool_calls"]
+    assert parsed["duplicates_dropped"] == 2 and [c["call_id"] for c in parsed["calls"]] == ["call-1"]
     kit.verify()
 
 

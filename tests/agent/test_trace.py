@@ -54,6 +54,8 @@ def write_run(path: Path, store: ArtifactStore | None, *, final_text: str = "DON
         p = tr.payload
         out.append(tr.emit(EventType.RUN_STARTED, data={"user_message": p(SECRET_PROMPT)}))
         out.append(tr.emit(EventType.PROVENANCE, data=_provenance()))
+        out.append(tr.emit(EventType.MESSAGE_COMMITTED, phase="commit", data={
+            "ledger_index": 0, "kind": "user", "role": "user", "content": p(SECRET_PROMPT + "; reply DONE <n>%")}))
         out.append(tr.emit(EventType.MODEL_CALL_STARTED, step="model-1", phase="generate",
                            data={"n_messages": 2, "prompt": p(SECRET_PROMPT)}))
         out.append(tr.emit(EventType.MODEL_CALL_FINISHED, step="model-1", phase="generate",
@@ -65,12 +67,13 @@ def write_run(path: Path, store: ArtifactStore | None, *, final_text: str = "DON
                            data={"call_id": "call-1", "tool": "calculator"}))
         out.append(tr.emit(EventType.TOOL_EXECUTION_STARTED, step="tool-1", phase="execute",
                            data={"call_id": "call-1", "tool": "calculator",
-                                 "arguments": p({"expression": "(0.744-0.612)/0.612*100"})}))
+                                 "arguments": p({"expression": "round((0.744-0.612)/0.612*100, 2)"})}))
         out.append(tr.emit(EventType.TOOL_EXECUTION_FINISHED, step="tool-1", phase="execute",
                            data={"call_id": "call-1", "tool": "calculator", "ok": True, "duration_ms": 0.2,
-                                 "artifact_ids": [], "result": p({"ok": True, "result": 21.5686})}))
+                                 "artifact_ids": [], "result": p({"ok": True, "result": 21.57})}))
         out.append(tr.emit(EventType.TOOL_RESULT_COMMITTED, step="tool-1", phase="reinject",
-                           data={"call_id": "call-1", "ok": True, "content": p('{"ok":true,"result":21.5686}')}))
+                           data={"call_id": "call-1", "tool": "calculator", "ok": True, "kind": "tool_result",
+                                 "ledger_index": 3, "content": p('{"ok":true,"result":21.57}')}))
         if write_artifact:
             assert store is not None
             out.append(tr.emit(EventType.TOOL_EXECUTION_STARTED, step="tool-2", phase="execute",

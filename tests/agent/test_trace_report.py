@@ -93,7 +93,7 @@ def test_html_report_escapes_every_payload(tmp_path: Path) -> None:
     assert "&lt;script&gt;" in page
     parsed = structure(page)
     assert parsed.tags <= ALLOWED_TAGS
-    assert {name for name, _ in parsed.attrs} <= {"lang", "charset", "http-equiv", "content", "class"}
+    assert {name for name, _ in parsed.attrs} <= {"lang", "charset", "http-equiv", "content", "class", "id", "href"}
 
 
 def test_html_report_is_self_contained_with_model_turns_tools_timings_and_artifacts(tmp_path: Path) -> None:

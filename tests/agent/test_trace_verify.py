@@ -1,4 +1,5 @@
-"""`ember trace verify`: facts decide the verdict, the narration heuristic is reported apart (exit 0 / 1 / 3)."""
+"""`ember trace verify`: facts decide the verdict; ungrounded claims and the narration heuristic are reported apart
+(exit 0 / 1 / 4 / 3)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from agent.cli import main
 from agent.trace import EventType, TraceRecorder, provenance_data
 
 
-def _trace(path: Path, final_text: str, *, terminal: bool = True) -> Path:
+def _trace(path: Path, final_text: str, *, terminal: bool = True,
+           user: str = "The tuned score is 21.57% better; reply DONE and that number.") -> Path:
     with TraceRecorder(path) as tr:
         tr.emit(EventType.RUN_STARTED)
         tr.emit(EventType.PROVENANCE, data=provenance_data(
             runtime_version="0", model_sha256=None, tokenizer_sha256=None, codec_id="qwen2.5-tool-call-v1",
             tool_schema_sha256="ab" * 32, config={}, limits={}))
+        tr.emit(EventType.MESSAGE_COMMITTED, data={"ledger_index": 0, "kind": "user", "role": "user",
+                                                    "content": user})
         if terminal:
             tr.emit(EventType.RUN_COMPLETED, data={"final_text": final_text})
     return path
@@ -40,7 +44,15 @@ def test_no_narration_leaves_only_the_facts(tmp_path, capsys) -> None:
     path = _trace(tmp_path / "t.jsonl", "I saved the report to report.md.")
     assert main(["trace", "verify", str(path), "--no-narration", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report == {"ok": True, "problems": [], "warnings": [], "narration": []}
+    assert report == {"ok": True, "problems": [], "warnings": [], "ungrounded": [], "narration": []}
+
+
+def test_a_number_no_input_holds_is_an_ungrounded_finding_with_exit_4(tmp_path, capsys) -> None:
+    path = _trace(tmp_path / "t.jsonl", "DONE 10.00%")
+    assert main(["trace", "verify", str(path)]) == 4
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("UNGROUNDED the final answer's number '10.00'")
+    assert out[-1] == "trace verified: the record is OK, but the final answer states what no input or tool result holds"
 
 
 @pytest.mark.parametrize("narration", [[], ["--no-narration"]])

@@ -129,5 +129,6 @@ def test_limits_doc_lists_every_limit() -> None:
     for name in ("max_model_steps", "max_tool_calls", "max_wall_s", "tool_timeout_s", "max_output_tokens",
                  "max_result_bytes", "MAX_NFA_STATES", "MAX_SUBSET_WORK", "max_states", "MAX_PRODUCT_STATES",
                  "MAX_PATTERN_CHARS", "MAX_LINE_BYTES", "MAX_STRING_BYTES", "MAX_NODES", "MAX_TEXT_BYTES", "max_depth",
-                 "MAX_NAME_CHARS", "n_ctx", "MAX_SCHEMA_DEPTH", "MAX_NESTING", "_HOIST_DEPTH", "MAX_JSON_DEPTH"):
+                 "MAX_NAME_CHARS", "n_ctx", "MAX_SCHEMA_DEPTH", "MAX_NESTING", "_HOIST_DEPTH", "MAX_JSON_DEPTH",
+                 "MAX_CANDIDATES"):
         assert f"`{name}" in doc, name

@@ -29,7 +29,6 @@ import fnmatch
 import hashlib
 import json
 import re
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -40,7 +39,7 @@ from agent.argument_errors import render_path
 from agent.errors import ToolDefinitionError
 from agent.mcp.errors import McpSchemaError, McpServerError
 from agent.results import ResultErrorKind
-from agent.schema import ValidatedArguments, canonical_json
+from agent.schema import ValidatedArguments, canonical_json, enforcement_refusal
 from agent.tool import TOOL_NAME_RE, IdempotencyStore, Tool, ToolContext, ToolFailure, ToolKind, ToolServer
 
 if TYPE_CHECKING:
@@ -114,23 +113,12 @@ def tools_sha256(listed: Sequence[types.Tool]) -> str:
 
 
 def schema_refusal(server: str, tool: str, schema: Any) -> McpSchemaError | None:
-    """Why the engine could not constrain arguments to ``schema`` (None: it can). The same compile ``ember`` runs
-    on a ``--schema`` file, without a vocabulary: the schema-to-grammar front end."""
-    from constrained.errors import ConstrainedError, GrammarTooLargeError
-    from constrained.schema import schema_to_pattern, schema_to_rules
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                schema_to_pattern(schema, whitespace="compact")
-            except GrammarTooLargeError:  # too big for one pattern: the real compile takes rules
-                schema_to_rules(schema, whitespace="compact")
-    except ConstrainedError as error:
-        return McpSchemaError(server, tool, " ".join(str(error).split()), keyword=getattr(error, "keyword", None))
-    except RecursionError:
-        return McpSchemaError(server, tool, "the schema is nested too deeply to compile")
-    return None
+    """Why the engine could not constrain arguments to ``schema`` (None: it can): the check every enforced schema
+    gets (`agent.schema.enforcement_refusal`), named for the server and the tool."""
+    error = enforcement_refusal(schema)
+    if error is None:
+        return None
+    return McpSchemaError(server, tool, " ".join(str(error).split()), keyword=getattr(error, "keyword", None))
 
 
 def build_tools(connection: McpConnection, listed: Sequence[types.Tool], server: ToolServer, *,

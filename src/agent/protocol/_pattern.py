@@ -237,7 +237,7 @@ def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str, rules: di
 
     sep = escape(f'", "{args_key}": ')
     loose = [escape(t.name) for t in tools if not t.constrained]
-    alts = [f"{escape(t.name)}{sep}{arguments(close_for_grammar(t.parameters), i)}"
+    alts = [f"{escape(t.name)}{sep}{arguments(close_for_grammar(t.grammar_parameters), i)}"
             for i, t in enumerate(tools) if t.constrained]
     if loose:
         names = loose[0] if len(loose) == 1 else "(?:" + "|".join(loose) + ")"

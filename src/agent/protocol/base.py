@@ -48,6 +48,15 @@ class ToolSpec:
     """JSON Schema of the arguments object."""
     constrained: bool = False
     """If true, the tool-call grammar forces the arguments to follow ``parameters`` exactly."""
+    constraint: dict[str, Any] | bool | None = None
+    """For one turn, the schema the grammar enforces instead of ``parameters`` (which is still what the prompt
+    renders): narrower, e.g. grounded values as a dynamic enum (`agent.grounding_policy`). False: the tool cannot be
+    called this turn. None: ``parameters``."""
+
+    @property
+    def grammar_parameters(self) -> dict[str, Any]:
+        """The schema the tool-call grammar enforces for a constrained tool (``constraint``, else ``parameters``)."""
+        return self.constraint if isinstance(self.constraint, dict) else self.parameters
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI ``{"type": "function", "function": {...}}`` form that chat templates render."""

@@ -22,11 +22,11 @@ from functools import lru_cache
 from typing import Any
 
 from agent.protocol.base import ToolChoice, ToolSpec
-from agent.schema import canonical_json
+from agent.repeats import CallKey, call_key
 from agent.serve.errors import ApiError
 from constrained.sampling import SamplingParams
 
-__all__ = ["ChatRequest", "call_key", "parse_chat_request"]
+__all__ = ["ChatRequest", "parse_chat_request"]
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _IGNORED = frozenset({"user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"})
@@ -74,7 +74,7 @@ class ChatRequest:
         return bool(self.tools) and self.tool_choice != "none"
 
     @property
-    def answered_calls(self) -> frozenset[tuple[str, str]]:
+    def answered_calls(self) -> frozenset[CallKey]:
         """The calls whose results the conversation already holds: ``(name, canonical arguments JSON)`` of every
         assistant call that a later ``tool`` message follows."""
         answered: set[tuple[str, str]] = set()
@@ -87,11 +87,6 @@ class ChatRequest:
                 answered.update(pending)
                 pending = []
         return frozenset(answered)
-
-
-def call_key(name: str, arguments: Mapping[str, Any]) -> tuple[str, str]:
-    """A call's identity: its name and its arguments as canonical JSON (key order and spacing do not count)."""
-    return name, canonical_json(arguments)
 
 
 def parse_chat_request(body: Any, *, model_ids: Sequence[str]) -> ChatRequest:

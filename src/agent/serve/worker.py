@@ -33,7 +33,8 @@ from agent.protocol.base import (Codec, FinalText, MalformedToolCall, MessageFor
 from agent.protocol.streaming import CallScanner, ProseGuard, ScannedCall
 from agent.serve.errors import ApiError
 from agent.serve.prefix_cache import PrefixCache, common_prefix_length
-from agent.serve.request import ChatRequest, call_key
+from agent.repeats import call_key, with_repeat_note
+from agent.serve.request import ChatRequest
 
 __all__ = ["Answer", "CallDelta", "Delta", "Done", "Failed", "Gone", "Job", "ModelWorker", "ToolCallOut"]
 
@@ -255,7 +256,7 @@ class ModelWorker:
             # (seen by the model only), as an answer from the results it has. (Had the client seen prose before
             # those calls, that prose is the answer.)
             self.engine.rollback()
-            answer, stream, _ = self._turn(job, _with_repeat_note(request.messages), "none", frozenset())
+            answer, stream, _ = self._turn(job, with_repeat_note(request.messages), "none", frozenset())
             answer = replace(answer, completion_tokens=answer.completion_tokens + spent)
         stream.finish(answer)
         return answer
@@ -464,19 +465,6 @@ class _TurnStream:
             self._sent = len(content)
         for index, call in enumerate(answer.tool_calls):
             self._send_call(index, call.name, call.arguments)
-
-
-REPEAT_NOTE = ("You already have the result of this call. Answer the user's question from the results above, in "
-               "plain words.")
-"""What the model reads, after the last tool result, when its turn only repeated answered calls (the session's
-replay note says the same; without it the default model writes the call again as a code block, measured)."""
-
-
-def _with_repeat_note(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = [dict(m) for m in messages]
-    last = max(i for i, m in enumerate(out) if m["role"] == "tool")
-    out[last]["content"] = f"{out[last]['content']}\n\n({REPEAT_NOTE})"
-    return out
 
 
 def _arguments_text(call: ToolCall, written: list[ScannedCall], index: int) -> str:

@@ -7,8 +7,8 @@
 One job per module, each re-exported here (``from agent.tool import Tool, ToolRegistry, execute_tool`` is the
 import to use):
 
-- `agent.tool.definition`: `Tool`, `ToolKind`, `ToolServer`, `ToolContext`, `ToolFailure` (definitions, checked at
-  definition)
+- `agent.tool.definition`: `Tool`, `ToolKind`, `ToolServer`, `ToolContext`, `ToolFailure`, `grounded` (definitions,
+  checked at definition)
 - `agent.tool.registry`: `ToolRegistry` (the ordered, unique-by-name set a session offers)
 - `agent.tool.approval`: `ApprovalDecision`, `ApprovalPolicy`, `default_policy`, `pre_approved`, `check_approval`
   (fail closed)
@@ -22,7 +22,7 @@ through `execute_tool(tool, args, ctx, ...)`: the one door from `ValidatedArgume
 
 from agent.tool.approval import ApprovalDecision, ApprovalPolicy, check_approval, default_policy, pre_approved
 from agent.tool.definition import (TOOL_NAME_RE, CancelSignal, Tool, ToolContext, ToolFailure, ToolFunction,
-                                   ToolKind, ToolServer)
+                                   ToolKind, ToolServer, grounded)
 from agent.tool.execution import execute_tool
 from agent.tool.idempotency import IDEMPOTENCY_KEY_FIELD, IdempotencyStore
 from agent.tool.outcome import ToolOutcome
@@ -46,5 +46,6 @@ __all__ = [
     "check_approval",
     "default_policy",
     "execute_tool",
+    "grounded",
     "pre_approved",
 ]

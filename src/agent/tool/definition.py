@@ -35,17 +35,18 @@ from pydantic.fields import FieldInfo
 
 from agent.cancel import CancelToken
 from agent.errors import ToolDefinitionError
+from agent.grounding import GROUNDED_KEY, Requirement, requirement
 from agent.protocol.base import ToolSpec
 from agent.results import ResultErrorKind
-from agent.schema import (CompiledParameters, ValidatedArguments, check_parameters_schema, compile_parameters,
-                          render_path)
+from agent.schema import (CompiledParameters, ValidatedArguments, check_parameters_schema, close_for_grammar,
+                          compile_parameters, enforcement_refusal, render_path)
 from constrained.decoding import CancelSignal
 
 if TYPE_CHECKING:
     from agent.artifact import ArtifactStore
 
 __all__ = ["TOOL_NAME_RE", "CancelSignal", "Tool", "ToolContext", "ToolFailure", "ToolFunction", "ToolKind",
-           "ToolServer"]
+           "ToolServer", "grounded"]
 
 TOOL_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
 
@@ -163,6 +164,13 @@ class Tool:
     outcome is replayed and it never runs twice (`agent.tool.idempotency`)."""
     server: ToolServer | None = None
     """The out-of-process server that runs the call (an MCP server); None for a function in this process."""
+    grounded: bool | str | tuple[str, ...] | dict[str, Any] = False
+    """Every value of a call that its schema does not fix must be grounded (`agent.grounding`): True, in the user's
+    or system's words or a tool result; a source name or a tuple of them (``"user"``, ``"system"``,
+    ``"tool_result"`` or a tool's name) for those only; a string by its claims (numbers, quoted strings, names),
+    unless ``{"sources": ..., "match": "whole"}`` says whole. A parameter can require it alone with
+    ``"x-grounded"`` in its schema. Validation refuses an ungrounded value; where a parameter's grounded values are
+    enumerable, decoding admits only those."""
     schema_sha256: str = field(init=False, repr=False)
     """Hex sha256 of the canonical parameters JSON; `ValidatedArguments` must carry the same."""
     compiled_parameters: CompiledParameters = field(init=False, repr=False)
@@ -191,16 +199,41 @@ class Tool:
                                                and math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ToolDefinitionError(name, f"timeout_s must be a positive number or None, got {self.timeout_s!r}")
         check_parameters_schema(name, self.parameters)
+        where = "grounded"
+        try:
+            requirement(self.grounded)
+            for where, declaration in _grounded_declarations(self.parameters):
+                requirement(declaration)
+        except ValueError as exc:
+            raise ToolDefinitionError(name, f"{where}: {exc}") from None
         parameters = json.loads(json.dumps(self.parameters))
         compiled = compile_parameters(name, parameters)
+        refusal = enforcement_refusal(close_for_grammar(parameters), whitespace="spaced") if self.constrained else None
+        if refusal is not None:
+            raise ToolDefinitionError(name, f"constrained, but the grammar cannot enforce its parameters: {refusal}")
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "parameters", parameters)
         object.__setattr__(self, "constrained", bool(self.constrained))
         object.__setattr__(self, "external", bool(self.external))
         object.__setattr__(self, "requires_approval", bool(self.requires_approval))
         object.__setattr__(self, "idempotent", bool(self.idempotent))
+        if isinstance(self.grounded, list):
+            object.__setattr__(self, "grounded", tuple(self.grounded))
         object.__setattr__(self, "schema_sha256", compiled.schema_sha256)
         object.__setattr__(self, "compiled_parameters", compiled)
+
+    @property
+    def grounding_requirement(self) -> Requirement | None:
+        """What ``grounded`` requires of every value of a call that its schema does not fix (strings by their
+        claims, unless it says ``"match": "whole"``); None when the tool requires nothing (a parameter may still
+        declare ``x-grounded``)."""
+        return requirement(self.grounded, match="claims")
+
+    @property
+    def declares_grounding(self) -> bool:
+        """The tool, or some parameter of it, requires grounded values."""
+        return self.grounding_requirement is not None or any(
+            requirement(d) is not None for _, d in _grounded_declarations(self.parameters))
 
     def spec(self) -> ToolSpec:
         """The codec's view: name, description, parameters (a copy) and whether decoding is constrained."""
@@ -217,7 +250,7 @@ class Tool:
 
     def snapshot(self) -> dict[str, Any]:
         """Everything that defines the tool's contract, as JSON (for the provenance record). ``requires_approval``,
-        ``idempotent`` and ``server`` (its name) appear only when set, so an in-process tool's snapshot, and the
+        ``idempotent``, ``server`` (its name) and ``grounded`` appear only when set, so an in-process tool's snapshot, and the
         registry hash over it, read as before they existed."""
         record = {"name": self.name, "description": self.description, "parameters": self.parameters,
                   "kind": self.kind.value, "constrained": self.constrained, "external": self.external,
@@ -228,6 +261,8 @@ class Tool:
             record["idempotent"] = True
         if self.server is not None:
             record["server"] = self.server.name
+        if self.grounded:
+            record["grounded"] = self.grounded if isinstance(self.grounded, (bool, str)) else list(self.grounded)
         return record
 
     # -- constructors ---------------------------------------------------------------------------------------
@@ -235,7 +270,7 @@ class Tool:
     @classmethod
     def from_function(cls, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
                       kind: ToolKind = ToolKind.DATA, constrained: bool = True, timeout_s: float | None = None,
-                      external: bool = False) -> Tool:
+                      external: bool = False, grounded: bool | str | tuple[str, ...] = False) -> Tool:
         """A tool from a typed Python function; the schema comes from its annotations.
 
         Constrained by default: decoding forces the call's arguments to follow the derived schema, as ``ember
@@ -296,12 +331,13 @@ class Tool:
 
         return cls(name=tool_name, description=description if description is not None else summary,
                    parameters=parameters, function=run, kind=kind, constrained=constrained, timeout_s=timeout_s,
-                   external=external)
+                   external=external, grounded=grounded)
 
     @classmethod
     def from_pydantic(cls, model: type[pydantic.BaseModel], fn: Callable[..., Any], *, name: str | None = None,
                       description: str | None = None, kind: ToolKind = ToolKind.DATA, constrained: bool = True,
-                      timeout_s: float | None = None, external: bool = False) -> Tool:
+                      timeout_s: float | None = None, external: bool = False,
+                      grounded: bool | str | tuple[str, ...] = False) -> Tool:
         """A tool whose arguments are one pydantic model: ``fn(model_instance)`` or ``fn(model_instance, ctx)``.
 
         The name defaults to ``fn.__name__``; the description to the first paragraph of ``fn``'s docstring, else
@@ -328,11 +364,12 @@ class Tool:
             return _jsonable(fn(parsed, ctx) if n_params == 2 else fn(parsed))
 
         return cls(name=tool_name, description=description, parameters=parameters, function=run, kind=kind,
-                   constrained=constrained, timeout_s=timeout_s, external=external)
+                   constrained=constrained, timeout_s=timeout_s, external=external, grounded=grounded)
 
     @classmethod
     def from_openai(cls, definition: Mapping[str, Any], fn: ToolFunction, *, kind: ToolKind = ToolKind.DATA,
-                    constrained: bool = False, timeout_s: float | None = None, external: bool = False) -> Tool:
+                    constrained: bool = False, timeout_s: float | None = None, external: bool = False,
+                    grounded: bool | str | tuple[str, ...] = False) -> Tool:
         """A tool from an OpenAI definition, ``{"type": "function", "function": {...}}`` or the bare
         ``{"name", "description", "parameters"}``; ``fn(args: ValidatedArguments, ctx)`` runs it.
 
@@ -357,7 +394,8 @@ class Tool:
             raise ToolDefinitionError(raw_name, "the function definition has no name")
         parameters = body.get("parameters", {"type": "object", "properties": {}})
         return cls(name=body["name"], description=body.get("description", ""), parameters=parameters,
-                   function=fn, kind=kind, constrained=constrained, timeout_s=timeout_s, external=external)
+                   function=fn, kind=kind, constrained=constrained, timeout_s=timeout_s, external=external,
+                   grounded=grounded)
 
 
 # -- from_function / from_pydantic helpers ------------------------------------------------------------------
@@ -472,3 +510,31 @@ def _jsonable(value: Any) -> Any:
         return value
 
 
+def _grounded_declarations(schema: Any) -> list[tuple[str, Any]]:
+    """Every ``x-grounded`` annotation in a schema, with where it is (``parameters/properties/a``)."""
+    found: list[tuple[str, Any]] = []
+    stack: list[tuple[Any, str]] = [(schema, "parameters")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, dict):
+            if GROUNDED_KEY in node:
+                found.append((f"{where}/{GROUNDED_KEY}", node[GROUNDED_KEY]))
+            stack.extend((value, f"{where}/{key}") for key, value in node.items() if key != GROUNDED_KEY)
+        elif isinstance(node, list):
+            stack.extend((value, f"{where}/{i}") for i, value in enumerate(node))
+    return found
+
+
+def grounded(sources: bool | str | tuple[str, ...] = True, *, match: str = "whole", **field: Any) -> FieldInfo:
+    """A pydantic ``Field`` whose schema requires a grounded value: ``Annotated[str, grounded()]`` in a
+    `Tool.from_function` signature or a pydantic model, ``grounded("tool_result")`` for tool results only,
+    ``match="claims"`` for text whose numbers, quotes and names must each be grounded (the ``x-grounded``
+    annotation, `agent.grounding`). Other keyword arguments go to ``pydantic.Field``."""
+    listed = list(sources) if isinstance(sources, tuple) else sources
+    declaration: Any = listed if match == "whole" else {"sources": listed, "match": match}
+    try:
+        requirement(declaration)
+    except ValueError as exc:
+        raise ToolDefinitionError("?", str(exc)) from None
+    extra = dict(field.pop("json_schema_extra", None) or {})
+    return pydantic.Field(json_schema_extra={**extra, GROUNDED_KEY: declaration}, **field)

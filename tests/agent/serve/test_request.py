@@ -7,7 +7,8 @@ import json
 import pytest
 
 from agent.serve.errors import ApiError
-from agent.serve.request import call_key, parse_chat_request
+from agent.repeats import call_key
+from agent.serve.request import parse_chat_request
 
 IDS = ("m",)
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {

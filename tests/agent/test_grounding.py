@@ -1,0 +1,408 @@
+"""Grounding: where each value came from (`agent.grounding`), declared and enforced (`agent.grounding_policy`).
+
+Property tests pin the two directions of the matching rule: a value copied from anywhere in a tool result is
+found there, and a value absent from the ledger is never grounded. The rest pins the rule's edges (whole tokens,
+numbers as decimals, claims) and the policy (dynamic enums, the numbers of composed text, final-answer slots).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from agent.grounding import (SourceKind, Sources, find_claims, ground_text, ground_value, iter_leaves, normalize_token,
+                             requirement)
+from agent.grounding_policy import (final_pattern_for_turn, ground_arguments, narrowed_parameters,
+                                    ungrounded_errors)
+from agent.protocol._pattern import escape
+from agent.schema import render_path
+
+
+def tool_result(value: Any) -> str:
+    return json.dumps({"ok": True, "result": value})
+
+
+def sources(*, user: str = "", system: str = "", results: tuple[tuple[str, Any], ...] = ()) -> Sources:
+    out = Sources()
+    index = 0
+    if system:
+        out.add_entry(index, "system", {"content": system})
+        index += 1
+    out.add_entry(index, "user", {"content": user})
+    for n, (tool, value) in enumerate(results, start=1):
+        out.add_entry(index + 2 * n, "tool_result", {"content": tool_result(value)}, ok=True, call_id=f"call-{n}",
+                      tool=tool)
+    return out
+
+
+# -- the matching rule --------------------------------------------------------------------------------------------
+
+words = st.text(alphabet=st.characters(categories=("L",)), min_size=1, max_size=8)
+json_leaves = st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False, width=32),
+                        st.lists(words, min_size=1, max_size=4).map(" ".join))
+json_values = st.recursive(json_leaves, lambda inner: st.one_of(
+    st.lists(inner, min_size=1, max_size=4), st.dictionaries(words, inner, min_size=1, max_size=4)), max_leaves=12)
+
+
+def _texts_by_path(value: Any) -> dict[str, list[str]]:
+    """What each JSON path of a value holds as text: its leaf, and (for an object member) its key."""
+    out: dict[str, list[str]] = {}
+    for parts, leaf in iter_leaves(value):
+        out.setdefault(render_path(parts), []).append(leaf if isinstance(leaf, str) else "")
+        if parts and isinstance(parts[-1], str):
+            out[render_path(parts)].append(parts[-1])
+    return out
+
+
+def _tokens(text: str) -> list[str]:
+    return [normalize_token(t) for t in re.findall(r"[^\W\d_]+|\d+", text)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=json_values, data=st.data())
+def test_a_value_copied_from_any_position_of_a_tool_result_is_found_there(value: Any, data: st.DataObject) -> None:
+    leaves = list(iter_leaves(value))
+    parts, leaf = data.draw(st.sampled_from(leaves))
+    found = ground_value("x", leaf, sources(results=(("lookup", value),))).source
+    assert found.kind is SourceKind.TOOL_RESULT and found.tool == "lookup" and found.call_id == "call-1"
+    held = {render_path(p): v for p, v in iter_leaves(value)}
+    if isinstance(leaf, str):  # the path names a string (or key) whose tokens hold the value's, in order
+        texts = _texts_by_path(value)[found.path]
+        assert any(" ".join(_tokens(leaf)) in " ".join(_tokens(text)) for text in texts)
+    else:  # the path names the number itself, or a text holding it
+        at = held.get(found.path)
+        assert (not isinstance(at, str) and Decimal(repr(at) if isinstance(at, float) else at)
+                == Decimal(repr(leaf) if isinstance(leaf, float) else leaf)) or isinstance(at, str) or at is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.lists(words, max_size=20).map(" ".join), result=json_values, value=words,
+       number=st.integers(-10**9, 10**9))
+def test_a_value_absent_from_the_ledger_is_never_grounded(text: str, result: Any, value: str, number: int) -> None:
+    given_sources = sources(user=text, results=(("lookup", result),))
+    everything = json.dumps(result, ensure_ascii=False) + " " + text
+    seen = {normalize_token(t) for t in re.findall(r"[^\W\d_]+|\d+", everything)}
+    assume(normalize_token(value) not in seen)
+    assert ground_value("x", value, given_sources).source.kind is SourceKind.NONE
+    digits = {Decimal(t) for t in re.findall(r"\d+(?:\.\d+)?", everything)}
+    assume(Decimal(number) not in digits and Decimal(abs(number)) not in digits)
+    assert ground_value("n", number, given_sources).source.kind is SourceKind.NONE
+
+
+@pytest.mark.parametrize(("value", "text"), [("MAD", "Flights from Madrid to Berlin"), ("BUC", "from Bucharest"),
+                                             ("SEV", "to Seville"), ("BOL", "Bologna on Friday")])
+def test_a_code_inside_a_word_is_not_grounded_by_it(value: str, text: str) -> None:
+    assert ground_value("from", value, sources(user=text)).source.kind is SourceKind.NONE
+
+
+def test_whole_tokens_match_across_case_accents_and_punctuation() -> None:
+    given_sources = sources(user="Weather in Zürich, and the time in Asia/Tokyo please")
+    assert ground_value("city", "zurich", given_sources).source.kind is SourceKind.USER
+    text = "Weather in Zürich, and the time in Asia/Tokyo please"
+    found = ground_value("tz", "Asia Tokyo", given_sources).source
+    assert found.kind is SourceKind.USER and found.span is not None
+    assert text[found.span[0]:found.span[1]] == "Asia/Tokyo"
+
+
+@pytest.mark.parametrize(("value", "text"), [(0.744, "a score of .744"), (0.744, "score: 0.7440"), (1000, "1,000 runs"),
+                                             ("1000", "1,000 runs"), (21.57, "DONE 21.57%")])
+def test_numbers_are_equal_as_decimals(value: Any, text: str) -> None:
+    assert ground_value("n", value, sources(user=text)).source.kind is SourceKind.USER
+
+
+def test_a_sign_counts_and_digits_inside_identifiers_are_no_claims() -> None:
+    assert ground_value("n", 3, sources(user="it is -3 outside")).source.kind is SourceKind.NONE
+    assert [c.text for c in find_claims("Use baseline_q4 and Qwen2.5 here")] == ["Qwen"]
+
+
+def test_claims_are_numbers_quotes_and_names_not_list_markers_or_sentence_starts() -> None:
+    claims = find_claims('1. The "best config" is Tuned, 21.57% better.\nParis is nice; so is NASA.')
+    assert [(c.kind, c.text) for c in claims] == [("quoted", "best config"), ("name", "Tuned"), ("number", "21.57"),
+                                                  ("name", "NASA")]
+
+
+def test_a_composed_string_is_grounded_only_when_each_claim_is() -> None:
+    given_sources = sources(user="compute it * 100, 2", results=(("read_file", {"score": 0.612}),))
+    good = ground_value("expression", "round((0.612 - 0.612) / 0.612 * 100, 2)", given_sources)
+    assert good.source.kind is SourceKind.COMPOSED and all(p.source.grounded for p in good.parts)
+    bad = ground_value("expression", "round((0.75 - 0.612) / 0.612 * 100, 2)", given_sources)
+    assert bad.source.kind is SourceKind.NONE and [p.text for p in bad.parts if not p.source.grounded] == ["0.75"]
+
+
+def test_tool_definitions_and_failed_results_are_no_sources() -> None:
+    out = Sources()
+    out.add_entry(0, "user", {"content": "hi"})
+    out.add_entry(2, "tool_result", {"content": json.dumps({"ok": False, "kind": "invalid_arguments",
+                                                            "detail": "expected 2023"})}, ok=False, call_id="call-1",
+                  tool="t")
+    out.add_entry(3, "assistant_tool_call", {"content": "2023"})
+    assert ground_value("year", 2023, out).source.kind is SourceKind.NONE
+
+
+def test_sources_prefer_the_users_words_then_the_latest_tool_result() -> None:
+    both = sources(user="about 0.5", results=(("a", 0.5), ("b", 0.5)))
+    assert both.find_number(Decimal("0.5")).kind is SourceKind.USER
+    only_tools = sources(user="hi", results=(("a", 0.5), ("b", 0.5)))
+    assert only_tools.find_number(Decimal("0.5")).tool == "b"
+    assert only_tools.find_number(Decimal("0.5"), frozenset({"a"})).tool == "a"
+
+
+def test_the_final_answer_of_the_issue_is_ungrounded_and_the_right_one_is_not() -> None:
+    given_sources = sources(user="reply with DONE <improvement>% computed * 100, 2",
+                            results=(("read_file", {"content": "score: 0.612"}), ("calculator", 21.57)))
+    assert [c.source.kind for c in ground_text("DONE 21.57%", given_sources)] == [SourceKind.USER,
+                                                                                 SourceKind.TOOL_RESULT]
+    made_up = ground_text("DONE 10.00%", given_sources)
+    assert [c.text for c in made_up if not c.source.grounded] == ["10.00"]
+
+
+# -- declarations -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("declaration", [0, "", [], ["user", 3], {"sources": True, "match": "part"},
+                                         {"sources": False}, {"source": "user"}])
+def test_a_bad_declaration_is_refused(declaration: Any) -> None:
+    with pytest.raises(ValueError, match="x-grounded"):
+        requirement(declaration)
+
+
+def test_a_declared_leaf_is_refused_with_its_path_when_ungrounded() -> None:
+    schema = {"type": "object", "properties": {"from": {"type": "string", "x-grounded": True},
+                                               "note": {"type": "string"}}}
+    given_sources = sources(user="Flights from Madrid please")
+    grounding = ground_arguments({"from": "MAD", "note": "anything"}, schema, given_sources)
+    (error,) = ungrounded_errors(grounding)
+    assert error.path == "from" and error.kind == "ungrounded" and "lookup tool" in error.reason
+    assert not ungrounded_errors(ground_arguments({"from": "Madrid", "note": "x"}, schema, given_sources))
+
+
+def test_an_enum_or_const_grounds_a_value_and_sources_can_be_named() -> None:
+    schema = {"type": "object", "properties": {
+        "unit": {"type": "string", "enum": ["km", "mi"], "x-grounded": True},
+        "date": {"type": "string", "x-grounded": "calendar"}}}
+    given_sources = sources(user="on 2026-09-11", results=(("calendar", {"date": "2026-09-11"}),))
+    records = {g.path: g for g in ground_arguments({"unit": "km", "date": "2026-09-11"}, schema, given_sources)}
+    assert records["unit"].source.kind is SourceKind.SCHEMA
+    assert records["date"].source.tool == "calendar" and records["date"].satisfied
+    only_user = sources(user="on 2026-09-11")
+    assert ungrounded_errors(ground_arguments({"unit": "km", "date": "2026-09-11"}, schema, only_user))
+
+
+# -- enforcement in the grammar -----------------------------------------------------------------------------------
+
+FLIGHTS = {"type": "object", "required": ["from", "to"], "additionalProperties": False, "properties": {
+    "from": {"type": "string", "pattern": "^[A-Z]{3}$", "x-grounded": True},
+    "to": {"type": "string", "pattern": "^[A-Z]{3}$", "x-grounded": True},
+    "passengers": {"type": "integer", "x-grounded": True}}}
+
+
+def test_a_declared_leaf_becomes_the_enum_of_the_values_its_sources_hold() -> None:
+    looked_up = sources(user="Flights from Madrid to Berlin for 2",
+                        results=(("airports.lookup", {"airports": [{"city": "Madrid", "iata": "MAD"},
+                                                                   {"city": "Berlin", "iata": "BER"}]}),))
+    narrowed = narrowed_parameters(FLIGHTS, looked_up)
+    assert isinstance(narrowed, dict)
+    assert sorted(narrowed["properties"]["from"]["enum"]) == ["BER", "MAD"]
+    assert narrowed["properties"]["passengers"] == {"enum": [2]}
+
+
+def test_a_required_leaf_with_no_candidate_makes_the_tool_uncallable() -> None:
+    assert narrowed_parameters(FLIGHTS, sources(user="Flights from Madrid to Berlin")) is False
+
+
+def test_nothing_declared_means_nothing_narrowed() -> None:
+    assert narrowed_parameters({"type": "object", "properties": {"a": {"type": "string"}}}, sources(user="x")) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(pieces=st.lists(st.one_of(st.sampled_from(["0.612", "0.744", "100", "2", "7", "0.75", "13"]),
+                                 st.sampled_from([" - ", " * ", "(", ")", ", ", " / ", "round("])), max_size=12))
+def test_composed_text_is_held_to_the_numbers_its_sources_hold(pieces: list[str]) -> None:
+    schema = {"type": "object", "properties": {"expression": {"type": "string",
+                                                              "x-grounded": {"match": "claims"}}}}
+    given_sources = sources(user="* 100, 2", results=(("read_file", {"a": 0.612, "b": 0.744}),))
+    narrowed = narrowed_parameters(schema, given_sources)
+    assert isinstance(narrowed, dict)
+    pattern = narrowed["properties"]["expression"]["allOf"][1]["pattern"]
+    text = "".join(pieces)
+    runs = re.findall(r"\d+(?:\.\d+)?", text)
+    assert (re.search(pattern, text) is not None) == all(r in {"0.612", "0.744", "100", "2"} for r in runs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.sampled_from(["0.612", "100", "2", "1", "e", "e-", "E+", ".", "-", " ", "x", "round("]),
+                       max_size=10))
+def test_the_numbers_the_grammar_admits_in_text_are_the_grounded_ones(pieces: list[str]) -> None:
+    """Soundness against the claims reader: text the narrowed grammar admits holds no number claim (exponents and
+    decimals included) that its sources do not hold."""
+    schema = {"type": "object", "properties": {"text": {"type": "string", "x-grounded": {"match": "claims"}}}}
+    given_sources = sources(user="multiply 0.612 by 100 and 2 and 1")
+    narrowed = narrowed_parameters(schema, given_sources)
+    pattern = narrowed["properties"]["text"]["allOf"][1]["pattern"]
+    text = "".join(pieces)
+    if re.search(pattern, text) is not None:
+        assert all(given_sources.find_number(c.number).grounded for c in find_claims(text) if c.number is not None)
+    assert re.search(pattern, "1e-100") is None and re.search(pattern, "0.612.5") is None
+    assert re.search(pattern, "round(0.612 * 100, 2).") is not None
+
+
+def test_a_final_pattern_slot_takes_only_values_of_its_source() -> None:
+    given_sources = sources(user="multiply by 100", results=(("read_file", {"score": 0.612}), ("calculator", 21.57)))
+    pattern, answerable = final_pattern_for_turn("DONE {{number@calculator}}%", given_sources, escape)
+    assert answerable and pattern == "DONE (?:21\\.57)%"
+    empty, answerable = final_pattern_for_turn("DONE {{number@calculator}}%", sources(user="x"), escape)
+    assert not answerable and re.fullmatch(empty, "DONE 1%") is None
+
+
+# -- the session: traced, checked, enforced -----------------------------------------------------------------------
+
+def _session_tools(executed: list[str]) -> list[Any]:
+    from agent.tool import Tool
+
+    def lookup(args: Any, ctx: Any) -> dict[str, Any]:
+        executed.append("airports.lookup")
+        return {"airports": [{"city": "Madrid", "iata": "MAD"}, {"city": "Berlin", "iata": "BER"}]}
+
+    def search(args: Any, ctx: Any) -> str:
+        executed.append("search_flights")
+        return f"3 flights {args['from']}->{args['to']}"
+
+    return [Tool(name="airports.lookup", description="City names to IATA codes.", function=lookup,
+                 parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+                 constrained=True),
+            Tool(name="search_flights", description="Search flights.", function=search,
+                 parameters=FLIGHTS, constrained=True)]
+
+
+def _call(name: str, **arguments: Any) -> str:
+    """What a Qwen2.5 model writes to call ``name`` (the codec's own rendering of the call)."""
+    from agent.protocol import QwenCodec, ToolCall, ToolCalls
+
+    codec = QwenCodec()
+    base = [{"role": "user", "content": "u"}]
+    prompt = codec.render(base, add_generation_prompt=True)
+    message = codec.assistant_message(ToolCalls(calls=(ToolCall(name=name, arguments=arguments, raw=""),)))
+    turn = codec.render([*base, message], add_generation_prompt=False)[len(prompt):]
+    return turn[: turn.rindex(codec.stop_token_names[0])]
+
+
+def _run(tmp_path: Any, turns: list[str], **kw: Any) -> tuple[Any, Any, list[str], list[Any]]:
+    from agent.protocol import QwenCodec
+    from agent.session import Session
+    from agent.testkit import ScriptedEngine
+    from agent.tool import ToolRegistry
+    from agent.trace import TraceRecorder, read_trace
+
+    executed: list[str] = []
+    engine = ScriptedEngine(turns, QwenCodec())
+    with TraceRecorder(tmp_path / "trace.jsonl") as recorder:
+        result = Session(engine, ToolRegistry(_session_tools(executed)), trace=recorder, **kw).run(
+            "Flights from Madrid to Berlin for 2 people")
+    return result, engine, executed, list(read_trace(tmp_path / "trace.jsonl").events)
+
+
+def test_an_ungrounded_argument_is_refused_and_repaired_from_a_lookup(tmp_path: Any) -> None:
+    turns = [_call("search_flights", **{"from": "MAD", "to": "BER", "passengers": 2}),
+             _call("airports.lookup", query="Madrid Berlin"),
+             _call("search_flights", **{"from": "MAD", "to": "BER", "passengers": 2}), "3 flights found"]
+    result, engine, executed, events = _run(tmp_path, turns)
+    assert result.outcome == "completed" and executed == ["airports.lookup", "search_flights"]
+    rejected = next(e.data for e in events if e.event_type == "tool_call_rejected")
+    assert {(e["path"], e["kind"]) for e in rejected["errors"]} == {("from", "ungrounded"), ("to", "ungrounded")}
+    validated = [e.data for e in events if e.event_type == "tool_call_validated"][-1]
+    sources_of = {g["path"]: g["source"] for g in validated["grounding"]}
+    assert sources_of["from"]["tool"] == "airports.lookup" and sources_of["from"]["path"] == "airports[0].iata"
+    assert sources_of["passengers"]["kind"] == "user"
+    # the grammar held it too: before the lookup the tool could not be called, after it only the codes could be
+    first, last = engine.calls[0].tools, engine.calls[2].tools
+    assert next(t for t in first if t.name == "search_flights").constraint is False
+    narrowed = next(t for t in last if t.name == "search_flights").constraint
+    assert sorted(narrowed["properties"]["from"]["enum"]) == ["BER", "MAD"]
+
+
+def test_the_final_answer_records_its_claims_and_verify_flags_a_made_up_number(tmp_path: Any) -> None:
+    from agent.cli import main
+    from agent.trace import verify_trace
+
+    result, _, _, events = _run(tmp_path, ["DONE 10.00% for 2"])
+    assert [(c.text, c.source.kind) for c in result.claims] == [("DONE", SourceKind.NONE), ("10.00", SourceKind.NONE),
+                                                                 ("2", SourceKind.USER)]
+    completed = events[-1].data
+    assert [g["source"]["kind"] for g in completed["grounding"]] == ["none", "none", "user"]
+    report = verify_trace(tmp_path / "trace.jsonl")
+    assert report.ok and len(report.ungrounded) == 2 and "'10.00'" in report.ungrounded[1]
+    assert main(["trace", "verify", str(tmp_path / "trace.jsonl")]) == 4
+
+
+def test_verify_finds_recorded_grounding_that_the_ledger_does_not_back(tmp_path: Any) -> None:
+    from agent.trace import verify_trace
+
+    _run(tmp_path, ["3 flights for 2"])
+    path = tmp_path / "trace.jsonl"
+    lines = path.read_text().splitlines()
+    last = json.loads(lines[-1])
+    for claim in last["data"]["grounding"]:
+        claim["source"] = {"kind": "tool_result", "call_id": "call-9", "tool": "x"}
+    path.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    report = verify_trace(path)
+    assert not report.ok and any("disagrees" in p for p in report.problems)
+
+
+def test_a_final_answer_slot_makes_the_model_call_before_it_can_answer(tmp_path: Any) -> None:
+    turns = [_call("airports.lookup", query="Madrid"), "MAD"]
+    result, engine, _, _ = _run(tmp_path, turns, final_pattern="{{text@airports.lookup}}")
+    assert result.final_text == "MAD"
+    assert "[^\\s\\S]" in engine.calls[0].final_pattern  # nothing to answer with yet: only a call can be written
+    assert "MAD" in engine.calls[1].final_pattern
+
+
+def test_a_slot_naming_no_source_is_refused_at_construction() -> None:
+    from agent.protocol import QwenCodec
+    from agent.session import Session, SessionError
+    from agent.testkit import ScriptedEngine
+    from agent.tool import ToolRegistry
+
+    with pytest.raises(SessionError, match="names no source"):
+        Session(ScriptedEngine([], QwenCodec()), ToolRegistry(_session_tools([])),
+                final_pattern="DONE {{number@calculator}}%")
+
+
+def test_a_call_refused_as_ungrounded_is_a_repeat_until_a_new_source_arrives(tmp_path: Any) -> None:
+    search = _call("search_flights", **{"from": "MAD", "to": "BER", "passengers": 2})
+    result, engine, executed, events = _run(tmp_path, [search, search, "I need the airport codes."])
+    assert executed == [] and result.final_text == "I need the airport codes."
+    (refused,) = [e.data for e in events if e.event_type == "repeats_refused"]
+    assert refused["calls"][0]["answered_by"] == "call-1" and engine.calls[2].tool_choice == "none"
+
+
+@pytest.mark.model
+def test_narrowed_schemas_compile_in_the_engine_and_hold_grounded_values(qwen2_vocab: Any) -> None:
+    """What a turn's grammar enforces (the narrowed schemas, closed as the codec closes them) compiles over a real
+    vocabulary and admits exactly the grounded arguments: the airport codes a lookup returned (a dynamic enum) and an
+    expression's numbers (composed text)."""
+    import constrained
+    from agent.builtins import calculator_tool
+    from agent.schema import close_for_grammar
+
+    looked_up = sources(user="Flights from Madrid to Berlin for 2; compute it * 100, 2",
+                        results=(("airports.lookup", {"airports": [{"iata": "MAD"}, {"iata": "BER"}]}),
+                                 ("read_file", {"content": "score: 0.612"})))
+    calculator = calculator_tool(grounded=True)
+
+    def grammar(parameters: dict[str, Any]) -> Any:
+        narrowed = narrowed_parameters(parameters, looked_up)
+        assert isinstance(narrowed, dict)
+        return constrained.compile_json_schema(close_for_grammar(narrowed), qwen2_vocab, whitespace="spaced")
+
+    flights, expression = grammar(FLIGHTS), grammar(calculator.parameters)
+    assert flights.accepts(b'{"from": "MAD", "to": "BER", "passengers": 2}')
+    assert not flights.accepts(b'{"from": "MAD", "to": "OTP", "passengers": 2}')
+    assert not flights.accepts(b'{"from": "MAD", "to": "BER", "passengers": 3}')
+    assert expression.accepts(b'{"expression": "round((0.612 - 0.612) / 0.612 * 100, 2)"}')
+    assert not expression.accepts(b'{"expression": "round((0.75 - 0.612) / 0.612 * 100, 2)"}')
+    assert not expression.accepts(b'{"expression": "1e-100 * 100"}')
