@@ -111,8 +111,10 @@ def _read_capped(path: Path, relative: str, max_bytes: int) -> bytes:
         os.close(fd)
 
 
-def read_file_tool(sandbox_root: Path, *, max_bytes: int = _DEFAULT_MAX_BYTES) -> Tool:
-    """``read_file(path)``: the UTF-8 text of a file under ``sandbox_root`` (data)."""
+def read_file_tool(sandbox_root: Path, *, max_bytes: int = _DEFAULT_MAX_BYTES, grounded: bool = False) -> Tool:
+    """``read_file(path)``: the UTF-8 text of a file under ``sandbox_root`` (data). ``grounded``: the path must be one
+    the user's words name (``x-grounded: "user"``, `agent.grounding`): the model reads the files it was asked to, not
+    paths it invents."""
     root = _sandbox(sandbox_root)
 
     def read_file(args: ValidatedArguments, ctx: ToolContext) -> dict[str, Any]:
@@ -131,6 +133,7 @@ def read_file_tool(sandbox_root: Path, *, max_bytes: int = _DEFAULT_MAX_BYTES) -
                      f"relative to the sandbox, e.g. notes/summary.md; files over {max_bytes} bytes are refused."),
         parameters={"type": "object",
                     "properties": {"path": {"type": "string", "minLength": 1, "maxLength": 200,
+                                            **({GROUNDED_KEY: "user"} if grounded else {}),
                                             "description": "Relative path inside the sandbox, e.g. data/scores.txt. "
                                                            "No leading '/', no '..'."}},
                     "required": ["path"], "additionalProperties": False},
@@ -263,8 +266,10 @@ def calculator_tool(*, grounded: bool = False) -> Tool:
 # write_artifact
 # ---------------------------------------------------------------------------------------------------------
 
-def write_artifact_tool(*, max_bytes: int = _DEFAULT_MAX_BYTES) -> Tool:
-    """``write_artifact(name, content)``: publish UTF-8 text as a run artifact (action, run-local)."""
+def write_artifact_tool(*, max_bytes: int = _DEFAULT_MAX_BYTES, grounded: bool = False) -> Tool:
+    """``write_artifact(name, content)``: publish UTF-8 text as a run artifact (action, run-local). ``grounded``: the
+    name must be one the user's words give (``x-grounded: "user"``): the model writes the file it was asked for, not
+    one named after an earlier result."""
 
     def write_artifact(args: ValidatedArguments, ctx: ToolContext) -> dict[str, Any]:
         if ctx.artifacts is None:
@@ -283,6 +288,7 @@ def write_artifact_tool(*, max_bytes: int = _DEFAULT_MAX_BYTES) -> Tool:
         parameters={"type": "object",
                     "properties": {
                         "name": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$",
+                                 **({GROUNDED_KEY: "user"} if grounded else {}),
                                  "description": "File name, letters/digits/._- only, e.g. best-config.md"},
                         "content": {"type": "string",
                                     "description": f"The full text to save (UTF-8, at most {max_bytes} bytes)."}},
@@ -291,12 +297,13 @@ def write_artifact_tool(*, max_bytes: int = _DEFAULT_MAX_BYTES) -> Tool:
 
 
 def builtin_tools(sandbox_root: Path, *, max_read_bytes: int = _DEFAULT_MAX_BYTES,
-                  max_artifact_bytes: int = _DEFAULT_MAX_BYTES, calculator_grounded: bool = False) -> list[Tool]:
-    """``[read_file, calculator, write_artifact]``, reads confined to ``sandbox_root`` (``calculator_grounded``:
-    see `calculator_tool`).
+                  max_artifact_bytes: int = _DEFAULT_MAX_BYTES, grounded: bool = False) -> list[Tool]:
+    """``[read_file, calculator, write_artifact]``, reads confined to ``sandbox_root``. ``grounded``: read_file's
+    path and write_artifact's name must be ones the user named, the calculator's numbers ones the conversation holds
+    (`read_file_tool`, `calculator_tool`, `write_artifact_tool`).
 
     Raises:
         ToolDefinitionError: ``sandbox_root`` does not exist or is not a directory.
     """
-    return [read_file_tool(sandbox_root, max_bytes=max_read_bytes), calculator_tool(grounded=calculator_grounded),
-            write_artifact_tool(max_bytes=max_artifact_bytes)]
+    return [read_file_tool(sandbox_root, max_bytes=max_read_bytes, grounded=grounded),
+            calculator_tool(grounded=grounded), write_artifact_tool(max_bytes=max_artifact_bytes, grounded=grounded)]

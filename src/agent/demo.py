@@ -7,9 +7,10 @@ report and runs `verify_trace`, so the final line is a checked fact, not the mod
 The model runs the task under ``tool_choice="auto"``: which tool each turn calls, and every value (which file to
 read, the numbers in the expression, the artifact text) is its own. Constraint holds the form, grounding holds the
 truth: the final answer is ``DONE <number>%`` where the number must be one a calculator result holds
-(``DONE {{number@calculator}}%``, `agent.grounding_policy`), so the model cannot answer before it has computed,
+(``DONE {{number@calculator:last}}%``, `agent.grounding_policy`), so the model cannot answer before it has computed,
 nor with a number it made up; the calculator's expression must take its numbers from the conversation (the files
-read, the task's ``* 100`` and ``2``), so it cannot compute on numbers it made up either. A wrong value still fails
+read, the task's ``* 100`` and ``2``), so it cannot compute on numbers it made up either; and read_file and
+write_artifact take only the file names the task gives. A wrong value still fails
 the demo. ``plan=True`` runs the scripted variant for comparison: a per-turn tool-choice plan fixes which tool each
 step calls (`TOOL_PLAN`).
 
@@ -40,8 +41,8 @@ TOOL_PLAN = ("read_file", "read_file", "calculator", "write_artifact", "none")
 """Which tool each model turn must call (the last entry, ``none``, is the final answer)."""
 FINAL_ANSWER_PATTERN = r"DONE [0-9]{1,6}\.[0-9]{2}%"
 """The answer's form alone (``grounded=False``, and the scripted plan)."""
-GROUNDED_ANSWER_PATTERN = "DONE {{number@calculator}}%"
-"""The answer's form, its number one a calculator result holds."""
+GROUNDED_ANSWER_PATTERN = "DONE {{number@calculator:last}}%"
+"""The answer's form, its number one the calculator's latest result holds."""
 EXPECTED_ANSWER = "DONE 21.57%"
 SYSTEM_PROMPT = ("You are a careful research assistant. You learn file contents only by calling read_file, compute "
                  "only with calculator, and create files only with write_artifact. Make exactly one tool call per "
@@ -49,10 +50,10 @@ SYSTEM_PROMPT = ("You are a careful research assistant. You learn file contents 
 AUTO_SYSTEM_PROMPT = ("You are a careful research assistant. You learn file contents only by calling read_file, "
                       "compute only with calculator, and create files only with write_artifact.")
 AUTO_PROMPT = ("The experiment summaries baseline_q4.md and tuned_q8.md each report a score. Find out how much "
-               "better the tuned score is: read both files, compute round((tuned_score - baseline_score) / "
-               "baseline_score * 100, 2) with the calculator, write a short Markdown report named best-config.md "
-               "with write_artifact (the best configuration, both scores and the improvement), then reply with "
-               "exactly one line: DONE <improvement>%")
+               "better the tuned score is: first read both files, then compute round((tuned_score - baseline_score) "
+               "/ baseline_score * 100, 2) with the calculator from the two scores you read, then write a short "
+               "Markdown report named best-config.md with write_artifact (the best configuration, both scores and "
+               "the improvement), then reply with exactly one line: DONE <improvement>%")
 """``ember demo``: the task, not a plan; which tool each turn calls, and with what, is the model's decision."""
 DEMO_PROMPT = ("Follow this plan, one step per turn:\n"
                "1. read_file with path baseline_q4.md\n"
@@ -121,7 +122,7 @@ def run_demo(*, model: str, out_dir: Path, n_threads: int | None = None,
     trace_path = out_dir / "trace.jsonl"
     artifact_root = out_dir / "artifacts"
 
-    tools = builtin_tools(sandbox, calculator_grounded=grounded and not plan)
+    tools = builtin_tools(sandbox, grounded=grounded and not plan)
     result = run_session(model=model, tools=tools, prompt=DEMO_PROMPT if plan else AUTO_PROMPT,
                          trace_path=trace_path, artifact_root=artifact_root, sandbox_root=sandbox,
                          system_prompt=SYSTEM_PROMPT if plan else AUTO_SYSTEM_PROMPT,

@@ -205,12 +205,11 @@ class Requirement:
 
 _WORD_RE: Final = re.compile(r"[^\W\d_]+|\d+")
 _NUMBER_RE: Final = re.compile(
-    r"(?<![\w.,])(?P<sign>[-+\u2212])?(?P<body>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?(?!\w|\.\d)")
-"""A number as written in text: not glued to a word (``q4``), a sign only where no word precedes it (``2026-12``
-is two numbers), thousands separated by commas, a leading-dot decimal."""
-_LOOSE_NUMBER_RE: Final = re.compile(r"\d+(?:\.\d+)?")
-"""Every digit run of a source, also inside identifiers and timestamps (``T23:32``): sources are read generously,
-claims strictly."""
+    r"(?:(?<![\w.,])|(?<=\dT))(?P<sign>[-+\u2212])?(?P<body>(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
+    r"(?:[eE][-+]?\d+)?(?!\w|\.\d)")
+"""A number as written in text, in a source and in a claim alike: not glued to a word (``q4``, ``Q8_0``), a sign only
+where no word precedes it (``2026-12`` is two numbers), thousands separated by commas, a leading-dot decimal; an ISO
+time after its date's ``T`` (``2026-12-07T23:32`` holds 23)."""
 _LIST_MARKER_RE: Final = re.compile(r"(?m)^[ \t]*\d{1,3}[.)](?=\s)")
 
 
@@ -332,17 +331,10 @@ class Sources:
                 self._add_number(number, _with_span(source, start, end), _plain(number))
             for date, start, end in date_readings(text):
                 self._add_text(_with_span(source, start, end), date, read=False)
-        read: set[int] = set()  # where the numbers read as written start (their digits)
         for m in _NUMBER_RE.finditer(text):
             number = _decimal(m.group())
             if number is not None:
-                read.add(m.start("body"))
                 self._add_number(number, _with_span(source, m.start(), m.end()), m.group())
-        for m in _LOOSE_NUMBER_RE.finditer(text):  # digit runs no number reading covered (in q4, T23:32)
-            if m.start() not in read and (m.start() == 0 or not text[m.start() - 1] == "."):
-                number = _decimal(m.group())
-                if number is not None:
-                    self._add_number(number, _with_span(source, m.start(), m.end()), m.group())
 
     def _add_number(self, number: Decimal, source: Source, surface: str) -> None:
         self._order += 1
@@ -372,6 +364,15 @@ class Sources:
                 if best is None or _preference(found) < _preference(best):
                     best = found
         return best if best is not None else NOWHERE
+
+    def latest_call(self, tool: str) -> str | None:
+        """The call id of ``tool``'s most recently committed result, if any."""
+        latest = max((t.source for t in self.texts if t.source.tool == tool), key=lambda s: s.ledger_index or 0,
+                     default=None)
+        numbered = max((s for places in self._numbers.values() for _, s in places if s.tool == tool),
+                       key=lambda s: s.ledger_index or 0, default=None)
+        best = max((s for s in (latest, numbered) if s is not None), key=lambda s: s.ledger_index or 0, default=None)
+        return best.call_id if best is not None else None
 
     def numbers(self, allowed: frozenset[str] | None = None) -> dict[Decimal, list[str]]:
         """Every number the admitted sources hold, with the ways it was written there (for dynamic enums)."""
@@ -413,7 +414,9 @@ def _preference(source: Source) -> tuple[int, int]:
 
 
 def _admits(allowed: frozenset[str] | None, source: Source) -> bool:
-    return allowed is None or source.kind.value in allowed or (source.tool is not None and source.tool in allowed)
+    """Whether ``source`` is one ``allowed`` names: by kind (``user``...), by tool, or by call id."""
+    return (allowed is None or source.kind.value in allowed or (source.tool is not None and source.tool in allowed)
+            or (source.call_id is not None and source.call_id in allowed))
 
 
 # -- claims -------------------------------------------------------------------------------------------------------

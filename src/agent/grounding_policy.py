@@ -42,10 +42,11 @@ MAX_PHRASES_READ: Final = 20_000
 it, validation alone holds the leaf."""
 UNGROUNDED_REASON: Final = ("not found in the conversation or any tool result: ask the user or call a lookup tool "
                             "that returns it")
-SLOT_RE: Final = re.compile(r"\{\{(number|text)@([A-Za-z0-9_.,-]+)\}\}")
+SLOT_RE: Final = re.compile(r"\{\{(number|text)@([A-Za-z0-9_.,-]+?)(:last)?\}\}")
 """A final-pattern slot: ``{{number@calculator}}`` admits a number a calculator result holds, written as it was
 there; ``{{text@user,tool_result}}`` a phrase of those sources. Sources: ``user``, ``system``, ``tool_result`` or a
-tool name, comma-separated."""
+tool name, comma-separated; ``:last`` takes a named tool's latest result only (``{{number@calculator:last}}``: the
+number the calculator returned last, not one it returned before the model recomputed)."""
 
 
 # -- the schema along a path --------------------------------------------------------------------------------------
@@ -298,6 +299,8 @@ def final_pattern_for_turn(pattern: str, sources: Sources, escape: Callable[[str
     def expand(m: re.Match[str]) -> str:
         nonlocal answerable
         allowed = frozenset(s for s in m.group(2).split(",") if s)
+        if m.group(3):  # the latest call of each named tool
+            allowed = frozenset(call for call in map(sources.latest_call, allowed) if call is not None)
         if m.group(1) == "number":
             forms = sorted({form for written in sources.numbers(allowed).values() for form in written})
         else:

@@ -257,6 +257,9 @@ def test_a_final_pattern_slot_takes_only_values_of_its_source() -> None:
     assert answerable and pattern == "DONE (?:21\\.57)%"
     empty, answerable = final_pattern_for_turn("DONE {{number@calculator}}%", sources(user="x"), escape)
     assert not answerable and re.fullmatch(empty, "DONE 1%") is None
+    twice = sources(user="x", results=(("calculator", 0.0), ("read_file", {"score": 0.744}), ("calculator", 21.57)))
+    assert final_pattern_for_turn("DONE {{number@calculator}}%", twice, escape)[0] == "DONE (?:0\\.0|21\\.57)%"
+    assert final_pattern_for_turn("DONE {{number@calculator:last}}%", twice, escape)[0] == "DONE (?:21\\.57)%"
 
 
 # -- the session: traced, checked, enforced -----------------------------------------------------------------------
