@@ -210,6 +210,7 @@ _NUMBER_RE: Final = re.compile(
 """A number as written in text, in a source and in a claim alike: not glued to a word (``q4``, ``Q8_0``), a sign only
 where no word precedes it (``2026-12`` is two numbers), thousands separated by commas, a leading-dot decimal; an ISO
 time after its date's ``T`` (``2026-12-07T23:32`` holds 23)."""
+_DIGIT_RE: Final = re.compile(r"\d")
 _LIST_MARKER_RE: Final = re.compile(r"(?m)^[ \t]*\d{1,3}[.)](?=\s)")
 
 
@@ -223,6 +224,9 @@ def normalize_token(token: str) -> str:
 
 
 def _tokens(text: str) -> list[tuple[str, int, int]]:
+    if text.isascii():  # the common case, folded at once: lowering ASCII keeps every offset
+        return [(t.lstrip("0") or "0" if t[0] == "0" else t, m.start(), m.end())
+                for m in _WORD_RE.finditer(text.lower()) for t in (m.group(),)]
     return [(normalize_token(m.group()), m.start(), m.end()) for m in _WORD_RE.finditer(text)]
 
 
@@ -326,12 +330,13 @@ class Sources:
         self.texts.append(_Text(source=source, raw=text, tokens=tokens))
         for i, (token, _, _) in enumerate(tokens):
             self._by_token.setdefault(token, []).append((position, i))
+        digits = _DIGIT_RE.search(text) is not None
         if read:
-            for number, start, end in number_readings(text):
+            for number, start, end in number_readings(text, digits=digits):
                 self._add_number(number, _with_span(source, start, end), _plain(number))
-            for date, start, end in date_readings(text):
+            for date, start, end in (date_readings(text) if digits else ()):
                 self._add_text(_with_span(source, start, end), date, read=False)
-        for m in _NUMBER_RE.finditer(text):
+        for m in (_NUMBER_RE.finditer(text) if digits else ()):
             number = _decimal(m.group())
             if number is not None:
                 self._add_number(number, _with_span(source, m.start(), m.end()), m.group())

@@ -47,14 +47,14 @@ def _decimal(text: str) -> Decimal | None:
         return None
 
 
-def number_readings(text: str) -> Iterator[tuple[Decimal, int, int]]:
+def number_readings(text: str, *, digits: bool = True) -> Iterator[tuple[Decimal, int, int]]:
     """Numbers ``text`` writes in another notation: a percentage as its fraction, a number with a scale word, a
-    number word; (value, start, end)."""
-    for m in _PERCENT_RE.finditer(text):
+    number word; (value, start, end). ``digits=False``: the caller knows the text has no digit (words only)."""
+    for m in _PERCENT_RE.finditer(text) if digits else ():
         value = _decimal(m.group(1))
         if value is not None:
             yield value / 100, m.start(), m.end()
-    for m in _SCALED_RE.finditer(text):
+    for m in _SCALED_RE.finditer(text) if digits else ():
         value = _decimal(m.group(1))
         if value is not None:
             yield value * _SCALES[m.group(2).lower()], m.start(), m.end()
