@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from hypothesis import assume, given, settings
@@ -22,6 +22,7 @@ from agent.grounding_policy import (final_pattern_for_turn, ground_arguments, na
                                     ungrounded_errors)
 from agent.protocol._pattern import escape
 from agent.schema import render_path
+from agent.tool import grounded
 
 
 def tool_result(value: Any) -> str:
@@ -409,3 +410,30 @@ def test_narrowed_schemas_compile_in_the_engine_and_hold_grounded_values(qwen2_v
     assert expression.accepts(b'{"expression": "round((0.612 - 0.612) / 0.612 * 100, 2)"}')
     assert not expression.accepts(b'{"expression": "round((0.75 - 0.612) / 0.612 * 100, 2)"}')
     assert not expression.accepts(b'{"expression": "1e-100 * 100"}')
+
+
+def test_typed_function_and_pydantic_builders_declare_grounding() -> None:
+    import pydantic
+
+    from agent.errors import ToolDefinitionError
+    from agent.tool import Tool
+
+    def pay(iban: Annotated[str, grounded("user")], amount: Annotated[float, grounded()], note: str = "") -> str:
+        """Pay an invoice."""
+        return "paid"
+
+    tool = Tool.from_function(pay, kind="action")
+    assert tool.parameters["properties"]["iban"]["x-grounded"] == "user"
+    assert tool.parameters["properties"]["amount"]["x-grounded"] is True
+    assert "x-grounded" not in tool.parameters["properties"]["note"] and tool.declares_grounding
+
+    class Invoice(pydantic.BaseModel):
+        iban: str = grounded(match="claims", description="the account")
+        amount: float
+
+    from_model = Tool.from_pydantic(Invoice, lambda invoice: "paid", name="pay_invoice", grounded=True)
+    assert from_model.parameters["properties"]["iban"]["x-grounded"] == {"sources": True, "match": "claims"}
+    assert from_model.grounding_requirement is not None and not from_model.grounding_requirement.whole
+    with pytest.raises(ToolDefinitionError, match="x-grounded"):
+        Tool(name="bad", function=lambda a, c: 0, parameters={"type": "object", "properties": {
+            "x": {"type": "string", "x-grounded": ""}}})
