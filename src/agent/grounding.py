@@ -16,7 +16,9 @@ The matching rule (docs/grounding.md):
   matches inside ``Madrid`` and ``BUC`` never inside ``Bucharest``. Whitespace and punctuation between tokens do
   not count: ``Asia/Tokyo`` matches ``Asia Tokyo``.
 - **Numbers as decimals.** ``0.744``, ``.744`` and ``0.7440`` are one number; ``1,000`` is ``1000``; a sign counts
-  (``-3`` is not ``3``); digits inside an identifier (``q4``, ``Qwen2.5``) are not numbers.
+  (``-3`` is not ``3``); digits inside an identifier (``q4``, ``Qwen2.5``) are not numbers. A source also holds
+  what it writes in another notation (`agent.readings`): ``4%`` is 0.04 too, ``1.267 billion`` 1267000000,
+  ``twelve`` 12, ``May 12, 2022`` the text ``2022-05-12``.
 - **A string value** is grounded where its whole token sequence occurs in one source; otherwise it is *composed*,
   grounded only when it holds claims and each claim is (``round((0.744 - 0.612) / 0.612 * 100, 2)``).
 - **Fixed by the schema**: a value an ``enum`` or ``const`` fixes, a boolean, null, a string with no token.
@@ -39,16 +41,20 @@ from agent.argument_errors import render_path
 from agent.readings import date_readings, number_readings
 
 __all__ = [
-    "ClaimGrounding",
     "GROUNDED_KEY",
+    "Claim",
+    "ClaimGrounding",
+    "Requirement",
     "Source",
     "SourceKind",
     "Sources",
     "ValueGrounding",
     "find_claims",
-    "ground_value",
+    "ground_claim",
     "ground_text",
-    "Requirement",
+    "ground_value",
+    "iter_leaves",
+    "normalize_token",
     "requirement",
 ]
 
@@ -434,11 +440,16 @@ _LEAD_MARKS: Final = frozenset(" \t\r#*->•([{\"'`\u201c\u00ab|")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Claim:
+    """Something free text states that can be looked up: a number, a quoted string or a name."""
+
     text: str
     kind: str
+    """``number``, ``quoted`` or ``name``."""
     span: tuple[int, int]
     tokens: tuple[str, ...] = ()
+    """A quoted string's or a name's tokens, as compared."""
     number: Decimal | None = None
+    """A number's value."""
 
 
 def _sentence_initial(text: str, start: int) -> bool:
@@ -496,31 +507,39 @@ def ground_text(text: str, sources: Sources, allowed: frozenset[str] | None = No
 def ground_value(path: str, value: Any, sources: Sources, *, fixed: bool = False,
                  required: Requirement | None = None) -> ValueGrounding:
     """Where one argument leaf came from (see the module docstring for the rule). ``fixed``: the leaf's schema
-    fixes its value (enum/const). ``required``: a declaration (`requirement`); lookups then search only its sources,
-    so a value found elsewhere does not satisfy it."""
-    allowed = required.sources if required is not None else None
+    fixes its value (enum/const). ``required``: a declaration (`requirement`): its sources are searched first; a
+    value found only elsewhere is recorded where it was found, and does not satisfy it."""
     if fixed or value is None or isinstance(value, bool):
         return ValueGrounding(path=path, source=_BY_SCHEMA, required=required)
+    if not isinstance(value, (str, int, float)):
+        raise TypeError(f"a leaf is a JSON scalar, not {type(value).__name__}")
+    if required is not None:
+        held = _ground_scalar(path, value, sources, required.sources)
+        if held.grounded:
+            return ValueGrounding(path=path, source=held.source, parts=held.parts, required=required)
+    found = _ground_scalar(path, value, sources, None)
+    return ValueGrounding(path=path, source=found.source, parts=found.parts, required=required)
+
+
+def _ground_scalar(path: str, value: str | float, sources: Sources, allowed: frozenset[str] | None) -> ValueGrounding:
     number = _json_number(value)
     if number is not None:
-        return ValueGrounding(path=path, source=sources.find_number(number, allowed), required=required)
-    if not isinstance(value, str):
-        raise TypeError(f"a leaf is a JSON scalar, not {type(value).__name__}")
+        return ValueGrounding(path=path, source=sources.find_number(number, allowed))
+    assert isinstance(value, str)
     tokens = [t for t, _, _ in _tokens(value)]
     if not tokens:
-        return ValueGrounding(path=path, source=_BY_SCHEMA, required=required)
+        return ValueGrounding(path=path, source=_BY_SCHEMA)
     whole = sources.find_tokens(tokens, allowed)
     if whole.grounded:
-        return ValueGrounding(path=path, source=whole, required=required)
+        return ValueGrounding(path=path, source=whole)
     number = _decimal(value.strip()) if _NUMBER_RE.fullmatch(value.strip()) else None
     if number is not None:
         found = sources.find_number(number, allowed)
         if found.grounded:
-            return ValueGrounding(path=path, source=found, required=required)
+            return ValueGrounding(path=path, source=found)
     parts = ground_text(value, sources, allowed)
     composed = bool(parts) and all(p.source.grounded for p in parts)
-    return ValueGrounding(path=path, source=Source(kind=SourceKind.COMPOSED) if composed else NOWHERE,
-                          parts=parts, required=required)
+    return ValueGrounding(path=path, source=Source(kind=SourceKind.COMPOSED) if composed else NOWHERE, parts=parts)
 
 
 def requirement(declaration: Any, *, match: str = "whole") -> Requirement | None:

@@ -191,7 +191,9 @@ def test_an_enum_or_const_grounds_a_value_and_sources_can_be_named() -> None:
     assert records["unit"].source.kind is SourceKind.SCHEMA
     assert records["date"].source.tool == "calendar" and records["date"].satisfied
     only_user = sources(user="on 2026-09-11")
-    assert ungrounded_errors(ground_arguments({"unit": "km", "date": "2026-09-11"}, schema, only_user))
+    refused = ground_arguments({"unit": "km", "date": "2026-09-11"}, schema, only_user)
+    assert ungrounded_errors(refused)  # the calendar was asked for: the user's words do not satisfy it ...
+    assert refused[1].source.kind is SourceKind.USER and not refused[1].satisfied  # ... but are where it was found
 
 
 # -- enforcement in the grammar -----------------------------------------------------------------------------------
