@@ -439,3 +439,51 @@ def test_typed_function_and_pydantic_builders_declare_grounding() -> None:
     with pytest.raises(ToolDefinitionError, match="x-grounded"):
         Tool(name="bad", function=lambda a, c: 0, parameters={"type": "object", "properties": {
             "x": {"type": "string", "x-grounded": ""}}})
+
+
+@pytest.mark.model
+def test_on_a_real_model_a_refused_ungrounded_code_is_repaired_from_a_lookup(tmp_path: Any) -> None:
+    """The default model is made to call search_flights first (a named choice keeps a declared tool callable, so
+    validation speaks): its airport codes are its own memory and are refused. Under ``required`` the lookup is then
+    the only tool it can call, on words of the request (its query is grounded in the user's words, so not on a code
+    it made up); the repaired search_flights can only take the codes the lookups returned (the turn's dynamic
+    enum)."""
+    from agent.chat import load_chat_model
+    from agent.engine import ChatModelEngine
+    from agent.session import Session
+    from agent.tool import Tool, ToolRegistry
+    from agent.trace import TraceRecorder, read_trace, verify_trace
+
+    codes = {"madrid": "MAD", "berlin": "BER", "oslo": "OSL", "paris": "CDG"}
+
+    def lookup(args: Any, ctx: Any) -> dict[str, Any]:
+        words = re.findall(r"[a-z]+", args["query"].lower())
+        return {"airports": [{"city": w.title(), "iata": codes[w]} for w in words if w in codes]}
+
+    tools = [Tool(name="airports_lookup", description="IATA airport codes of the cities named in the query.",
+                  function=lookup, constrained=True,
+                  parameters={"type": "object", "properties": {"query": {"type": "string", "maxLength": 60,
+                                                                         "x-grounded": "user"}},
+                              "required": ["query"], "additionalProperties": False}),
+             Tool(name="search_flights", description="Search flights between two airports (IATA codes).",
+                  function=lambda args, ctx: f"2 flights {args['from']}->{args['to']}", constrained=True,
+                  parameters={"type": "object", "required": ["from", "to"], "additionalProperties": False,
+                              "properties": {side: {"type": "string", "pattern": "^[A-Z]{3}$", "x-grounded": True}
+                                             for side in ("from", "to")}})]
+    chat = load_chat_model("qwen2.5-coder-0.5b-instruct", n_ctx=2048, n_threads=1)
+    try:
+        with TraceRecorder(tmp_path / "trace.jsonl") as trace:
+            result = Session(ChatModelEngine(chat.model, chat.codec), ToolRegistry(tools), trace=trace,
+                             tool_choice=("search_flights", "required", "required", "search_flights", "none"),
+                             parallel_calls=False).run("Find flights from Madrid to Berlin.")
+    finally:
+        chat.model.close()
+    events = read_trace(tmp_path / "trace.jsonl").events
+    rejected = [e.data for e in events if e.event_type == "tool_call_rejected"]
+    assert rejected and {e["kind"] for e in rejected[0]["errors"]} == {"ungrounded"}
+    ran = [e.data for e in events if e.event_type == "tool_call_validated"]
+    assert {d["tool"] for d in ran[:-1]} == {"airports_lookup"} and ran[-1]["tool"] == "search_flights", result
+    sources_of = {g["path"]: g["source"] for g in ran[-1]["grounding"]}
+    assert {s["tool"] for s in sources_of.values()} == {"airports_lookup"}  # both codes from a lookup's result
+    assert ran[-1]["arguments"]["from"] == "MAD"  # the refused MDN, repaired (which codes "to" got is the model's)
+    assert verify_trace(tmp_path / "trace.jsonl").ok
