@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.engine import EngineError, ModelTurn, prompt_tools
-from agent.protocol.base import Codec, ToolChoice, ToolSpec
+from agent.protocol.base import Action, Codec, FinalText, ToolCall, ToolCalls, ToolChoice, ToolSpec
 from constrained.decoding import CancelSignal, FinishReason
 
-__all__ = ["ManualClock", "ScriptedCall", "ScriptedEngine", "ScriptedTurn", "ScriptExhaustedError"]
+__all__ = ["ManualClock", "ScriptedCall", "ScriptedEngine", "ScriptedTurn", "ScriptExhaustedError", "call_text",
+           "final_text", "model_text"]
 
 TurnText = str | Callable[[list[dict[str, Any]]], str]
 """A turn's text, or a function of the committed messages returning it."""
@@ -192,3 +193,29 @@ class ScriptedEngine:
     def identity(self) -> dict[str, Any]:
         return {"engine": type(self).__name__, "model_path": None, "model_sha256": None,
                 "vocabulary_fingerprint": None, "codec_id": self.codec.id, "n_turns": len(self.turns)}
+
+
+# -- what a model of a codec's family writes ----------------------------------------------------------------------
+
+def model_text(codec: Codec, action: Action) -> str:
+    """What a model of ``codec``'s family generates for ``action``: the codec's own rendering of the assistant turn,
+    cut out of a conversation rendered with and without it (stop token excluded, as the engine reports it)."""
+    base = [{"role": "user", "content": "u"}]
+    prompt = codec.render(base, add_generation_prompt=True)
+    full = codec.render([*base, codec.assistant_message(action)], add_generation_prompt=False)
+    assert full.startswith(prompt), "the codec renders history differently from a prompt"
+    turn = full[len(prompt):]
+    for stop in codec.stop_token_names:
+        if stop in turn:
+            return turn[: turn.rindex(stop)]
+    return turn
+
+
+def call_text(codec: Codec, name: str, /, **arguments: Any) -> str:
+    """`model_text` of one call."""
+    return model_text(codec, ToolCalls(calls=(ToolCall(name=name, arguments=arguments, raw=""),)))
+
+
+def final_text(codec: Codec, text: str) -> str:
+    """`model_text` of a final answer."""
+    return model_text(codec, FinalText(text=text))

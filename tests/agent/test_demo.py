@@ -13,10 +13,10 @@ import pytest
 from agent.artifact import ArtifactStore
 from agent.builtins import builtin_tools
 from agent.demo import DEMO_DATA, EXPECTED_ANSWER, FINAL_ANSWER_PATTERN, TOOL_PLAN
-from agent.protocol.base import FinalText, ToolCall, ToolCalls
+from agent.protocol.base import FinalText, ToolCalls
 from agent.protocol.qwen import QwenCodec
 from agent.session import LoopOutcome, Session
-from agent.testkit import ScriptedEngine
+from agent.testkit import ScriptedEngine, call_text, model_text
 from agent.tool import ToolRegistry
 from agent.trace import EventType, TraceRecorder, read_trace, verify_trace
 
@@ -28,14 +28,11 @@ def _score(name: str) -> float:
 
 
 def _text(action: FinalText | ToolCalls) -> str:
-    base = [{"role": "user", "content": "u"}]
-    prompt = CODEC.render(base, add_generation_prompt=True)
-    full = CODEC.render([*base, CODEC.assistant_message(action)], add_generation_prompt=False)
-    return full[len(prompt):].removesuffix("\n").removesuffix("<|im_end|>")
+    return model_text(CODEC, action)
 
 
 def _call(name: str, /, **arguments) -> str:
-    return _text(ToolCalls(calls=(ToolCall(name=name, arguments=arguments, raw=""),)))
+    return call_text(CODEC, name, **arguments)
 
 
 def test_the_expected_answer_is_the_improvement_the_data_holds() -> None:

@@ -286,15 +286,10 @@ def _session_tools(executed: list[str]) -> list[Any]:
 
 
 def _call(name: str, **arguments: Any) -> str:
-    """What a Qwen2.5 model writes to call ``name`` (the codec's own rendering of the call)."""
-    from agent.protocol import QwenCodec, ToolCall, ToolCalls
+    from agent.protocol import QwenCodec
+    from agent.testkit import call_text
 
-    codec = QwenCodec()
-    base = [{"role": "user", "content": "u"}]
-    prompt = codec.render(base, add_generation_prompt=True)
-    message = codec.assistant_message(ToolCalls(calls=(ToolCall(name=name, arguments=arguments, raw=""),)))
-    turn = codec.render([*base, message], add_generation_prompt=False)[len(prompt):]
-    return turn[: turn.rindex(codec.stop_token_names[0])]
+    return call_text(QwenCodec(), name, **arguments)
 
 
 def _run(tmp_path: Any, turns: list[str], **kw: Any) -> tuple[Any, Any, list[str], list[Any]]:

@@ -24,6 +24,7 @@ from agent.ledger import EntryKind
 from agent.limits import AgentLimits, LimitKind
 from agent.protocol import FinalText, QwenCodec, ToolCall, ToolCalls
 from agent.session import LoopOutcome, RunResult, Session, SessionError
+from agent import testkit
 from agent.testkit import ManualClock, ScriptedEngine, ScriptedTurn
 from agent.tool import ApprovalDecision, Tool, ToolContext, ToolKind, ToolRegistry
 from agent.trace import EventType, TraceRecorder, TraceWriteError, read_trace, verify_trace
@@ -33,18 +34,11 @@ SYSTEM = "You are a careful assistant."
 
 
 def model_text(action: FinalText | ToolCalls) -> str:
-    """What a Qwen2.5 model generates for ``action``: the codec's rendering of the assistant turn, cut out of a
-    conversation rendered with and without it (stop token excluded, as the engine reports it)."""
-    base = [{"role": "user", "content": "u"}]
-    prompt = CODEC.render(base, add_generation_prompt=True)
-    full = CODEC.render([*base, CODEC.assistant_message(action)], add_generation_prompt=False)
-    assert full.startswith(prompt)
-    turn = full[len(prompt):]
-    return turn[: turn.rindex(CODEC.stop_token_names[0])]
+    return testkit.model_text(CODEC, action)
 
 
 def call(name: str, /, **arguments: Any) -> str:
-    return model_text(ToolCalls(calls=(ToolCall(name=name, arguments=arguments, raw=""),)))
+    return testkit.call_text(CODEC, name, **arguments)
 
 
 def calls(*pairs: tuple[str, dict[str, Any]]) -> str:
@@ -52,7 +46,7 @@ def calls(*pairs: tuple[str, dict[str, Any]]) -> str:
 
 
 def final(text: str) -> str:
-    return model_text(FinalText(text=text))
+    return testkit.final_text(CODEC, text)
 
 
 def test_model_text_round_trips_through_the_codec_parser() -> None:

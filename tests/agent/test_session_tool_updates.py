@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent.protocol import FinalText, QwenCodec, ToolCall, ToolCalls
+from agent.protocol import QwenCodec
 from agent.session import LoopOutcome, Session
-from agent.testkit import ScriptedEngine
+from agent.testkit import ScriptedEngine, call_text, final_text
 from agent.tool import Tool, ToolKind, ToolRegistry, ToolServer
 from agent.trace import EventType, TraceRecorder, read_trace, verify_trace
 
@@ -20,20 +20,12 @@ SERVER = ToolServer(name="srv", implementation="demo-server", version="1.2.3", p
                     tools_sha256="ab" * 32)
 
 
-def model_text(action: FinalText | ToolCalls) -> str:
-    base = [{"role": "user", "content": "u"}]
-    prompt = CODEC.render(base, add_generation_prompt=True)
-    full = CODEC.render([*base, CODEC.assistant_message(action)], add_generation_prompt=False)
-    turn = full[len(prompt):]
-    return turn[: turn.rindex(CODEC.stop_token_names[0])]
-
-
 def call(name: str, /, **arguments: Any) -> str:
-    return model_text(ToolCalls(calls=(ToolCall(name=name, arguments=arguments, raw=""),)))
+    return call_text(CODEC, name, **arguments)
 
 
 def final(text: str) -> str:
-    return model_text(FinalText(text=text))
+    return final_text(CODEC, text)
 
 
 def tool(name: str, *, kind: ToolKind = ToolKind.DATA, server: ToolServer | None = SERVER) -> Tool:

@@ -9,11 +9,11 @@ from typing import Any
 
 from agent.cancel import CancelToken
 from agent.limits import AgentLimits
-from agent.protocol import FinalText, QwenCodec, ToolCall, ToolCalls
+from agent.protocol import QwenCodec
 from agent.run_result import LoopOutcome
 from agent.session import Session
 from agent.subagent import SubAgent, agent_tool
-from agent.testkit import ScriptedEngine
+from agent.testkit import ScriptedEngine, call_text, final_text
 from agent.tool import Tool, ToolKind, ToolRegistry
 from agent.trace import EventType, TraceRecorder, read_trace, verify_trace
 
@@ -21,20 +21,12 @@ CODEC = QwenCodec()
 AIRPORTS = {"Helsinki": "HEL", "Seville": "SVQ"}
 
 
-def model_text(action: FinalText | ToolCalls) -> str:
-    base = [{"role": "user", "content": "u"}]
-    prompt = CODEC.render(base, add_generation_prompt=True)
-    full = CODEC.render([*base, CODEC.assistant_message(action)], add_generation_prompt=False)
-    turn = full[len(prompt):]
-    return turn[: turn.rindex(CODEC.stop_token_names[0])]
-
-
 def call(name: str, /, **arguments: Any) -> str:
-    return model_text(ToolCalls(calls=(ToolCall(name=name, arguments=arguments, raw=""),)))
+    return call_text(CODEC, name, **arguments)
 
 
 def final(text: str) -> str:
-    return model_text(FinalText(text=text))
+    return final_text(CODEC, text)
 
 
 def desk(engine: ScriptedEngine, trace_dir: Path, *, lookup=None) -> Tool:

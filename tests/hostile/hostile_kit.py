@@ -152,19 +152,3 @@ class Guarded:
                 except Exception:
                     pass
             self.proc = None
-
-
-# -- model text from a codec's own rendering ----------------------------------------------------------------------
-
-
-def model_text(codec: Any, action: Any) -> str:
-    """What a model of ``codec``'s family generates for ``action`` (stop token excluded)."""
-    base = [{"role": "user", "content": "u"}]
-    prompt = codec.render(base, add_generation_prompt=True)
-    full = codec.render([*base, codec.assistant_message(action)], add_generation_prompt=False)
-    assert full.startswith(prompt)
-    turn = full[len(prompt):]
-    for stop in codec.stop_token_names:
-        if stop in turn:
-            return turn[: turn.rindex(stop)]
-    return turn

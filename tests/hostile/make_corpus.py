@@ -34,7 +34,7 @@ from agent.session import RunResult, Session  # noqa: E402
 from agent.testkit import ScriptedEngine, ScriptedTurn  # noqa: E402
 from agent.tool import Tool, ToolKind, ToolRegistry  # noqa: E402
 from agent.trace import TraceRecorder  # noqa: E402
-from tests.hostile.hostile_kit import model_text  # noqa: E402
+from agent.testkit import model_text  # noqa: E402
 
 CODEC = QwenCodec()
 BIG = 1_000_000

@@ -19,7 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.protocol import FinalText, Llama3Codec, MalformedToolCall, QwenCodec, ToolCall, ToolCalls
-from .hostile_kit import budget, model_text
+from agent.testkit import model_text
+
+from .hostile_kit import budget
 
 CODECS = {"qwen2.5": QwenCodec(), "chatml": QwenCodec(family="chatml", special_tags=False),
           "llama3.1": Llama3Codec(family="llama3.1"), "llama3.2": Llama3Codec(family="llama3.2", date_string="1 Jan 2025"),

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from agent.engine import ChatModelEngine
 from agent.protocol import Llama3Codec, QwenCodec, ToolCall, ToolCalls, ToolSpec
 from agent.session import LoopOutcome, Session
-from agent.testkit import ScriptedEngine
+from agent.testkit import ScriptedEngine, model_text
 from agent.tool import Tool, ToolRegistry
 
-from .hostile_kit import budget, model_text
+from .hostile_kit import budget
 
 CONTROL = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<|im_start|>", "<|im_end|>",
            "<|endoftext|>", "<tools>", "</tools>", "<|python_tag|>", "<|eot_id|>", "<|eom_id|>",

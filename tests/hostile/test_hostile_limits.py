@@ -12,13 +12,13 @@ from agent.protocol import FinalText, QwenCodec, ToolCall, ToolCalls
 from agent.results import result_content
 from agent.schema import ArgumentErrors, validate_arguments
 from agent.session import LoopOutcome, Session
-from agent.testkit import ManualClock, ScriptedEngine
+from agent.testkit import ManualClock, ScriptedEngine, model_text
 from agent.tool import Tool, ToolRegistry
 from agent.trace import MAX_LINE_BYTES, TraceMisuseError, TraceRecorder, read_trace
 from constrained.errors import GrammarTooLargeError
 from constrained.fsm import compile_dfa
 
-from .hostile_kit import HERE, model_text
+from .hostile_kit import HERE
 
 CODEC = QwenCodec()
 

@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from agent.protocol import FinalText, QwenCodec, ToolCall, ToolCalls
+from agent.protocol import QwenCodec
+from agent.testkit import call_text, final_text
 from agent.trace import EventType, read_trace
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -90,21 +91,12 @@ def no_hang(step: Callable[[], _T], *, what: str = "the step") -> _T:
     return box[0]
 
 
-def model_text(action: FinalText | ToolCalls) -> str:
-    """What a Qwen2.5 model generates for ``action`` (the codec's own rendering, stop token excluded)."""
-    base = [{"role": "user", "content": "u"}]
-    prompt = CODEC.render(base, add_generation_prompt=True)
-    full = CODEC.render([*base, CODEC.assistant_message(action)], add_generation_prompt=False)
-    turn = full[len(prompt):]
-    return turn[: turn.rindex(CODEC.stop_token_names[0])]
-
-
 def call(name: str, /, **arguments: Any) -> str:
-    return model_text(ToolCalls(calls=(ToolCall(name=name, arguments=arguments, raw=""),)))
+    return call_text(CODEC, name, **arguments)
 
 
 def final(text: str) -> str:
-    return model_text(FinalText(text=text))
+    return final_text(CODEC, text)
 
 
 def events(path: Path, kind: EventType) -> list[dict[str, Any]]:
