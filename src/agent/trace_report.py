@@ -225,9 +225,14 @@ def _grounding_section(evs: list[dict[str, Any]], datas: list[dict[str, Any]]) -
     messages = {d["ledger_index"]: e.get("seq") for e, d in zip(evs, datas)
                 if e.get("event_type") == EventType.MESSAGE_COMMITTED and isinstance(d.get("ledger_index"), int)}
 
-    def where(record: Mapping[str, Any]) -> str:
+    def where(record: Mapping[str, Any], value: Any = None) -> str:
         source = record.get("source") if isinstance(record.get("source"), dict) else {}
         kind = str(source.get("kind", "?"))
+        parts = _records(record.get("parts"))
+        if parts and isinstance(value, str):  # each claim of a composed or ungrounded string, with its own source
+            listed = "; ".join(f"<code>{esc(_part_text(value, p))}</code> {where(p)}" for p in parts)
+            return ("composed of grounded parts: " if kind == "composed" else
+                    "<strong class=\"err\">ungrounded</strong>: ") + listed
         if kind == "none":
             return "<strong class=\"err\">ungrounded</strong>: in no message and no tool result"
         if kind == "tool_result":
@@ -241,9 +246,6 @@ def _grounding_section(evs: list[dict[str, Any]], datas: list[dict[str, Any]]) -
             label = f"{kind} message" + (f" [{esc(str(span[0]))}:{esc(str(span[1]))}]" if isinstance(span, list)
                                          and len(span) == 2 else "")
             return f"<a href=\"#seq-{esc(str(seq))}\">{label}</a>" if seq is not None else label
-        parts = _records(record.get("parts"))
-        if kind == "composed" and parts:
-            return "composed of grounded parts: " + ", ".join(_source_kind(p) for p in parts)
         return "fixed by the schema" if kind == "schema" else esc(kind)
 
     rows: list[str] = []
@@ -256,7 +258,7 @@ def _grounding_section(evs: list[dict[str, Any]], datas: list[dict[str, Any]]) -
                 bad = " class=\"bad\"" if _source_kind(record) == "none" else ""
                 rows.append(f"<tr{bad}><td>{esc(str(d.get('call_id')))} {esc(str(d.get('tool')))}</td>"
                             f"<td><code>{esc(path or '(arguments)')}</code></td><td><code>{esc(shown)}</code></td>"
-                            f"<td>{where(record)}</td></tr>")
+                            f"<td>{where(record, values.get(path))}</td></tr>")
         elif e.get("event_type") == EventType.RUN_COMPLETED:
             for record in _records(d.get("grounding")):
                 bad = " class=\"bad\"" if _source_kind(record) == "none" else ""
@@ -266,6 +268,14 @@ def _grounding_section(evs: list[dict[str, Any]], datas: list[dict[str, Any]]) -
         return []
     return ["<h2>Where the values came from</h2><table><tr><th>call</th><th>argument / claim</th><th>value</th>"
             "<th>source</th></tr>", *rows, "</table>"]
+
+
+def _part_text(value: str, part: Mapping[str, Any]) -> str:
+    """The claim a part's span picks out of its string (``?`` when the span does not fit it)."""
+    span = part.get("span")
+    if isinstance(span, list) and len(span) == 2 and all(isinstance(i, int) for i in span) and 0 <= span[0] < span[1]:
+        return value[span[0]:span[1]] or "?"
+    return "?"
 
 
 def _leaf_values(arguments: Any) -> dict[str, Any]:
