@@ -482,3 +482,19 @@ def test_on_a_real_model_a_refused_ungrounded_code_is_repaired_from_a_lookup(tmp
     assert {s["tool"] for s in sources_of.values()} == {"airports_lookup"}  # both codes from a lookup's result
     assert ran[-1]["arguments"]["from"] == "MAD"  # the refused MDN, repaired (which codes "to" got is the model's)
     assert verify_trace(tmp_path / "trace.jsonl").ok
+
+
+def test_the_report_shows_every_value_with_its_source_linked_and_the_ungrounded_marked(tmp_path: Any) -> None:
+    from agent.trace_report import render_html_report, render_timeline
+
+    turns = [_call("search_flights", **{"from": "MAD", "to": "BER", "passengers": 2}),
+             _call("airports.lookup", query="Madrid Berlin"),
+             _call("search_flights", **{"from": "MAD", "to": "BER", "passengers": 2}), "Found 3 flights, MAD to OSL."]
+    _, _, _, events = _run(tmp_path, turns)
+    page = render_html_report(events)
+    section = page[page.index("Where the values came from"):page.index("<h2>Timeline")]
+    lookup_row = next(e.seq for e in events if e.event_type == "tool_result_committed" and e.data["ok"])
+    assert f'href="#seq-{lookup_row}">airports.lookup result (call-2) at <code>airports[0].iata</code>' in section
+    assert section.count('class="bad"') == 1 and "OSL" in section  # the answer's OSL: found nowhere
+    assert f'id="seq-{lookup_row}"' in page
+    assert "ungrounded: OSL" in render_timeline(events)
