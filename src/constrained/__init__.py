@@ -15,6 +15,8 @@ rendered the way llama-cpp-python renders it. The data path, one module per arro
     Matcher ──► LogitsProcessor (processor: llama-cpp-python hook; completion_kwargs() gives create_completion
                 the processor's own budget)  or  decode (decoding: the own loop over LlamaModel (llama) with
                 Sampler (sampling) and forced-token batching)
+    several Matchers ──► BatchedModel (batching: one llama context, a Slot per sequence, one llama_batch per step
+                for every active generation; decode(slot, ...) from several threads decodes them together)
     llama_cpp.Llama | LlamaModel + output type + chat messages | prompt ──► generate (structured: GGUF chat
                 template, schema from pydantic / TypeAdapter / JSON Schema) ──► validated objects
 
@@ -27,6 +29,7 @@ a mask failure raises `MaskError`; generation never continues unconstrained.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from constrained.batching import BatchDecodeError, BatchedModel, Slot
 from constrained.decoding import DecodeResult, DecodeTimings, FinishReason, decode
 from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLanguageError, GbnfSyntaxError,
                                 GrammarError, GrammarTooLargeError, IncompatibleVocabularyError, InvalidSchemaError, MaskError,
@@ -47,6 +50,8 @@ except PackageNotFoundError:  # running from a source tree without an install
     __version__ = "0+unknown"
 
 __all__ = [
+    "BatchDecodeError",
+    "BatchedModel",
     "BudgetTooSmallError",
     "ChatTemplateError",
     "ConstrainedError",
@@ -70,6 +75,7 @@ __all__ = [
     "RegexSyntaxError",
     "Sampler",
     "SamplingParams",
+    "Slot",
     "UnknownKeywordWarning",
     "UnsupportedSchemaError",
     "Vocabulary",

@@ -15,6 +15,10 @@ sampled token the matcher rejects raises ``MaskError``; an empty mask raises ``M
 Pending tokens (the prompt, sampled and forced tokens) are evaluated lazily, in one batch, at the moment logits
 are needed — so a run of forced tokens costs one ``llama_decode`` together with the next sampled position.
 
+The loop's body is `Generation` (one sequence: stop checks and forced runs in `wants_logits`, masking and sampling
+in `sample`); `decode` evaluates between the two with ``model.eval``. `constrained.batching` drives several
+generations with one ``llama_batch`` per step; a `BatchedSequence` (its `Slot`) handed to `decode` runs there.
+
 Decisions:
 
 * **Masking copies once.** ``model.logits()`` is a zero-copy view of llama.cpp's buffer; the loop copies it into
@@ -34,20 +38,20 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .errors import MaskError
-from .llama import ContextOverflowError, UnrepresentableTextError
+from .llama import ContextOverflowError, LlamaModel, UnrepresentableTextError
 from .sampling import Sampler, SamplingParams
 
 if TYPE_CHECKING:
-    from .llama import LlamaModel
     from .matcher import Matcher
 
-__all__ = ["FinishReason", "DecodeTimings", "DecodeResult", "decode", "CancelSignal"]
+__all__ = ["FinishReason", "DecodeTimings", "DecodeResult", "Generation", "BatchedSequence", "decode", "CancelSignal"]
 
 
 @runtime_checkable
@@ -66,6 +70,18 @@ class CancelSignal(Protocol):
     @property
     def reason(self) -> str:
         """Why it was cancelled ("" when no reason was given, or while not set)."""
+        ...
+
+
+@runtime_checkable
+class BatchedSequence(Protocol):
+    """A sequence that decodes in a batch with others (`constrained.batching.Slot`): `decode` hands it the whole
+    generation, and its batch runs it, one ``llama_batch`` per step for every sequence at once."""
+
+    def submit(self, prompt_tokens: Sequence[int] | None, *, matcher: Matcher | None, max_tokens: int,
+               sampling: SamplingParams, stop_token_ids: Sequence[int], forced_batching: bool,
+               on_token: Callable[[int, bytes], None] | None, cancel: CancelSignal | None) -> Future[DecodeResult]:
+        """Queue the generation in the batch; the future holds its result (or the error that ended it)."""
         ...
 
 
@@ -139,7 +155,9 @@ def decode(
     """Generate up to ``max_tokens`` tokens after ``prompt_tokens`` (appended to what the KV already holds).
 
     Args:
-        model: the model; its KV cache is extended in place (``model.reuse_prefix`` picks what to re-evaluate).
+        model: the model; its KV cache is extended in place (``model.reuse_prefix`` picks what to re-evaluate). A
+            `constrained.batching.Slot` decodes in its batch, with the sequences of the other slots (the call blocks
+            until this one is finished).
         prompt_tokens: ids to evaluate first; None / empty continues from the current state (the last KV token is
             re-evaluated when its logits are gone, e.g. after a rollback).
         matcher: constrains every appended token; None = unconstrained.
@@ -156,62 +174,151 @@ def decode(
     """
     if max_tokens < 0:
         raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
-    sampler = Sampler(sampling)
-    eos_ids = model.vocabulary.eos_token_ids
-    stop_ids = frozenset(stop_token_ids)
-    scratch = np.empty(model.n_vocab, dtype=np.float32)
-    clock = _Clock()
-    pending = _initial_pending(model, prompt_tokens)
-    n_prompt = len(prompt_tokens or ())
-    appended: list[int] = []
-    text = bytearray()
-    n_forced = 0
-    finish: FinishReason | None = None
+    if isinstance(model, BatchedSequence):
+        return model.submit(prompt_tokens, matcher=matcher, max_tokens=max_tokens, sampling=sampling,
+                            stop_token_ids=stop_token_ids, forced_batching=forced_batching, on_token=on_token,
+                            cancel=cancel).result()
+    generation = Generation.after(model, prompt_tokens, matcher=matcher, max_tokens=max_tokens, sampling=sampling,
+                                  stop_token_ids=stop_token_ids, forced_batching=forced_batching, on_token=on_token,
+                                  cancel=cancel)
+    while generation.wants_logits(model.n_past, model.n_ctx):
+        ids = generation.take_pending()
+        model.eval(ids)
+        generation.sample(model.logits(), n_evals=1 if ids else 0)
+    return generation.result()
 
-    while finish is None:
-        # -- stop checks --
-        finish = _stop_before_step(matcher, cancel, len(appended), max_tokens)
-        if finish is not None:
-            break
-        # -- forced continuation or one sampled token --
-        new = _forced_tokens(model, matcher, max_tokens - len(appended)) if forced_batching and matcher else []
-        if new:
-            n_forced += len(new)
-        else:
-            if model.n_past + len(pending) > model.n_ctx:
-                finish = FinishReason.LENGTH
+
+class Generation:
+    """One sequence's generation in progress: the steps of the loop above that need no model call.
+
+    `decode` drives one; `constrained.batching` drives several, evaluating the pending ids of all of them in one
+    ``llama_batch`` per step. Either way the order per sequence is the same: `wants_logits` (stop checks, forced
+    runs appended without logits) ─► the caller evaluates `take_pending` ─► `sample` the logits that follow ─►
+    again, until `finish` is set. Not thread-safe: one driver at a time.
+    """
+
+    def __init__(self, model: LlamaModel, pending: Sequence[int], *, matcher: Matcher | None, max_tokens: int,
+                 sampling: SamplingParams = SamplingParams(), stop_token_ids: Sequence[int] = (),
+                 forced_batching: bool = False, on_token: Callable[[int, bytes], None] | None = None,
+                 cancel: CancelSignal | None = None, n_prompt: int | None = None) -> None:
+        if max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+        self._model = model
+        """For the vocabulary and the canonical tokenization of forced bytes (never evaluated here)."""
+        self.matcher = matcher
+        self.max_tokens = max_tokens
+        self.pending: list[int] = list(pending)
+        """Ids appended (prompt, sampled, forced) but not evaluated yet: evaluated when logits are needed."""
+        self.finish: FinishReason | None = None
+        """Why the generation ended; None while it runs."""
+        self.cancel = cancel
+        self._sampler = Sampler(sampling)
+        self._eos_ids = model.vocabulary.eos_token_ids
+        self._stop_ids = frozenset(stop_token_ids)
+        self._forced_batching = forced_batching and matcher is not None
+        self._on_token = on_token
+        self._scratch = np.empty(model.n_vocab, dtype=np.float32)
+        self._clock = _Clock()
+        self._n_prompt = len(self.pending) if n_prompt is None else n_prompt
+        self._appended: list[int] = []
+        self._text = bytearray()
+        self._n_forced = 0
+        self._ready = False
+
+    @classmethod
+    def after(cls, model: LlamaModel, prompt_tokens: Sequence[int] | None, **options: Any) -> Generation:
+        """A generation of ``prompt_tokens`` after what ``model``'s KV holds; with no prompt and no logits for the
+        last KV token (after a rollback), that token is taken out of the KV and evaluated again.
+
+        Args:
+            options: the keyword arguments of `Generation` (matcher, max_tokens, sampling...).
+
+        Raises:
+            ContextOverflowError: the prompt does not fit in the context window.
+        """
+        return cls(model, _initial_pending(model, prompt_tokens), n_prompt=len(prompt_tokens or ()), **options)
+
+    def wants_logits(self, n_past: int, n_ctx: int) -> bool:
+        """Run the steps that need no logits (stop checks, forced runs) until the next one does: True when it
+        does (evaluate `pending`, then `sample`), False once `finish` is set.
+
+        Args:
+            n_past: tokens the sequence's KV holds now (``pending`` comes after them).
+            n_ctx: the most tokens the sequence may hold.
+        """
+        while self.finish is None:
+            # -- stop checks --
+            self.finish = _stop_before_step(self.matcher, self.cancel, len(self._appended), self.max_tokens)
+            if self.finish is not None or self._ready:
                 break
-            clock.eval(model, pending)
-            pending = []
-            np.copyto(scratch, model.logits())
-            if matcher is not None:
-                clock.mask(matcher, scratch)
-            token = sampler.sample(scratch)
-            if matcher is not None and not matcher.advance(token):
-                raise MaskError(f"matcher refused sampled token {token} ({model.token_bytes(token)!r})")
-            new = [token]
-        # -- append --
+            # -- a forced continuation, or logits for one sampled token --
+            assert self.matcher is not None or not self._forced_batching
+            new = _forced_tokens(self._model, self.matcher, self.max_tokens - len(self._appended)) \
+                if self._forced_batching else []
+            if new:
+                self._n_forced += len(new)
+                self._append(new)
+                continue
+            if n_past + len(self.pending) > n_ctx:
+                self.finish = FinishReason.LENGTH
+                break
+            self._ready = True
+        return self.finish is None
+
+    def take_pending(self, limit: int | None = None) -> list[int]:
+        """The ids to evaluate now: all of them, or the first ``limit`` (a prompt evaluated in chunks); `sample`
+        reads the logits after the last, once `pending` is empty."""
+        cut = len(self.pending) if limit is None else max(0, min(limit, len(self.pending)))
+        ids, self.pending = self.pending[:cut], self.pending[cut:]
+        return ids
+
+    def sample(self, logits: np.ndarray, *, n_evals: int = 1) -> None:
+        """Mask and sample the logits that follow the evaluated ids, advance the matcher, append the token.
+
+        Args:
+            logits: float32[n_vocab], read only (copied into this generation's scratch before masking).
+            n_evals: ``llama_decode`` batches that evaluated this sequence's ids since the last `sample`
+                (counted in ``DecodeTimings.n_evals``).
+
+        Raises:
+            MaskError: the matcher refused the sampled token, or the mask left nothing to sample.
+        """
+        assert not self.pending, "sample() reads the logits after every pending id"
+        self._ready = False
+        self._clock.evaluated(n_evals)
+        np.copyto(self._scratch, logits)
+        if self.matcher is not None:
+            self._clock.mask(self.matcher, self._scratch)
+        token = self._sampler.sample(self._scratch)
+        if self.matcher is not None and not self.matcher.advance(token):
+            raise MaskError(f"matcher refused sampled token {token} ({self._model.token_bytes(token)!r})")
+        self._append([token])
+
+    def _append(self, new: Sequence[int]) -> None:
         for token in new:
-            appended.append(token)
-            if token in eos_ids:
-                finish = FinishReason.EOS
-                break
-            if token in stop_ids:
-                finish = FinishReason.STOP_TOKEN
-                break
-            pending.append(token)
-            piece = model.token_bytes(token)
-            text += piece
-            if on_token is not None:
-                on_token(token, piece)
+            self._appended.append(token)
+            if token in self._eos_ids:
+                self.finish = FinishReason.EOS
+                return
+            if token in self._stop_ids:
+                self.finish = FinishReason.STOP_TOKEN
+                return
+            self.pending.append(token)
+            piece = self._model.token_bytes(token)
+            self._text += piece
+            if self._on_token is not None:
+                self._on_token(token, piece)
 
-    return DecodeResult(
-        tokens=tuple(appended),
-        text=bytes(text),
-        finish_reason=finish,
-        n_prompt_tokens=n_prompt,
-        timings=clock.timings(n_generated=len(appended), n_forced=n_forced),
-    )
+    def result(self) -> DecodeResult:
+        """The finished generation (``finish`` must be set)."""
+        assert self.finish is not None, "the generation has not finished"
+        return DecodeResult(
+            tokens=tuple(self._appended),
+            text=bytes(self._text),
+            finish_reason=self.finish,
+            n_prompt_tokens=self._n_prompt,
+            timings=self._clock.timings(n_generated=len(self._appended), n_forced=self._n_forced),
+        )
 
 
 def _initial_pending(model: LlamaModel, prompt_tokens: Sequence[int] | None) -> list[int]:
@@ -298,10 +405,9 @@ class _Clock:
         self._mask = 0.0
         self._evals = 0
 
-    def eval(self, model: LlamaModel, ids: Sequence[int]) -> None:
-        if ids:
-            model.eval(ids)
-            self._evals += 1
+    def evaluated(self, n_evals: int) -> None:
+        """Logits arrived after ``n_evals`` more ``llama_decode`` batches (the first logits end the prompt)."""
+        self._evals += n_evals
         if self._prompt_done is None:
             self._prompt_done = time.perf_counter()
 

@@ -19,6 +19,7 @@ without the full-size sliding-window cache a rollback would silently attend to e
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import warnings
@@ -353,6 +354,39 @@ class LlamaModel:
             keep -= 1
             self.rollback(keep)
         return list(prompt[keep:])
+
+    # -- sequence-state files ------------------------------------------------------------------------------------
+
+    def save_sequence_state(self, path: str | os.PathLike[str], n_tokens: int) -> bool:
+        """Write the KV of the first ``n_tokens`` to ``path`` in llama.cpp's sequence-state format (the KV is cut to
+        them first); False when llama.cpp could not write it."""
+        import llama_cpp
+
+        self.rollback(n_tokens)
+        ids = (llama_cpp.llama_token * max(n_tokens, 1))(*self.tokens)
+        return bool(llama_cpp.llama_state_seq_save_file(self.llama.ctx, os.fsencode(path), 0, ids, n_tokens))
+
+    def load_sequence_state(self, path: str | os.PathLike[str]) -> list[int] | None:
+        """Replace the KV with a sequence-state file's; its token ids, or None (and an empty KV) when llama.cpp
+        could not read it. No logits are available after a load: the next decode evaluates at least one token."""
+        import llama_cpp
+
+        self.rollback(0)
+        capacity = self.n_ctx
+        ids = (llama_cpp.llama_token * capacity)()
+        count = ctypes.c_size_t(0)
+        read = llama_cpp.llama_state_seq_load_file(self.llama.ctx, os.fsencode(path), 0, ids, capacity,
+                                                   ctypes.byref(count))
+        if not read:
+            memory = llama_cpp.llama_get_memory(self.llama.ctx)  # a failed load may leave any cells behind
+            if memory is not None:
+                llama_cpp.llama_memory_seq_rm(memory, 0, 0, -1)
+            return None
+        loaded = list(ids[: count.value])
+        self.llama.input_ids[: len(loaded)] = loaded
+        self.llama.n_tokens = len(loaded)
+        self.llama._requires_eval = True
+        return loaded
 
     def __repr__(self) -> str:
         return f"LlamaModel(path={str(self.path)!r}, n_ctx={self.n_ctx}, n_past={self.n_past})"

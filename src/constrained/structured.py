@@ -22,9 +22,10 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from .batching import BatchedModel, Slot
 from .decoding import DecodeResult, FinishReason, decode
 from .errors import ConstrainedError
-from .llama import LlamaModel
+from .llama import LlamaModel, ModelStateError
 from .sampling import SamplingParams
 from .vocabulary import Vocabulary
 
@@ -60,7 +61,7 @@ class ChatTemplateError(ConstrainedError, ValueError):
 
 
 def generate(
-    model: LlamaModel | llama_cpp.Llama,
+    model: LlamaModel | llama_cpp.Llama | Slot | BatchedModel,
     schema: Any,
     prompt: str | None = None,
     *,
@@ -77,7 +78,9 @@ def generate(
 
     Args:
         model: a loaded ``llama_cpp.Llama`` or `LlamaModel`. Its KV cache is reused across calls when the prompt
-            repeats (samples 2..n re-evaluate nothing of the prompt).
+            repeats (samples 2..n re-evaluate nothing of the prompt). A `Slot` of a `BatchedModel` decodes in its
+            batch (calls from several threads run together); a `BatchedModel` decodes the ``n`` documents
+            together, on its slots that are not generating.
         schema: the output type. A JSON Schema dict (plain JSON values are returned, checked with
             ``jsonschema``); a pydantic model class (instances are returned); or any other type pydantic's
             ``TypeAdapter`` handles (``int``, ``list[str]``, ``Literal[...]``, a dataclass, a ``TypedDict``…:
@@ -114,6 +117,9 @@ def generate(
     json_schema, validate = _schema_and_validator(schema)
     prompt_ids = _prompt_ids(llama_model, prompt, messages)
     grammar = compile_json_schema(json_schema, llama_model.vocabulary, whitespace=whitespace)
+    if isinstance(model, BatchedModel):
+        return _generate_together(model, prompt_ids, grammar, validate, n=n, temperature=temperature, seed=seed,
+                                  max_tokens=max_tokens)
     results = []
     for index in range(n):
         pending = llama_model.reuse_prefix(prompt_ids)
@@ -126,6 +132,23 @@ def generate(
             forced_batching=True,
         )
         results.append(_validated(result, validate))
+    return results
+
+
+def _generate_together(batch: BatchedModel, prompt_ids: list[int], grammar: Any, validate: Any, *, n: int,
+                       temperature: float, seed: int | None, max_tokens: int) -> list[Any]:
+    """The ``n`` documents of `generate` on the batch's free slots at once (in rounds when ``n`` exceeds them)."""
+    slots = [slot for slot in batch.slots if not slot.is_generating]
+    if not slots:
+        raise ModelStateError("every slot of the batch is generating")
+    results = []
+    for start in range(0, n, len(slots)):
+        futures = []
+        for index, slot in zip(range(start, min(n, start + len(slots))), slots):
+            sampling = SamplingParams(temperature=temperature, seed=None if seed is None else seed + index)
+            futures.append(slot.submit(slot.reuse_prefix(prompt_ids), matcher=grammar.matcher(max_tokens),
+                                       max_tokens=max_tokens, sampling=sampling, forced_batching=True))
+        results += [_validated(future.result(), validate) for future in futures]
     return results
 
 
@@ -144,13 +167,16 @@ def render_chat_prompt(model: LlamaModel | llama_cpp.Llama, messages: Sequence[M
 
 
 def _as_llama_model(model: Any) -> LlamaModel:
-    if isinstance(model, LlamaModel):
-        return model
+    if isinstance(model, (LlamaModel, Slot)):
+        return model  # a Slot offers what generate reads of a LlamaModel, and decode runs it in its batch
+    if isinstance(model, BatchedModel):
+        return model.slots[0]
     import llama_cpp
 
     if isinstance(model, llama_cpp.Llama):
         return _wrap(model)
-    raise TypeError(f"model must be a llama_cpp.Llama or a constrained.LlamaModel, got {type(model).__name__}")
+    raise TypeError("model must be a llama_cpp.Llama, a constrained.LlamaModel, a constrained.BatchedModel or one "
+                    f"of its slots, got {type(model).__name__}")
 
 
 def _wrap(llm: llama_cpp.Llama) -> LlamaModel:

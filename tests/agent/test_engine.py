@@ -79,10 +79,24 @@ def test_callable_turns_see_the_committed_messages() -> None:
 # -- ChatModelEngine on SmolLM2 (transaction semantics on a real KV cache) ----------------------------------------
 
 
-@pytest.fixture
-def smol_engine(smollm2_model: Any) -> ChatModelEngine:
-    smollm2_model.rollback(0)
-    return ChatModelEngine(smollm2_model, codec_for(smollm2_model))
+@pytest.fixture(scope="module")
+def smol_batch(smollm2_path: Any) -> Any:
+    """SmolLM2 with two slots in one batch (`constrained.BatchedModel`): an engine per slot."""
+    from constrained import BatchedModel
+
+    with BatchedModel.load(smollm2_path, n_slots=2, n_ctx=2048, n_threads=1) as batch:
+        yield batch
+
+
+@pytest.fixture(params=["model", "slot"])
+def smol_engine(request: Any, smollm2_model: Any) -> ChatModelEngine:
+    """The engine over a lone `LlamaModel`, and over a slot of a batch: the same transaction either way."""
+    if request.param == "model":
+        smollm2_model.rollback(0)
+        return ChatModelEngine(smollm2_model, codec_for(smollm2_model))
+    slot = request.getfixturevalue("smol_batch").slots[1]
+    slot.rollback(0)
+    return ChatModelEngine(slot, codec_for(smollm2_model))
 
 
 @pytest.mark.model
@@ -200,6 +214,41 @@ def test_identity_pins_model_vocabulary_and_codec(smol_engine: ChatModelEngine) 
     assert re.fullmatch(r"[0-9a-f]{64}", identity["model_sha256"])
     assert identity["vocabulary_fingerprint"] == smol_engine.model.vocabulary.fingerprint
     assert identity["codec_id"] == smol_engine.codec.id and identity["model_path"].endswith(".gguf")
+
+
+@pytest.mark.model
+def test_sessions_on_the_slots_of_one_batch_run_their_turns_together(smol_batch: Any, smollm2_model: Any) -> None:
+    """Two sessions, each on its own slot's engine, in two threads: their turns are decoded in shared batches and
+    each completes: its constrained call executed, then its answer."""
+    import threading
+
+    from agent.limits import AgentLimits
+    from agent.session import LoopOutcome, Session
+    from agent.tool import Tool, ToolRegistry
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    tool = Tool.from_function(add)
+    results: dict[int, Any] = {}
+    steps_before = smol_batch.steps
+
+    def run(i: int) -> None:
+        slot = smol_batch.slots[i]
+        slot.rollback(0)
+        session = Session(ChatModelEngine(slot, codec_for(smollm2_model)), ToolRegistry([tool]),
+                          tool_choice=("add", "none"), limits=AgentLimits(max_model_steps=2, max_output_tokens=64))
+        results[i] = session.run(f"Add {i + 2} and {i + 40}.")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert all(results[i].outcome is LoopOutcome.COMPLETED for i in range(2)), results
+    assert all(any(m["role"] == "tool" for m in results[i].messages) for i in range(2))  # each called add
+    assert smol_batch.steps > steps_before
 
 
 # -- end to end: the default model calls the calculator through a session -----------------------------------------

@@ -4,29 +4,28 @@ Owns the files only: which prefix of a prompt is worth keeping (`shared_prefix`:
 system message and tools renders before the first user turn), the file that holds its KV state (named by the
 model's sha256 and the prefix's token ids), saving it after a request evaluated it and restoring it before a
 request that needs it. Uses llama.cpp's own sequence-state files (``llama_state_seq_save_file`` /
-``llama_state_seq_load_file``: the KV cells and the token ids). Refuses a file whose tokens are not the prefix.
+``llama_state_seq_load_file``: the KV cells and the token ids, through the model's ``save_sequence_state`` /
+``load_sequence_state``). Refuses a file whose tokens are not the prefix.
 
     prompt ids ─► shared_prefix (LCP with the same render and an empty user turn) ─► P ids
     model KV shares < P ids with the prompt and a file exists ─► restore (model rolled back to 0, then loaded)
     a request evaluated the P ids itself ─► save (the KV cut to P first; the rest is re-evaluated next time)
 
-Within one process the engine's own prefix reuse already covers repeated prefixes; this cache is for the first
-request after a start, and for a prefix that another prompt evicted from the single KV sequence.
+Within one process the engine's own prefix reuse already covers repeated prefixes (with ``--parallel``, the
+batch's prefix holders: `constrained.batching`); this cache is for the first request after a start, and for a
+prefix that another prompt evicted from the KV.
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from constrained.llama import LlamaModel
-
-__all__ = ["PrefixCache", "common_prefix_length", "default_cache_dir"]
+__all__ = ["PrefixCache", "SequenceStateModel", "common_prefix_length", "default_cache_dir"]
 
 
 def default_cache_dir() -> Path:
@@ -57,7 +56,7 @@ class PrefixCache:
         digest = hashlib.sha256(self.model_sha256.encode() + b"\0" + b",".join(str(t).encode() for t in prefix))
         return self.directory / f"{digest.hexdigest()[:40]}.kv"
 
-    def restore(self, model: LlamaModel, prompt: Sequence[int], prefix_len: int) -> bool:
+    def restore(self, model: SequenceStateModel, prompt: Sequence[int], prefix_len: int) -> bool:
         """Load the prefix's KV state when the model does not hold it already; True when it was loaded."""
         if prefix_len < self.min_tokens or common_prefix_length(model.tokens, prompt) >= prefix_len:
             return False
@@ -65,25 +64,15 @@ class PrefixCache:
         path = self.path_for(prefix)
         if not path.is_file():
             return False
-        import llama_cpp
-
-        model.rollback(0)
-        capacity = model.n_ctx
-        tokens = (llama_cpp.llama_token * capacity)()
-        count = ctypes.c_size_t(0)
-        read = llama_cpp.llama_state_seq_load_file(model.llama.ctx, os.fsencode(path), 0, tokens, capacity,
-                                                   ctypes.byref(count))
-        loaded = list(tokens[: count.value])
-        if not read or loaded != prefix:
-            _clear(model)
+        loaded = model.load_sequence_state(path)
+        if loaded != prefix:
+            if loaded is not None:
+                model.rollback(0)
             return False
-        llm = model.llama
-        llm.input_ids[:prefix_len] = prefix
-        llm.n_tokens = prefix_len
         self.restored += 1
         return True
 
-    def save(self, model: LlamaModel, prompt: Sequence[int], prefix_len: int) -> bool:
+    def save(self, model: SequenceStateModel, prompt: Sequence[int], prefix_len: int) -> bool:
         """Write the prefix's KV state unless a file has it; cuts the KV to the prefix first. True when written."""
         if prefix_len < self.min_tokens or model.n_past < prefix_len or model.tokens[:prefix_len] != list(
                 prompt[:prefix_len]):
@@ -92,18 +81,31 @@ class PrefixCache:
         path = self.path_for(prefix)
         if path.is_file():
             return False
-        import llama_cpp
-
-        model.rollback(prefix_len)
         self.directory.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        tokens = (llama_cpp.llama_token * prefix_len)(*prefix)
-        if not llama_cpp.llama_state_seq_save_file(model.llama.ctx, os.fsencode(partial), 0, tokens, prefix_len):
+        partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        if not model.save_sequence_state(partial, prefix_len):
             partial.unlink(missing_ok=True)
             return False
         os.replace(partial, path)
         self.saved += 1
         return True
+
+
+class SequenceStateModel(Protocol):
+    """What the cache needs of a model: its KV's token ids, a rollback, and llama.cpp's sequence-state files
+    (`constrained.llama.LlamaModel`, and each sequence of a `constrained.batching.BatchedModel`)."""
+
+    @property
+    def tokens(self) -> list[int]: ...
+
+    @property
+    def n_past(self) -> int: ...
+
+    def rollback(self, n_past: int) -> None: ...
+
+    def save_sequence_state(self, path: str | os.PathLike[str], n_tokens: int) -> bool: ...
+
+    def load_sequence_state(self, path: str | os.PathLike[str]) -> list[int] | None: ...
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -114,13 +116,3 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
-
-
-def _clear(model: LlamaModel) -> None:
-    """After a failed load the KV may hold anything: empty it (and the wrapper's view) completely."""
-    import llama_cpp
-
-    memory = llama_cpp.llama_get_memory(model.llama.ctx)
-    if memory is not None:
-        llama_cpp.llama_memory_seq_rm(memory, 0, 0, -1)
-    model.llama.n_tokens = 0
