@@ -154,7 +154,8 @@ def _check_choice(choice: Any, tools: Any, where: str) -> None:
                          f"(use auto, required, none or one of: {offered})")
 
 
-def ground_record(record: dict[str, Any], case: Mapping[str, Any], tool_choice: ToolChoice = "auto") -> dict[str, Any]:
+def ground_record(record: dict[str, Any], case: Mapping[str, Any],
+                  tool_choice: ToolChoice = "auto") -> dict[str, Any]:
     """``record`` (an `action_record`) under the one-turn grounding policy (see the module docstring): calls
     written twice stand once, calls made mostly of ungrounded required values move to ``withheld`` (only under
     ``auto``: a required or named call is the caller's demand), ungrounded optional arguments are dropped, and each
@@ -164,7 +165,8 @@ def ground_record(record: dict[str, Any], case: Mapping[str, Any], tool_choice: 
     sources = Sources()
     for index, message in enumerate(case["messages"]):
         sources.add_entry(index, str(message.get("role")), message)
-    parameters = {spec.name: spec.parameters for spec in (tool_spec(t, constrained=True) for t in case.get("tools", []))}
+    specs = (tool_spec(t, constrained=True) for t in case.get("tools", []))
+    parameters = {spec.name: spec.parameters for spec in specs}
     kept: list[dict[str, Any]] = []
     withheld: list[dict[str, Any]] = []
     distinct, _ = distinct_calls(record["calls"], lambda c: call_key(c["name"], c["arguments"]))

@@ -72,7 +72,8 @@ def _resolve(schema: Any, root: Mapping[str, Any], depth: int = 0) -> list[Mappi
     return out
 
 
-def _children(schemas: Sequence[Mapping[str, Any]], step: str | int, root: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _children(schemas: Sequence[Mapping[str, Any]], step: str | int,
+              root: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     out: list[Mapping[str, Any]] = []
     for schema in schemas:
         candidates: list[Any] = []
@@ -82,7 +83,8 @@ def _children(schemas: Sequence[Mapping[str, Any]], step: str | int, root: Mappi
                 candidates.append(properties[step])
             else:
                 patterns = schema.get("patternProperties")
-                matched = [s for p, s in patterns.items() if re.search(p, step)] if isinstance(patterns, Mapping) else []
+                matched = ([s for p, s in patterns.items() if re.search(p, step)]
+                           if isinstance(patterns, Mapping) else [])
                 candidates += matched or [schema.get("additionalProperties")]
         else:
             prefix = schema.get("prefixItems")
@@ -153,9 +155,9 @@ def ungrounded_errors(groundings: Sequence[ValueGrounding]) -> tuple[ArgumentErr
         missing = [p.text for p in g.parts if not g.required.admits(p.source)] if g.parts else []
         what = f" ({', '.join(repr(m) for m in missing[:5])})" if missing and not g.required.whole else ""
         where = ", ".join(sorted(g.required.sources))
+        accepted = "" if where == "system, tool_result, user" else f" (accepted sources: {where})"
         errors.append(ArgumentError(path=g.path, kind=ValidationErrorKind.UNGROUNDED,
-                                    reason=f"value{what} {UNGROUNDED_REASON}" + (
-                                        "" if where == "system, tool_result, user" else f" (accepted sources: {where})")))
+                                    reason=f"value{what} {UNGROUNDED_REASON}{accepted}"))
     return tuple(errors)
 
 

@@ -263,7 +263,8 @@ def _grounding_section(evs: list[dict[str, Any]], datas: list[dict[str, Any]]) -
             for record in _records(d.get("grounding")):
                 bad = " class=\"bad\"" if _source_kind(record) == "none" else ""
                 rows.append(f"<tr{bad}><td>final answer</td><td>{esc(str(record.get('kind')))}</td>"
-                            f"<td><code>{esc(_excerpt(record.get('text'), 60))}</code></td><td>{where(record)}</td></tr>")
+                            f"<td><code>{esc(_excerpt(record.get('text'), 60))}</code></td>"
+                            f"<td>{where(record)}</td></tr>")
     if not rows:
         return []
     return ["<h2>Where the values came from</h2><table><tr><th>call</th><th>argument / claim</th><th>value</th>"
