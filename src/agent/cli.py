@@ -278,11 +278,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from agent.serve import serve
+    from agent.serve.server import DEFAULT_PARALLEL
 
     serve(args.model, host=args.host, port=args.port, n_ctx=args.n_ctx, n_threads=args.threads,
           api_key=args.api_key, max_queue=args.max_queue, timeout_s=args.timeout,
           prefix_cache=False if args.no_prefix_cache else (args.prefix_cache or True),
-          refuse_repeated_calls=not args.allow_repeated_calls, progress=_progress)
+          refuse_repeated_calls=not args.allow_repeated_calls,
+          parallel=args.parallel or DEFAULT_PARALLEL, progress=_progress)
     return 0
 
 
@@ -309,6 +311,17 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+_MAX_PARALLEL = 64
+"""Most sequences `ember serve --parallel` decodes at once (llama.cpp allows 256 sequence ids per context)."""
+
+
+def _parallel(text: str) -> int:
+    value = _positive(text)
+    if value > _MAX_PARALLEL:
+        raise argparse.ArgumentTypeError(f"must be a number of slots from 1 to {_MAX_PARALLEL}, got {text}")
     return value
 
 
@@ -499,8 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every /v1 request (401 otherwise)")
+    p.add_argument("--parallel", type=_parallel, default=None, metavar="N",
+                   help="requests decoded at once, in one llama.cpp batch (default 4; 1: one at a time); each slot "
+                        "holds its own --n-ctx of KV cache")
     p.add_argument("--max-queue", type=_positive, default=16, metavar="N",
-                   help="requests that may wait while one runs (default 16); one more gets 429 with Retry-After")
+                   help="requests that may wait while the slots run (default 16); one more gets 429 with "
+                        "Retry-After")
     p.add_argument("--timeout", type=_seconds, default=600.0, metavar="SECONDS",
                    help="per-request deadline, queue wait included (default 600); past it: 504, turn cancelled")
     p.add_argument("--prefix-cache", metavar="DIR",

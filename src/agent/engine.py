@@ -6,6 +6,7 @@ syntax (the codec renders and supplies the grammar), parsing, and any idea of wh
 
     committed messages ──codec.render_segments──► [Segment] ──tokenize──► prompt ids
         trusted segments: special=True; untrusted (user text, tool results): tokenize_untrusted
+    a slot of a BatchedModel: the system + tools prefix ──slot.share_prefix──► evaluated once for every slot
     model.tokens ∩ prompt ──longest common prefix──► model.rollback(prefix)  (KV reuse)
     decode(rest of prompt, matcher?, max_tokens, stop = codec stops + EOG, cancel) ──► ModelTurn  (speculative)
         commit()   : the turn's tokens become the committed boundary
@@ -26,7 +27,8 @@ from dataclasses import asdict, dataclass, is_dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent.errors import AgentError
-from agent.protocol.base import Codec, Segment, ToolChoice, ToolSpec
+from agent.protocol.base import Codec, ProtocolError, Segment, ToolChoice, ToolSpec
+from constrained.batching import PrefixStore, Slot
 from constrained.decoding import CancelSignal, FinishReason, decode
 from constrained.errors import ConstrainedError, GrammarTooLargeError
 from constrained.grammar import Grammar, compile_regex
@@ -158,16 +160,21 @@ _MAX_GRAMMARS = 64
 class ChatModelEngine:
     """The real `TurnEngine`: a `LlamaModel`, a codec and sampling parameters, with KV prefix reuse."""
 
-    def __init__(self, model: LlamaModel, codec: Codec, *, sampling: SamplingParams | None = None,
-                 forced_batching: bool = True) -> None:
+    def __init__(self, model: LlamaModel | Slot, codec: Codec, *, sampling: SamplingParams | None = None,
+                 forced_batching: bool = True, prefix_store: PrefixStore | None = None) -> None:
         self.model = model
-        """The loaded model (the one narrow wrapper over llama.cpp)."""
+        """The loaded model (the one narrow wrapper over llama.cpp), or one slot of a `constrained.BatchedModel`:
+        then its turns are decoded in the batch, with the other slots' turns."""
         self.codec = codec
         self.sampling = sampling if sampling is not None else SamplingParams()
         """Sampling for every turn (greedy by default)."""
         self.forced_batching = forced_batching
         """Constrained turns append grammar-forced runs (the call envelope) without sampling each token."""
+        self.prefix_store = prefix_store
+        """On a slot: where the shared system + tools prefixes are loaded from and saved to (the disk prefix cache
+        of ``ember serve``); None keeps them in the batch only."""
         self._committed = 0
+        self._prefix_lengths: dict[str, int] = {}
         self._pending = False
         self._grammars: dict[str, Grammar] = {}
         vocab = model.vocabulary
@@ -198,8 +205,9 @@ class ChatModelEngine:
         prompt = self._tokens(segments)
         if len(prompt) + max_tokens > self.model.n_ctx:
             raise ContextWindowError(len(prompt), max_tokens, self.model.n_ctx)
+        evaluated = self._share_prefix(messages, prompt_tools(tools, tool_choice), prompt)
         rest = self.model.reuse_prefix(prompt)  # KV reuse: keeps the common prefix, ≥ 1 token left to evaluate
-        reused = len(prompt) - len(rest)
+        reused = len(prompt) - len(rest) - evaluated
         self._committed = len(prompt)
         self._pending = True
         grammar = self._grammar(tools, tool_choice, final_pattern, parallel_calls)
@@ -248,6 +256,40 @@ class ChatModelEngine:
     def prompt_tokens(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec]) -> list[int]:
         """The prompt for the next turn: trusted template text may hold special tokens, untrusted text never."""
         return self._tokens(self._segments(messages, tools))
+
+    def shared_prefix_length(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec],
+                             prompt: Sequence[int]) -> int:
+        """Leading prompt tokens that every conversation with these system messages and tools renders the same (what
+        an empty first user turn shares with the prompt): the prefix worth keeping for other requests."""
+        lead = []
+        for message in messages:
+            if message["role"] != "system":
+                break
+            lead.append(dict(message))
+        key = json.dumps(lead, sort_keys=True, ensure_ascii=False) + _spec_key(tools, "auto")
+        length = self._prefix_lengths.get(key)
+        if length is None:
+            try:
+                probe = self.prompt_tokens([*lead, {"role": "user", "content": ""}], tools)
+            except ProtocolError:
+                return 0
+            length = 0
+            while length < min(len(probe), len(prompt)) and probe[length] == prompt[length]:
+                length += 1
+            if len(self._prefix_lengths) >= _MAX_GRAMMARS:
+                self._prefix_lengths.clear()
+            self._prefix_lengths[key] = length
+        return min(length, len(prompt))
+
+    def _share_prefix(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec],
+                      prompt: Sequence[int]) -> int:
+        """On a slot, start its KV with the shared prefix (evaluated once for the batch); the tokens this call
+        evaluated for it (not reused)."""
+        if not isinstance(self.model, Slot):
+            return 0
+        share = self.model.share_prefix(prompt[: self.shared_prefix_length(messages, tools, prompt)],
+                                        self.prefix_store)
+        return share.n_tokens if share.evaluated else 0
 
     def _segments(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[ToolSpec]) -> list[Segment]:
         return self.codec.render_segments([dict(m) for m in messages], list(tools) or None,

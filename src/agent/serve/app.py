@@ -81,7 +81,8 @@ def create_app(worker: ModelWorker, *, api_key: str | None = None) -> Starlette:
         return _JobResponse(job, chat)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "busy": worker.busy, "waiting": worker.waiting})
+        return JSONResponse({"status": "ok", "busy": worker.busy, "running": worker.running,
+                             "parallel": worker.parallel, "waiting": worker.waiting})
 
     async def api_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, ApiError)

@@ -1,16 +1,23 @@
-"""The model worker: one loaded model, one thread, a bounded queue of jobs, each a speculative turn rolled back.
+"""The model worker: one loaded model, one engine per slot, a bounded queue of jobs, each a speculative turn rolled
+back.
 
 Owns the order in which requests reach the model and everything that happens to one while it runs: the bounded
-queue (full: `ApiError` 429 with ``Retry-After``), the per-request deadline and the client's disconnect (both trip
-the turn's cancel; a cancelled turn stops at the next token), the prompt-length check before any evaluation, the
-disk prefix cache, the turn itself (`ChatModelEngine.run_turn` with the request's tools, choice and pattern), the
-content deltas a stream may show (`ProseGuard`: no call markup), and the parsed answer. Refuses to let requests see
-each other: after every job, whatever happened, the engine rolls the turn back. Never executes a tool.
+queue (full: `ApiError` 429 with ``Retry-After``), which free slot takes the next job (the one whose KV shares the
+longest prefix with its prompt), the per-request deadline and the client's disconnect (both trip the turn's cancel;
+a cancelled turn stops at the next token), the prompt-length check before any evaluation, the shared prefix (disk
+prefix cache; with several slots, a holder sequence of the batch evaluated once and shared into each slot), the turn
+itself (`ChatModelEngine.run_turn` with the request's tools, choice and pattern), the content deltas a stream may
+show (`ProseGuard`: no call markup), and the parsed answer. Refuses to let requests see each other: after every
+job, whatever happened, its engine rolls the turn back (its slot's sequence only). Never executes a tool.
 
-    submit(request) ─► queue (bounded) ─► thread: _run(job)
-        prompt ids ─► context check ─► prefix cache restore ─► engine.run_turn(on_text=deltas, cancel=job)
+    submit(request) ─► queue (bounded) ─► one thread per engine: _run(job, free engine)
+        prompt ids ─► context check ─► shared prefix ─► engine.run_turn(on_text=deltas, cancel=job)
         ─► parse (codec) ─► Done(Answer) | Failed(ApiError) | Gone      ─► engine.rollback() (always)
     events reach the job's asyncio queue through its loop (call_soon_threadsafe)
+
+With one engine the model is a `LlamaModel` and turns run one at a time; with several (``--parallel N``) each
+engine's model is a slot of one `constrained.BatchedModel`, and the turns of all running jobs are decoded together,
+one ``llama_batch`` per step: a job that finishes frees its slot for the next one in the queue.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from agent.serve.errors import ApiError
 from agent.serve.prefix_cache import PrefixCache, common_prefix_length
 from agent.repeats import call_key, with_repeat_note
 from agent.serve.request import ChatRequest
+from constrained.batching import BatchDecodeError, Slot
 
 __all__ = ["Answer", "CallDelta", "Delta", "Done", "Failed", "Gone", "Job", "ModelWorker", "ToolCallOut"]
 
@@ -139,18 +147,22 @@ class Job:
 
 
 class ModelWorker:
-    """Owns the engine; runs one job at a time on its own thread."""
+    """Owns the engines (one per slot); runs one job per engine at a time, each on its own thread."""
 
-    def __init__(self, engine: ChatModelEngine, *, model_ids: tuple[str, ...], max_queue: int = 16,
-                 timeout_s: float = 600.0, prefix_cache: PrefixCache | None = None,
+    def __init__(self, engine: ChatModelEngine | Sequence[ChatModelEngine], *, model_ids: tuple[str, ...],
+                 max_queue: int = 16, timeout_s: float = 600.0, prefix_cache: PrefixCache | None = None,
                  refuse_repeated_calls: bool = True) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue must be >= 1, got {max_queue}")
-        self.engine = engine
+        engines = (engine,) if isinstance(engine, ChatModelEngine) else tuple(engine)
+        if not engines:
+            raise ValueError("a worker needs at least one engine")
+        self.engines = engines
+        """One engine per slot: a `LlamaModel`'s, or each slot of one `constrained.BatchedModel`."""
         self.model_ids = model_ids
         """Names the served model answers to; the first is its id in ``/v1/models``."""
         self.max_queue = max_queue
-        """Jobs that may wait while one runs; one more is refused with 429."""
+        """Jobs that may wait while the slots run; one more is refused with 429."""
         self.timeout_s = timeout_s
         """Per-request deadline, from submission (queue wait included)."""
         self.prefix_cache = prefix_cache
@@ -164,11 +176,24 @@ class ModelWorker:
         self.last: Event | None = None
         """The last job's final event (for tests and the benchmark)."""
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=max_queue)
-        self._busy = threading.Event()
-        self._idle = threading.Condition()
+        self._free = list(engines)
+        self._running = 0
+        self._state = threading.Condition()
         self._mean_s = 1.0
-        self._thread = threading.Thread(target=self._loop, name="ember-model-worker", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._loop, name=f"ember-model-worker-{i}", daemon=True)
+                         for i in range(len(engines))]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def engine(self) -> ChatModelEngine:
+        """The first engine (the only one without ``--parallel``)."""
+        return self.engines[0]
+
+    @property
+    def parallel(self) -> int:
+        """Jobs that run at once (slots)."""
+        return len(self.engines)
 
     # -- the client side ---------------------------------------------------------------------------------------
 
@@ -182,7 +207,7 @@ class ModelWorker:
         try:
             self._queue.put_nowait(job)
         except queue.Full:
-            wait = max(1, math.ceil(self._mean_s * (self._queue.qsize() + 1)))
+            wait = max(1, math.ceil(self._mean_s * (self._queue.qsize() + 1) / self.parallel))
             raise ApiError(429, f"the request queue is full ({self.max_queue} waiting); retry in about {wait} s",
                            code="queue_full", headers={"Retry-After": str(wait)}) from None
         return job
@@ -190,7 +215,12 @@ class ModelWorker:
     @property
     def busy(self) -> bool:
         """A job is running on the model now."""
-        return self._busy.is_set()
+        return self._running > 0
+
+    @property
+    def running(self) -> int:
+        """Jobs running now (at most `parallel`)."""
+        return self._running
 
     @property
     def waiting(self) -> int:
@@ -199,13 +229,18 @@ class ModelWorker:
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until no job runs or waits; False on timeout."""
-        with self._idle:
-            return self._idle.wait_for(lambda: not self.busy and self._queue.empty(), timeout)
+        with self._state:
+            return self._state.wait_for(lambda: not self._running and self._queue.empty(), timeout)
 
-    def close(self) -> None:
-        """Stop the thread after the jobs already queued."""
-        self._queue.put(None)
-        self._thread.join(timeout=30)
+    def close(self, *, unload: bool = False) -> None:
+        """Stop the threads after the jobs already queued; with ``unload``, free the model too."""
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout=30)
+        if unload:
+            model = self.engine.model
+            (model.batch if isinstance(model, Slot) else model).close()
 
     # -- the model side ----------------------------------------------------------------------------------------
 
@@ -214,29 +249,49 @@ class ModelWorker:
             job = self._queue.get()
             if job is None:
                 return
-            self._busy.set()
+            engine = self._take_engine(job)
             started = time.monotonic()
+            event: Event = Failed(ApiError(500, "internal error: the job did not finish", code="internal_error"))
             try:
-                event = self._run(job)
+                event = self._run(job, engine)
             finally:
-                self.engine.rollback()
-                self._mean_s = 0.8 * self._mean_s + 0.2 * (time.monotonic() - started)
-                self.completed += 1
-                with self._idle:
-                    self._busy.clear()
-                    self._idle.notify_all()
-            if isinstance(event, Gone):
-                self.cancelled += 1
-            self.last = event
+                engine.rollback()
+                with self._state:
+                    self._free.append(engine)
+                    self._running -= 1
+                    self._mean_s = 0.8 * self._mean_s + 0.2 * (time.monotonic() - started)
+                    self.completed += 1
+                    if isinstance(event, Gone):
+                        self.cancelled += 1
+                    self.last = event
+                    self._state.notify_all()
             job.emit(event)
 
-    def _run(self, job: Job) -> Event:
+    def _take_engine(self, job: Job) -> ChatModelEngine:
+        """A free engine (one always is: one thread per engine), the one whose KV shares the longest prefix with the
+        job's prompt (a conversation's next turn goes back to the slot that holds its history)."""
+        with self._state:
+            self._running += 1
+            if len(self._free) == 1:
+                return self._free.pop()
+            free = list(self._free)
+        try:
+            request = job.request
+            prompt = free[0].prompt_tokens(request.messages, prompt_tools(list(request.tools), request.tool_choice))
+        except Exception:  # refused later, with its own error, by the engine that runs it
+            prompt = []
+        with self._state:
+            best = max(self._free, key=lambda e: common_prefix_length(e.model.tokens, prompt))
+            self._free.remove(best)
+            return best
+
+    def _run(self, job: Job, engine: ChatModelEngine) -> Event:
         if job.disconnected.is_set():
             return Gone()
         try:
             if job.is_set():
                 raise _deadline(self.timeout_s)
-            return Done(self._answer(job))
+            return Done(self._answer(job, engine))
         except ApiError as error:
             return Failed(error)
         except _ClientGone:
@@ -245,27 +300,27 @@ class ModelWorker:
             log.exception("request failed")
             return Failed(ApiError(500, f"internal error: {type(error).__name__}: {error}", code="internal_error"))
 
-    def _answer(self, job: Job) -> Answer:
+    def _answer(self, job: Job, engine: ChatModelEngine) -> Answer:
         request = job.request
         answered = request.answered_calls if self.refuse_repeated_calls and request.tool_choice == "auto" \
             else frozenset()
-        answer, stream, spent = self._turn(job, request.messages, request.tool_choice, answered)
+        answer, stream, spent = self._turn(job, engine, request.messages, request.tool_choice, answered)
         if stream.dropped and not answer.tool_calls and not stream.showed_content:
             # Every call the model wrote repeats one the conversation has answered: it would loop on it (a small
             # model does, measured). The turn is written again under "none", the last result carrying a note
             # (seen by the model only), as an answer from the results it has. (Had the client seen prose before
             # those calls, that prose is the answer.)
-            self.engine.rollback()
-            answer, stream, _ = self._turn(job, with_repeat_note(request.messages), "none", frozenset())
+            engine.rollback()
+            answer, stream, _ = self._turn(job, engine, with_repeat_note(request.messages), "none", frozenset())
             answer = replace(answer, completion_tokens=answer.completion_tokens + spent)
         stream.finish(answer)
         return answer
 
-    def _turn(self, job: Job, messages: Sequence[dict[str, Any]], tool_choice: ToolChoice,
+    def _turn(self, job: Job, engine: ChatModelEngine, messages: Sequence[dict[str, Any]], tool_choice: ToolChoice,
               answered: frozenset[tuple[str, str]]) -> tuple[Answer, _TurnStream, int]:
         """One decoded turn of ``messages`` under ``tool_choice``, parsed; its stream (not finished) and its token
         count."""
-        request, engine = job.request, self.engine
+        request = job.request
         model = engine.model
         tools = list(request.tools)
         shown = prompt_tools(tools, tool_choice)
@@ -279,8 +334,11 @@ class ModelWorker:
         max_tokens = request.max_tokens if request.max_tokens is not None else room
         if max_tokens > room or room < 1:
             raise _context_error(ContextWindowError(len(prompt), max_tokens, model.n_ctx), request)
-        prefix_len = self._prefix_len(request, shown, prompt)
-        if self.prefix_cache is not None:
+        # A slot's engine shares the prefix itself (evaluated once for the batch, kept in this cache); one sequence's
+        # prefix is restored here before the turn and saved after it.
+        lone = self.prefix_cache is not None and not isinstance(model, Slot)
+        prefix_len = engine.shared_prefix_length(messages, shown, prompt) if lone else 0
+        if lone:
             self.prefix_cache.restore(model, prompt, prefix_len)
         reused_before = common_prefix_length(model.tokens, prompt)
         calls_possible = request.calls_possible and tool_choice != "none"
@@ -299,14 +357,18 @@ class ModelWorker:
                 raise ApiError(400, f"max_tokens={error.budget} cannot fit the shortest answer the constraints "
                                f"allow ({error.needed} tokens); raise max_tokens", param="max_tokens",
                                code="max_tokens_too_small") from None
+            if isinstance(error, BatchDecodeError):
+                log.error("request failed: %s", error)
+                raise ApiError(500, f"the model failed to evaluate this request: {error}",
+                               code="decode_failed") from None
             raise
-        if self.prefix_cache is not None and reused_before < prefix_len:
+        if lone and reused_before < prefix_len:
             self.prefix_cache.save(model, prompt, prefix_len)
         if turn.finish_reason == "cancelled" and not job.stop_hit:
             if job.disconnected.is_set():
                 raise _ClientGone()
             raise _deadline(self.timeout_s)
-        answer = self._parse(request, calls_possible, turn.text, stream)
+        answer = self._parse(engine, request, calls_possible, turn.text, stream)
         finish = answer.finish_reason if answer.tool_calls else ("length" if turn.finish_reason == "length"
                                                                   else "stop")
         answer = replace(answer, finish_reason=finish, prompt_tokens=turn.n_prompt_tokens,
@@ -314,28 +376,14 @@ class ModelWorker:
                          seconds=turn.seconds)
         return answer, stream, turn.n_output_tokens
 
-    def _prefix_len(self, request: ChatRequest, shown: list[Any], prompt: list[int]) -> int:
-        """Prompt tokens shared by every request with these leading system messages and tools."""
-        if self.prefix_cache is None:
-            return 0
-        lead = []
-        for message in request.messages:
-            if message["role"] != "system":
-                break
-            lead.append(message)
-        try:
-            probe = self.engine.prompt_tokens([*lead, {"role": "user", "content": ""}], shown)
-        except ProtocolError:
-            return 0
-        return common_prefix_length(probe, prompt)
-
-    def _parse(self, request: ChatRequest, calls_possible: bool, text: str, stream: _TurnStream) -> Answer:
+    def _parse(self, engine: ChatModelEngine, request: ChatRequest, calls_possible: bool, text: str,
+               stream: _TurnStream) -> Answer:
         """The finished turn as an answer: calls (less repeats of answered ones), prose, or the JSON document."""
         if stream.stop_at is not None:
             return Answer(content=text[: stream.stop_at])
         if not calls_possible:
             return Answer(content=text)
-        action = self.engine.codec.parse(text)
+        action = engine.codec.parse(text)
         offered = {t.name for t in request.tools}
         if isinstance(action, ToolCalls) and all(c.name in offered for c in action.calls):
             written = stream.scanned(text)

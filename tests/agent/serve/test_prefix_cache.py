@@ -1,4 +1,5 @@
-"""The disk prefix cache: a restarted server loads the system + tools KV state instead of evaluating it again."""
+"""The disk prefix cache: a restarted server loads the system + tools KV state instead of evaluating it again (one
+sequence, and a batch of slots whose prefix holder loads it)."""
 
 from __future__ import annotations
 
@@ -26,18 +27,18 @@ def _ask(worker, question: str):
             messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}])
 
 
-def test_a_restarted_server_loads_the_shared_prefix_from_disk(tmp_path):
-    first = load_worker(MODEL, n_ctx=2048, n_threads=1, prefix_cache=tmp_path)
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_a_restarted_server_loads_the_shared_prefix_from_disk(tmp_path, parallel):
+    first = load_worker(MODEL, n_ctx=2048, n_threads=1, prefix_cache=tmp_path, parallel=parallel)
     try:
         cold = _ask(first, "Where is my parcel?")
         assert first.prefix_cache.saved == 1 and first.prefix_cache.restored == 0
         assert cold.usage.prompt_tokens_details.cached_tokens == 0
     finally:
-        first.close()
-        first.engine.model.close()
+        first.close(unload=True)
     assert len(list(tmp_path.glob("*.kv"))) == 1
 
-    second = load_worker(MODEL, n_ctx=2048, n_threads=1, prefix_cache=tmp_path)
+    second = load_worker(MODEL, n_ctx=2048, n_threads=1, prefix_cache=tmp_path, parallel=parallel)
     try:
         warm = _ask(second, "How do I return a jacket?")
         assert second.prefix_cache.restored == 1
@@ -46,5 +47,4 @@ def test_a_restarted_server_loads_the_shared_prefix_from_disk(tmp_path):
         [call] = warm.choices[0].message.tool_calls
         assert call.function.name.startswith("lookup_")
     finally:
-        second.close()
-        second.engine.model.close()
+        second.close(unload=True)

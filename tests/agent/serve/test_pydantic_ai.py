@@ -51,8 +51,7 @@ def test_a_pydantic_ai_agent_with_two_tools_answers_from_the_tool_that_fits():
             for question in ("What is the weather in Paris right now?", "What time is it in Tokyo?"):
                 outputs[question] = agent.run_sync(question, usage_limits=UsageLimits(request_limit=3)).output
     finally:
-        worker.close()
-        worker.engine.model.close()
+        worker.close(unload=True)
     assert calls == [("get_weather", "Paris"), ("get_time", "Tokyo")]
     assert "21" in outputs["What is the weather in Paris right now?"]
     assert "14:05" in outputs["What time is it in Tokyo?"]

@@ -1,12 +1,14 @@
 """`ember serve` against the official openai SDK: a real server on a loopback port, the default model behind it.
 
-One model load for the module (qwen2.5-coder-0.5b-instruct, one thread); two apps share its worker, one with an
-API key. Every generation is short (small max_tokens). Protocol facts are asserted exactly; model quality only
-where the task leaves the default model no real choice.
+One model load per worker (qwen2.5-coder-0.5b-instruct, one thread), and every test runs against two workers: one
+sequence (``parallel=1``) and four slots of one batch (``parallel=4``: the same answers, decoded in a shared
+``llama_batch``). Two apps share each worker, one with an API key. Every generation is short (small max_tokens).
+Protocol facts are asserted exactly; model quality only where the task leaves the default model no real choice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 
@@ -16,7 +18,6 @@ import pytest
 from pydantic import BaseModel
 
 from agent.serve import BackgroundServer, create_app, load_worker
-from agent.serve.worker import Gone
 
 openai = pytest.importorskip("openai")
 
@@ -38,12 +39,17 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 MARKUP = ("<tool_call>", "</tool_call>", "```json")
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory):
-    worker = load_worker(MODEL, n_ctx=2048, n_threads=1, max_queue=1,
+@pytest.fixture(scope="module", params=[1, 4], ids=["parallel-1", "parallel-4"])
+def worker(request, tmp_path_factory):
+    worker = load_worker(MODEL, n_ctx=2048, n_threads=1, max_queue=1, parallel=request.param,
                          prefix_cache=tmp_path_factory.mktemp("kv"))
     yield worker
-    worker.close()
+    worker.close(unload=True)
+
+
+def rolled_back(worker) -> bool:
+    """Every slot's KV ends at its committed prompt: no generated token of any request is left."""
+    return all(engine.model.n_past <= engine.committed_tokens for engine in worker.engines)
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +263,7 @@ def test_past_the_deadline_a_request_is_a_504_and_the_worker_serves_on(client, w
         worker.timeout_s = deadline
     assert caught.value.status_code == 504 and caught.value.body["code"] == "timeout"
     assert worker.wait_idle(timeout=60)
-    assert worker.engine.model.n_past <= worker.engine.committed_tokens  # the cut turn left nothing in the KV
+    assert rolled_back(worker)  # the cut turn left nothing in the KV
     assert client.chat.completions.create(model=MODEL, messages=ask("hi"), max_tokens=4).choices[0].message.content
 
 
@@ -325,29 +331,33 @@ def test_with_an_api_key_a_request_without_it_is_401(keyed_server):
 
 
 def test_a_full_queue_is_429_and_a_disconnect_cancels_and_rolls_back(server, worker):
-    long_story = {"model": MODEL, "messages": ask("Write a very long story about a lighthouse."),
-                  "max_tokens": 1000, "stream": True}
+    """Every slot runs a long stream, one request waits, the next is refused; closing the streams cancels them."""
     cancelled_before = worker.cancelled
-    with httpx.Client(base_url=server.base_url, timeout=120) as http:
-        with http.stream("POST", "/chat/completions", json=long_story) as running:
-            lines = running.iter_lines()
-            assert next(line for line in lines if line.startswith("data: "))  # it runs now
-            queued = threading.Thread(target=httpx.post, args=(server.base_url + "/chat/completions",),
-                                      kwargs={"json": {"model": MODEL, "messages": ask("hi"), "max_tokens": 2},
-                                              "timeout": 120})
-            queued.start()
-            for _ in range(400):
-                if worker.waiting == 1:
-                    break
-                threading.Event().wait(0.05)
-            assert worker.busy and worker.waiting == 1
-            refused = http.post("/chat/completions", json={"model": MODEL, "messages": ask("hi"), "max_tokens": 2})
-            assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
-            assert refused.json()["error"]["code"] == "queue_full"
-        # leaving the block closes the stream: the client is gone
+    lines = []  # each stream's line iterator, kept: a collected one closes its response
+    with contextlib.ExitStack() as streams, httpx.Client(base_url=server.base_url, timeout=120) as http:
+        for i in range(worker.parallel):
+            long_story = {"model": MODEL, "messages": ask(f"Count from {i} to 5000, separated by commas."),
+                          "max_tokens": 1000, "stream": True}  # runs until the client leaves
+            running = streams.enter_context(http.stream("POST", "/chat/completions", json=long_story))
+            lines.append(running.iter_lines())
+            assert next(line for line in lines[-1] if line.startswith("data: "))  # it runs now
+        assert worker.running == worker.parallel
+        answered: list[httpx.Response] = []
+        queued = threading.Thread(target=lambda: answered.append(httpx.post(
+            server.base_url + "/chat/completions", json={"model": MODEL, "messages": ask("hi"), "max_tokens": 2},
+            timeout=120)))
+        queued.start()
+        for _ in range(400):
+            if worker.waiting == 1:
+                break
+            threading.Event().wait(0.05)
+        assert worker.busy and worker.waiting == 1
+        refused = http.post("/chat/completions", json={"model": MODEL, "messages": ask("hi"), "max_tokens": 2})
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["error"]["code"] == "queue_full"
+        streams.close()  # the clients are gone
         queued.join(timeout=120)
     assert worker.wait_idle(timeout=120)
-    assert worker.cancelled == cancelled_before + 1
-    model = worker.engine.model
-    assert model.n_past <= worker.engine.committed_tokens  # the cancelled turn left nothing in the KV
-    assert not isinstance(worker.last, Gone)  # the queued request ran after the cancelled one
+    assert worker.cancelled == cancelled_before + worker.parallel
+    assert rolled_back(worker)  # the cancelled turns left nothing in the KV
+    assert [r.status_code for r in answered] == [200]  # the queued request ran once a slot was free
