@@ -138,6 +138,30 @@ class Row:
     """Knowledge (f): those answers as the schema's enums (`knowledge_tools.request_enums`): from/to one of the
     request's two airports, listed ``"sorted"`` or ``"as named"`` (in the request's order); the date the one it
     names. ``""``: no such enum."""
+    grounded: Any = None
+    """Enforcement (h): the ``x-grounded`` declaration put on search_flights' ``from``, ``to`` and ``date`` (``True``:
+    any input or tool result; ``"tool_result"``: tool results only; a list of sources or tool names); None: none.
+    The session then holds those values to what the conversation holds (`agent.grounding_policy`)."""
+    tool_arguments_grounded: bool = False
+    """Enforcement rows: the knowledge tools' own arguments (the lookup's ``city``, the calendar's ``expression``)
+    declared ``"x-grounded": "user"``: the model passes words of the request, never an example from a description."""
+    tool_descriptions: str = "examples"
+    """The knowledge tools' descriptions, a style of `knowledge_tools.DESCRIPTIONS`: ``examples`` (every other
+    row's), ``request`` (pass the user's request as written: both tools find what they need in it), ``words`` (the
+    date words / the city name as the request writes them, with no example value to copy)."""
+    lookup_other_words: bool = False
+    """Enforcement rows: airports.lookup, passed text that also holds other words (a whole request), says which words
+    named no airport (`knowledge_tools.other_words`)."""
+    calendar_first: bool = False
+    """Enforcement rows: calendar.resolve_date is offered (listed, and hinted) before airports.lookup."""
+    refusal_only: bool = False
+    """Enforcement rows, a diagnostic of the two layers: each declared value's own constraints moved under an
+    ``allOf``, where the session does not narrow the grammar to the candidates (`agent.grounding_policy`: a leaf
+    under ``allOf`` is held by validation alone), so search_flights stays callable and an ungrounded value is refused
+    with an ok:false result naming the path, instead of being masked out."""
+    source_descriptions: bool = False
+    """Enforcement rows: search_flights' ``from``/``to``/``date`` descriptions name the tool whose result each value
+    is copied from (`SOURCE_DESCRIPTIONS`)."""
 
     @property
     def multi_step(self) -> bool:
@@ -152,6 +176,44 @@ def _enum_c() -> dict[str, Any]:
     schema = sd.enum_schema()
     schema["properties"]["date"].pop("pattern")
     return schema
+
+
+def _thin_c() -> dict[str, Any]:
+    return sd.thin_schema()
+
+
+GROUNDED_FIELDS: tuple[str, ...] = ("from", "to", "date")
+"""The search_flights parameters an enforcement row declares grounded (every parameter the answer key scores)."""
+
+
+SOURCE_DESCRIPTIONS: Mapping[str, str] = {
+    "from": "Departure airport: the three-letter IATA code airports.lookup returned for the departure city.",
+    "to": "Arrival airport: the three-letter IATA code airports.lookup returned for the arrival city.",
+    "date": "Departure date: the YYYY-MM-DD date calendar.resolve_date returned for the request's date words.",
+}
+"""search_flights' parameter descriptions where they name the knowledge tool each value comes from."""
+
+
+def grounded_schema(schema: dict[str, Any], declaration: Any, *, describe_sources: bool = False,
+                    refusal_only: bool = False) -> dict[str, Any]:
+    """``schema`` with ``"x-grounded": declaration`` on each of `GROUNDED_FIELDS` (a new dict; None: unchanged),
+    with ``describe_sources`` their descriptions replaced by `SOURCE_DESCRIPTIONS`, and with ``refusal_only`` their
+    type, pattern and format moved under an ``allOf`` (`Row.refusal_only`: validation alone holds them)."""
+    from agent.grounding import GROUNDED_KEY
+
+    if declaration is None and not describe_sources:
+        return schema
+    out = json.loads(json.dumps(schema))
+    for key in GROUNDED_FIELDS:
+        prop = out["properties"][key]
+        if describe_sources:
+            prop["description"] = SOURCE_DESCRIPTIONS[key]
+        if refusal_only:
+            prop = out["properties"][key] = {"description": prop.pop("description"),
+                                             "allOf": [prop]} if "description" in prop else {"allOf": [prop]}
+        if declaration is not None:
+            prop[GROUNDED_KEY] = declaration
+    return out
 
 
 AGENT_TOOL_NAME = "travel_desk"
@@ -176,6 +238,8 @@ ROWS: tuple[Row, ...] = (
 
 AUTO_ROWS: tuple[Row, ...] = (
     Row(key="auto", label="rich, constrained, auto (Session)", schema=_rich_c, constrained=True, session=True),
+    Row(key="auto-thin", label="thin schema, constrained, auto (Session)", schema=_thin_c, constrained=True,
+        session=True),
     Row(key="auto-today", label="+ (a) today and weekday in system prompt", schema=_rich_c, constrained=True,
         session=True, today=True),
     Row(key="auto-lookup", label="+ (b) airports.lookup offered", schema=_rich_c, constrained=True, session=True,
@@ -195,6 +259,16 @@ AUTO_ROWS: tuple[Row, ...] = (
         constrained=True, session=True, agent=True),
     Row(key="auto-mcp-time", label="+ (g) time.get_current_time offered: the real mcp-server-time over MCP "
         "(scored against its date)", schema=_rich_c, constrained=True, session=True, mcp_time=True),
+    Row(key="auto-grounded", label="+ (h) from/to/date declared x-grounded: true; airports.lookup and "
+        "calendar.resolve_date offered", schema=_rich_c, constrained=True, session=True, lookup=True, calendar=True,
+        grounded=True),
+    Row(key="auto-grounded-2", label="(h2) = (h) + the knowledge tools' own arguments grounded in the request's "
+        "words, their descriptions without examples, calendar first, search_flights' descriptions naming each value's "
+        "tool", schema=_rich_c, constrained=True, session=True, lookup=True, calendar=True, grounded=True,
+        tool_arguments_grounded=True, tool_descriptions="words", calendar_first=True, source_descriptions=True),
+    Row(key="auto-grounded-2-results", label="(h2') = (h2) with x-grounded: \"tool_result\" (tool results only)",
+        schema=_rich_c, constrained=True, session=True, lookup=True, calendar=True, grounded="tool_result",
+        tool_arguments_grounded=True, tool_descriptions="words", calendar_first=True, source_descriptions=True),
 )
 """The auto study's rows: every request a real `Session` under ``tool_choice="auto"`` (no per-turn plan, no forced
 first tool), knowledge rows on top of the constrained auto baseline."""
@@ -319,7 +393,8 @@ def _system(row: Row, request: sd.Request) -> str:
     if row.resolved and (facts := kt.request_prompt(request.text)):
         prompt = f"{prompt} {facts}"
     if row.session and row.hint:
-        prompt = " ".join([prompt, *(hint for attr, hint in TOOL_HINTS if getattr(row, attr))])
+        hints = sorted(TOOL_HINTS, key=lambda h: h[0] != "calendar") if row.calendar_first else TOOL_HINTS
+        prompt = " ".join([prompt, *(hint for attr, hint in hints if getattr(row, attr))])
     return prompt
 
 
@@ -434,7 +509,8 @@ def flight_schema(row: Row, request: sd.Request) -> dict[str, Any]:
     date when the row injects them as enums (f). Fewer than two airports or no date leave that part as it is."""
     import knowledge_tools as kt
 
-    schema = row.schema()
+    schema = grounded_schema(row.schema(), row.grounded, describe_sources=row.source_descriptions,
+                             refusal_only=row.refusal_only)
     if row.request_enum:
         codes, dates = kt.request_enums(request.text, as_named=row.request_enum == "as named")
         props = schema["properties"]
@@ -462,10 +538,13 @@ def auto_tools(engine: Any, row: Row, searches: list[dict[str, Any]], request: s
         return {"flights": [{"flight": "EM 123", "departs": "08:05", "arrives": "11:40", "price_eur": 129}]}
 
     tools: list[Any] = []
+    own = "user" if row.tool_arguments_grounded else None
     if row.lookup:
-        tools.append(kt.airports_tool(constrained=row.constrained))
+        tools.append(kt.airports_tool(constrained=row.constrained, grounded=own, descriptions=row.tool_descriptions,
+                                      other=row.lookup_other_words))
     if row.calendar:
-        tools.append(kt.calendar_tool(constrained=row.constrained))
+        calendar_ = kt.calendar_tool(constrained=row.constrained, grounded=own, descriptions=row.tool_descriptions)
+        tools.insert(0, calendar_) if row.calendar_first else tools.append(calendar_)
     if row.mcp_time:
         tools += kt.time_server_tools()
     if row.agent:
@@ -539,6 +618,12 @@ def _run_auto(engine: Any, row: Row, request: sd.Request, max_tokens: int, trace
     if row.mcp_time:
         detail.update(server_today=server_today.isoformat(), server_today_from=today_from)
     if trace_path is not None:
+        events = _trace_events(trace_path)
+        grounding = search_grounding(events)
+        detail["grounding"] = grounding
+        if call is not None:
+            detail["grounding_flags"] = grounding_flags(call.arguments, grounding, request)
+        detail["ungrounded_refusals"] = ungrounded_refusals(events)
         detail["child_calls"] = _child_calls(trace_path.parent, result.run_id)
         detail["child_runs"] = len(list(trace_path.parent.glob(f"{result.run_id}.*.jsonl")))
         report = verify_trace(trace_path)
@@ -587,6 +672,109 @@ def _child_calls(directory: Path, run_id: str) -> list[list[Any]]:
                 data = event.get("data") or {}
                 calls.append([data.get("tool"), data.get("arguments"), kind.rsplit("_", 1)[1]])
     return calls
+
+
+# -- grounding: where the scored values came from (read from the run's trace) ----------------------------------------
+
+SCORED_FIELDS: tuple[tuple[str, str], ...] = (("from", "origin"), ("to", "destination"), ("date", "date"))
+"""search_flights parameter → the `studies_data.Request` field holding its answer."""
+
+
+def _trace_events(path: Path) -> list[dict[str, Any]]:
+    events = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events
+
+
+def search_grounding(events: Sequence[Mapping[str, Any]], tool: str = FLIGHT_TOOL) -> dict[str, Any] | None:
+    """What a run's trace records about the first ``tool`` call it validated or rejected: from its
+    ``tool_call_validated`` event ``{"call_id", "status": "validated", "sources": {path: source record}}`` (every
+    argument leaf's source, `agent.grounding`); from its ``tool_call_rejected`` event ``{"call_id", "status":
+    "rejected", "kind", "ungrounded": [paths refused as ungrounded]}``; None when the trace holds neither."""
+    for event in events:
+        data = event.get("data") or {}
+        if data.get("tool") != tool:
+            continue
+        if event.get("event_type") == "tool_call_validated":
+            return {"call_id": data.get("call_id"), "status": "validated",
+                    "sources": {g["path"]: g["source"] for g in data.get("grounding") or ()}}
+        if event.get("event_type") == "tool_call_rejected":
+            return {"call_id": data.get("call_id"), "status": "rejected", "kind": data.get("kind"),
+                    "ungrounded": [e.get("path") for e in data.get("errors") or () if e.get("kind") == "ungrounded"]}
+    return None
+
+
+def grounding_flags(arguments: Mapping[str, Any], grounding: Mapping[str, Any] | None,
+                    request: sd.Request) -> list[dict[str, Any]]:
+    """Each scored value of a search_flights call (`SCORED_FIELDS`), whether the answer key says it is right, and
+    where its trace says it came from: ``source`` is the source kind (``user``, ``system``, ``tool_result``,
+    ``schema``, ``composed``, or ``none``: ungrounded, also for a value refused as ungrounded) or ``unrecorded``
+    (the call was rejected for another reason, or the trace holds no record of it); ``tool`` names the tool whose
+    result grounds it."""
+    flags = []
+    for name, answer in SCORED_FIELDS:
+        value = arguments.get(name)
+        source: Mapping[str, Any] = {}
+        if grounding is not None and grounding.get("status") == "validated":
+            source = (grounding.get("sources") or {}).get(name) or {}
+        elif grounding is not None and name in (grounding.get("ungrounded") or ()):
+            source = {"kind": "none"}
+        flag = {"field": name, "value": value, "right": value == getattr(request, answer),
+                "source": source.get("kind", "unrecorded")}
+        if source.get("tool"):
+            flag["tool"] = source["tool"]
+        flags.append(flag)
+    return flags
+
+
+def ungrounded_refusals(events: Sequence[Mapping[str, Any]], tool: str = FLIGHT_TOOL) -> int:
+    """How many ``tool`` calls validation refused for ungrounded values (errors of kind ``ungrounded``)."""
+    return sum(1 for e in events if e.get("event_type") == "tool_call_rejected"
+               and (e.get("data") or {}).get("tool") == tool
+               and any(err.get("kind") == "ungrounded" for err in (e.get("data") or {}).get("errors") or ()))
+
+
+GROUNDING_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (("date", ("date",)), ("from/to", ("from", "to")))
+
+
+def grounding_counts(outcomes: Sequence[RequestOutcome]) -> dict[str, dict[str, Any]]:
+    """Per value group (``date``; ``from/to``, two values a request): how many scored values there are
+    (``values``), how many the trace records a source for (``recorded``), how many are wrong, wrong and flagged
+    ungrounded, wrong but grounded (listed as ``(value, field, source)`` with counts), right, and right but
+    ungrounded (the model's memory happened to be right)."""
+    out: dict[str, dict[str, Any]] = {}
+    for group, fields in GROUNDING_GROUPS:
+        c: dict[str, Any] = {"values": 0, "recorded": 0, "wrong": 0, "wrong_ungrounded": 0, "wrong_grounded": 0,
+                             "wrong_unrecorded": 0, "right": 0, "right_ungrounded": 0, "grounded_wrong": {},
+                             "sources": {}}
+        for outcome in outcomes:
+            for flag in outcome.detail.get("grounding_flags") or ():
+                if flag["field"] not in fields:
+                    continue
+                kind = flag["source"]
+                c["values"] += 1
+                c["recorded"] += kind != "unrecorded"
+                where = f"{kind}:{flag['tool']}" if flag.get("tool") else kind
+                c["sources"][where] = c["sources"].get(where, 0) + 1
+                if flag["right"]:
+                    c["right"] += 1
+                    c["right_ungrounded"] += kind == "none"
+                    continue
+                c["wrong"] += 1
+                if kind == "none":
+                    c["wrong_ungrounded"] += 1
+                elif kind == "unrecorded":
+                    c["wrong_unrecorded"] += 1
+                else:
+                    c["wrong_grounded"] += 1
+                    key = (str(flag["value"]), flag["field"], where)
+                    c["grounded_wrong"][key] = c["grounded_wrong"].get(key, 0) + 1
+        out[group] = c
+    return out
 
 
 KNOWLEDGE_TOOLS: tuple[tuple[str, str], ...] = (("lookup", "airports.lookup"), ("calendar", "calendar.resolve_date"),
@@ -658,10 +846,10 @@ def plot(results: Sequence[RowResult], path: Path, *, languages: Sequence[str] |
     x = np.arange(len(results))
     for k, (col, label) in enumerate(cols):
         ax.bar(x + k * width - 0.4 + width / 2, [r.count(col) for r in results], width, label=label)
-    labels = [r.row.label.replace(", ", ",\n").replace(" (", "\n(") for r in results]
+    labels = [r.row.key for r in results]  # the rows' labels are in the tables; keys stay legible under 40 bars
     if languages is not None:
         labels = [f"[{lang}] {label}" for lang, label in zip(languages, labels)]
-    ax.set_xticks(x, labels, fontsize=6)
+    ax.set_xticks(x, labels, fontsize=6, rotation=60, ha="right")
     n = max((len(r.outcomes) for r in results), default=24)
     ax.set_ylim(0, n + 1)
     ax.set_ylabel(f"requests (of {n})")
@@ -753,6 +941,10 @@ def _knowledge_note(result: RowResult) -> str:
                      f"called in {sum(any(c[0] == 'airports.lookup' for c in cs) for cs in child)}/{n}, "
                      f"calendar.resolve_date in {sum(any(c[0] == 'calendar.resolve_date' for c in cs) for cs in child)}"
                      f"/{n} requests")
+    if result.row.grounded is not None:
+        refused = [o.detail.get("ungrounded_refusals", 0) for o in result.outcomes]
+        verified += (f"; search_flights refused as ungrounded {sum(refused)} times, in {sum(map(bool, refused))}/{n} "
+                     "requests")
     if result.row.mcp_time:
         told = sum(o.detail.get("server_today_from") == "the model's call" for o in result.outcomes)
         days = sorted({o.detail.get("server_today") for o in result.outcomes if o.detail.get("server_today")})
@@ -760,6 +952,53 @@ def _knowledge_note(result: RowResult) -> str:
                      f"in {told}/{n} requests")
     return (f"- {result.row.label}: {'; '.join(parts) + '; ' if parts else ''}search_flights attempted in "
             f"{reached}/{n}, executed in {executed}/{n}{verified}.")
+
+
+def grounding_table(results: Sequence[RowResult]) -> str:
+    """Per row: where the first search_flights call's date and airport values came from, read from each request's
+    trace (`grounding_counts`): wrong values, how many of them are flagged ungrounded, and right ones that are."""
+    headers = ["row", "values with a trace record (date / from/to)", "date wrong", "… flagged ungrounded",
+               "from/to wrong", "… flagged ungrounded", "wrong but grounded (date / from/to)",
+               "right but ungrounded (date / from/to)"]
+    rows = []
+    for r in results:
+        c = grounding_counts(r.outcomes)
+        d, a = c["date"], c["from/to"]
+        rows.append([r.row.label, f"{d['recorded']}/{d['values']} / {a['recorded']}/{a['values']}",
+                     f"{d['wrong']}/{d['values']}", f"{d['wrong_ungrounded']}/{d['wrong']}",
+                     f"{a['wrong']}/{a['values']}", f"{a['wrong_ungrounded']}/{a['wrong']}",
+                     f"{d['wrong_grounded']} / {a['wrong_grounded']}",
+                     f"{d['right_ungrounded']}/{d['right']} / {a['right_ungrounded']}/{a['right']}"])
+    return markdown_table(headers, rows)
+
+
+_SOURCE_WORDS = {"user": "the request's words", "system": "the system prompt", "schema": "fixed by the schema",
+                 "composed": "composed of grounded parts", "none": "ungrounded", "unrecorded": "no trace record"}
+
+
+def _source_words(where: str) -> str:
+    kind, _, tool = where.partition(":")
+    return f"{tool} result" if kind == "tool_result" and tool else _SOURCE_WORDS.get(kind, kind)
+
+
+def grounding_note(result: RowResult, *, examples: int = 4) -> str:
+    """One line per row: where its values came from, and the wrong values that are grounded, by source (the first
+    ``examples`` of each, most frequent first)."""
+    parts = []
+    for group, c in grounding_counts(result.outcomes).items():
+        sources = ", ".join(f"{_source_words(w)} {k}" for w, k in sorted(c["sources"].items(), key=lambda x: -x[1]))
+        text = f"{group}: {sources or 'no value'}"
+        by_source: dict[str, list[tuple[int, str]]] = {}
+        for (value, field_, where), k in sorted(c["grounded_wrong"].items(), key=lambda x: (-x[1], x[0])):
+            by_source.setdefault(where, []).append((k, f"`{value}` for {field_} ×{k}"))
+        if by_source:
+            listed = "; ".join(
+                f"{sum(k for k, _ in items)} by {_source_words(where)} ("
+                + ", ".join(t for _, t in items[:examples]) + (", …" if len(items) > examples else "") + ")"
+                for where, items in by_source.items())
+            text += f"; wrong but grounded: {listed}"
+        parts.append(text)
+    return f"- {result.row.label}: " + ". ".join(parts) + "."
 
 
 def _example_facts() -> str:
@@ -810,6 +1049,32 @@ def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: 
         "on one English and one Finnish request); the travel desk's system prompt and description are "
         "`bench_flights.AGENT_SYSTEM_PROMPT` / `AGENT_DESCRIPTION`. No answer is written anywhere but the answer key: "
         "in (e), (f) and (f') the values come from the knowledge tools' code run on the request text.",
+        "- **Grounding** (`docs/grounding.md`): every auto row's traces record where each argument value of each call "
+        "came from (the request, the system prompt, a tool result, the schema) or that it came from nowhere the model "
+        "was given (*ungrounded*: its memory). The grounding tables below read it for the first search_flights call "
+        "of each request; rows measured before grounding existed have no such record and are left out. *thin "
+        "schema* is the seed's plain schema (`studies_data.thin_schema`: three strings, \"Airport.\", \"The "
+        "date.\") under the same constrained auto Session as the rich baseline. **Enforcement** (h): search_flights' "
+        "`from`, `to` and `date` declared `\"x-grounded\": true` in the rich schema, airports.lookup and "
+        "calendar.resolve_date offered with their hints, nothing else in the prompt: each turn's grammar admits only "
+        "codes and dates the conversation holds (a dynamic enum), and search_flights cannot be called at all while "
+        "one of them has no candidate. (h2) changes only what the tools and their descriptions say: the knowledge "
+        "tools' own arguments declared `\"x-grounded\": \"user\"` (the model passes words of the request, never a "
+        "value it made up or an example), their descriptions without example values (`knowledge_tools.DESCRIPTIONS"
+        "[\"words\"]`), the calendar offered and hinted first, and search_flights' three descriptions naming the "
+        "tool each value comes from (`bench_flights.SOURCE_DESCRIPTIONS`); (h2') is (h2) with `\"x-grounded\": "
+        "\"tool_result\"`. Variants tried on a few requests only (not stored; traces read by hand): validation "
+        "instead of the mask (`Row.refusal_only`, the first design's tools; 4 Finnish + 2 English requests): the "
+        "model called search_flights from memory first in 5/6, was refused, repeated the call and ended in text, 0/6 "
+        "searches ran; the tools' arguments grounded with the example descriptions (3 + 3 requests): the English "
+        "model passed \"next month\" for \"the 3rd of next month\" (2/3 dates right), Finnish 0/3 searches (also "
+        "with search_flights' source descriptions); the "
+        "tools told to take the whole request (`DESCRIPTIONS[\"request\"]`, 4 + 4): English 3/4 dates (it passed "
+        "\"15 December 2023\", and the calendar's answer grounded the invented year), Finnish 0/4 searches; that "
+        "with the calendar first, with and without grounded tool arguments (4 + 4 Finnish): 0/4 and 1/4 searches; "
+        "(h2) with the lookup naming the words of its input that named no airport (`Row.lookup_other_words`, "
+        "`\"other_words\": \"ensi perjantaina\"`; 6 Finnish requests): 0/6 searches, the calendar called in 1/6, "
+        "never after the lookup's hint.",
         "- Finnish requests: `Etsi lennot Madridista Berliiniin ensi perjantaina.` — city names in their Finnish "
         "elative/illative (`studies_data.FI_CITY_FORMS`), the seed's four phrasings (\"ensi kuun 3. päivänä\", "
         "\"ensi perjantaina\", \"15. joulukuuta\", \"huomenna\"); same answer key.",
@@ -825,6 +1090,13 @@ def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: 
         parts += ["", f"### Auto study, {titles.get(language, language)} (`tool_choice=\"auto\"`, Session)", "",
                   table(results), ""]
         parts += [_knowledge_note(r) for r in results]
+        traced = [r for r in results if any(o.detail.get("grounding_flags") for o in r.outcomes)]
+        if traced:
+            parts += ["", f"Grounding of the first search_flights call, {titles.get(language, language)} (each "
+                      "request's trace: `tool_call_validated.data.grounding`, or the paths a `tool_call_rejected` "
+                      "refused as ungrounded; a value is *flagged ungrounded* when its source is `none`):", "",
+                      grounding_table(traced), ""]
+            parts += [grounding_note(r) for r in traced]
     if diagnostic:
         parts += ["", "### Diagnostic (not the auto study: the first turn is forced to one knowledge tool, "
                   "`Session(tool_choice=(TOOL, \"auto\"))`; the model still writes its arguments)", "",

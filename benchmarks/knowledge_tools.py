@@ -254,9 +254,39 @@ def airports_in(text: str) -> list[tuple[str, str, str]]:
 
 # -- the tools ------------------------------------------------------------------------------------------------------
 
-def calendar_tool(*, constrained: bool = True, today: dt.date = sd.TODAY) -> Any:
+def _argument(schema: dict[str, Any], grounded: Any) -> dict[str, Any]:
+    """An argument's schema, with ``"x-grounded": grounded`` when one is given (`agent.grounding`)."""
+    return schema if grounded is None else {**schema, "x-grounded": grounded}
+
+
+DESCRIPTIONS: Mapping[str, Mapping[str, tuple[str, str]]] = {
+    "examples": {  # the study's first descriptions: what to pass, with examples
+        CALENDAR_TOOL: ("Resolve a date expression from the user's request (e.g. 'next Friday', 'tomorrow', "
+                        "'15 December', 'ensi perjantaina') against today's date; returns the ISO date YYYY-MM-DD.",
+                        "The date words exactly as the user wrote them, e.g. next Friday."),
+        LOOKUP_TOOL: ("Look up the IATA code of a city's airport. Call it for each city before search_flights.",
+                      "City name, e.g. Madrid.")},
+    "request": {  # pass the whole request: each tool finds what it needs in it (`date_in`, `airports_in`)
+        CALENDAR_TOOL: ("Find the date the user's request names and resolve it against today's date; returns the "
+                        "ISO date YYYY-MM-DD. Pass the user's request as written.", "The user's request as written."),
+        LOOKUP_TOOL: ("Look up the IATA codes of the airports the user's request names, in the order it names them. "
+                      "Pass the user's request as written.", "The user's request as written, or one city name.")},
+    "words": {  # the same asks as "examples", with no example value a model could copy
+        CALENDAR_TOOL: ("Resolve the date words of the user's request against today's date; returns the ISO date "
+                        "YYYY-MM-DD.", "The date words of the user's request, all of them, exactly as written."),
+        LOOKUP_TOOL: ("Look up the IATA code of the airport of a city the user's request names.",
+                      "The city name exactly as the user's request writes it.")},
+}
+"""Tool description and argument description of each knowledge tool, per style (``descriptions=``): the study
+inputs the enforcement rows vary. "examples" is what every other row offers."""
+
+
+def calendar_tool(*, constrained: bool = True, today: dt.date = sd.TODAY, grounded: Any = None,
+                  descriptions: str = "examples") -> Any:
     """``calendar.resolve_date`` (data tool): ``{"expression"}`` → ``{"expression", "date", "weekday"}``; text that
-    holds a date expression among other words resolves that expression (`date_in`)."""
+    holds a date expression among other words resolves that expression (`date_in`). ``grounded``: an
+    ``x-grounded`` declaration for ``expression`` (``"user"``: words of the user's request only).
+    ``descriptions``: a style of `DESCRIPTIONS`."""
     from agent.tool import Tool, ToolFailure, ToolKind
 
     def resolve(args: Any, ctx: Any) -> dict[str, str]:
@@ -272,17 +302,28 @@ def calendar_tool(*, constrained: bool = True, today: dt.date = sd.TODAY) -> Any
 
     return Tool(
         name=CALENDAR_TOOL, kind=ToolKind.DATA, constrained=constrained,
-        description="Resolve a date expression from the user's request (e.g. 'next Friday', 'tomorrow', "
-                    "'15 December', 'ensi perjantaina') against today's date; returns the ISO date YYYY-MM-DD.",
-        parameters={"type": "object", "properties": {"expression": {
-            "type": "string", "description": "The date words exactly as the user wrote them, e.g. next Friday."}},
+        description=DESCRIPTIONS[descriptions][CALENDAR_TOOL][0],
+        parameters={"type": "object", "properties": {"expression": _argument({
+            "type": "string", "description": DESCRIPTIONS[descriptions][CALENDAR_TOOL][1]}, grounded)},
             "required": ["expression"]},
         function=resolve)
 
 
-def airports_tool(*, constrained: bool = True) -> Any:
+def other_words(text: str) -> str:
+    """The words of ``text`` that name no airport city, in order (`airports_in` finds the others): what a lookup
+    passed a whole request did not use ("Madridista Berliiniin ensi perjantaina" → "ensi perjantaina")."""
+    cities = {word for word, _, _ in airports_in(text)}
+    return " ".join(w for w in re.findall(r"[^\W_]+(?:\.(?=\s|$))?", text) if w.rstrip(".") not in cities)
+
+
+def airports_tool(*, constrained: bool = True, grounded: Any = None, descriptions: str = "examples",
+                  other: bool = False) -> Any:
     """``airports.lookup`` (data tool): ``{"city"}`` → ``{"city", "iata"}``, names as in `lookup_city`; text naming
-    several cities (``"Lissabonista Osloon"``) → ``{"airports": [{"city", "iata"}, …]}`` in their order."""
+    several cities (``"Lissabonista Osloon"``) → ``{"airports": [{"city", "iata"}, …]}`` in their order.
+    ``grounded``: an ``x-grounded`` declaration for ``city`` (``"user"``: words of the user's request only).
+    ``descriptions``: a style of `DESCRIPTIONS`. ``other``: an answer for a text that also holds words naming no
+    airport says which (``"other_words"``, `other_words`), so a caller that passed a whole request learns what it
+    still has to resolve elsewhere."""
     from agent.tool import Tool, ToolFailure, ToolKind
 
     def lookup(args: Any, ctx: Any) -> dict[str, Any]:
@@ -294,15 +335,17 @@ def airports_tool(*, constrained: bool = True) -> Any:
         found = airports_in(name)  # several cities, or a whole request, passed in: every city named in it
         if not found:
             raise ToolFailure(f"no airport known for city {name!r}")
-        if len(found) == 1:
-            return {"city": found[0][0], "iata": found[0][2]}
-        return {"airports": [{"city": word, "iata": code} for word, _, code in found]}
+        answer: dict[str, Any] = ({"city": found[0][0], "iata": found[0][2]} if len(found) == 1 else
+                                  {"airports": [{"city": word, "iata": code} for word, _, code in found]})
+        if other and (rest := other_words(name)):
+            answer["other_words"] = rest
+        return answer
 
     return Tool(
         name=LOOKUP_TOOL, kind=ToolKind.DATA, constrained=constrained,
-        description="Look up the IATA code of a city's airport. Call it for each city before search_flights.",
-        parameters={"type": "object", "properties": {"city": {"type": "string",
-                                                              "description": "City name, e.g. Madrid."}},
+        description=DESCRIPTIONS[descriptions][LOOKUP_TOOL][0],
+        parameters={"type": "object", "properties": {"city": _argument({
+            "type": "string", "description": DESCRIPTIONS[descriptions][LOOKUP_TOOL][1]}, grounded)},
                     "required": ["city"]},
         function=lookup)
 

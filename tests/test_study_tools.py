@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import calendar
 import dataclasses
+import json
 import datetime as dt
 import sys
 from pathlib import Path
@@ -281,3 +282,132 @@ def test_the_section_is_rebuilt_from_stored_rows(tmp_path, monkeypatch):
     text = results.read_text(encoding="utf-8")
     assert "| [en] diagnostic: travel_desk forced first, then auto |" in text
     assert "1 nested runs traced and verified with their parents; inside them airports.lookup called in 1/1" in text
+
+
+# -- grounding: where the scored values came from ---------------------------------------------------------------------
+
+def test_grounding_flags_read_each_scored_value_and_its_source_from_the_trace() -> None:
+    import bench_flights as bf
+
+    request = sd.REQUESTS[1]  # Madrid -> Berlin, next Friday: MAD, BER, 2026-09-11
+    events = [
+        {"event_type": "tool_call_validated",
+         "data": {"tool": "airports.lookup", "call_id": "call-1", "grounding": []}},
+        {"event_type": "tool_call_validated", "data": {"tool": "search_flights", "call_id": "call-2", "grounding": [
+            {"path": "from", "source": {"kind": "user", "ledger_index": 1, "span": [20, 26]}},
+            {"path": "to", "source": {"kind": "tool_result", "tool": "airports.lookup", "call_id": "call-1"}},
+            {"path": "date", "source": {"kind": "none"}}]}},
+        {"event_type": "tool_call_validated", "data": {"tool": "search_flights", "call_id": "call-3", "grounding": []}}]
+    grounding = bf.search_grounding(events)
+    assert grounding["call_id"] == "call-2" and grounding["status"] == "validated"
+    flags = bf.grounding_flags({"from": "Madrid", "to": "BER", "date": "2023-09-15"}, grounding, request)
+    assert flags == [{"field": "from", "value": "Madrid", "right": False, "source": "user"},
+                     {"field": "to", "value": "BER", "right": True, "source": "tool_result", "tool": "airports.lookup"},
+                     {"field": "date", "value": "2023-09-15", "right": False, "source": "none"}]
+    rejected = [{"event_type": "tool_call_rejected", "data": {"tool": "search_flights", "call_id": "call-1",
+                 "kind": "invalid_arguments", "errors": [{"path": "date", "kind": "ungrounded", "reason": "r"}]}}]
+    grounding = bf.search_grounding(rejected)
+    assert grounding == {"call_id": "call-1", "status": "rejected", "kind": "invalid_arguments", "ungrounded": ["date"]}
+    flags = bf.grounding_flags({"from": "MAD", "to": "BER", "date": "2026-09-11"}, grounding, request)
+    assert [f["source"] for f in flags] == ["unrecorded", "unrecorded", "none"]
+    assert bf.ungrounded_refusals(rejected) == 1 and bf.ungrounded_refusals(events) == 0
+    assert bf.search_grounding(events[:1]) is None
+    assert [f["source"] for f in bf.grounding_flags({"from": "MAD"}, None, request)] == ["unrecorded"] * 3
+
+
+def test_grounding_counts_separate_wrong_values_flagged_ungrounded_from_grounded_ones() -> None:
+    import bench_flights as bf
+
+    none = sd.CallScore(strict=False, found=False, right_tool=False, date_format=False, date_value=False,
+                        airport_format=False, airport_value=False)
+
+    def outcome(*flags):
+        return bf.RequestOutcome(request_id="0-1", score=none, call=None, raw="", seconds=1.0,
+                                 detail={"grounding_flags": [dict(zip(("field", "value", "right", "source"), f))
+                                                             for f in flags]})
+
+    outcomes = [outcome(("from", "Madrid", False, "user"), ("to", "BER", True, "none"), ("date", "2023-09-15", False,
+                                                                                          "none")),
+                outcome(("from", "MAD", True, "tool_result"), ("to", "MAD", False, "tool_result"),
+                        ("date", "2026-09-11", True, "tool_result")),
+                outcome(("from", "OTP", False, "unrecorded"), ("to", "SVQ", True, "unrecorded"),
+                        ("date", "2026-12-15", True, "unrecorded")),
+                bf.RequestOutcome(request_id="0-2", score=none, call=None, raw="", seconds=1.0)]
+    counts = bf.grounding_counts(outcomes)
+    date, airports = counts["date"], counts["from/to"]
+    assert (date["values"], date["recorded"], date["wrong"], date["wrong_ungrounded"], date["right"],
+            date["right_ungrounded"]) == (3, 2, 1, 1, 2, 0)
+    assert (airports["values"], airports["recorded"], airports["wrong"], airports["wrong_ungrounded"],
+            airports["wrong_grounded"], airports["wrong_unrecorded"], airports["right"],
+            airports["right_ungrounded"]) == (6, 4, 3, 0, 2, 1, 3, 1)
+    assert airports["grounded_wrong"] == {("Madrid", "from", "user"): 1, ("MAD", "to", "tool_result"): 1}
+    result = bf.RowResult(row=bf.AUTO_ROWS[0], outcomes=tuple(outcomes), seconds=4.0)
+    assert "| 2/3 / 4/6 | 1/3 | 1/1 | 3/6 | 0/3 | 0 / 2 | 0/2 / 1/3 |" in bf.grounding_table([result])
+    note = bf.grounding_note(result)
+    assert "wrong but grounded: 1 by tool_result (`MAD` for to ×1); 1 by the request's words" in note
+    assert "(`Madrid` for from ×1)" in note
+
+
+def test_the_enforcement_rows_declare_the_scored_values_grounded_and_offer_both_knowledge_tools() -> None:
+    import bench_flights as bf
+
+    rows = {r.key: r for r in bf.AUTO_ROWS if r.grounded is not None}
+    assert set(rows) >= {"auto-grounded", "auto-grounded-2", "auto-grounded-2-results"}
+    for row in rows.values():
+        assert row.lookup and row.calendar and row.session and row.tool_choice == "auto" and not row.first_tool_choice
+        assert not row.today and not row.resolved and not row.request_enum  # no knowledge in the input
+        schema = bf.flight_schema(row, sd.REQUESTS[0])
+        assert [schema["properties"][k]["x-grounded"] for k in bf.GROUNDED_FIELDS] == [row.grounded] * 3
+    plain = next(r for r in bf.AUTO_ROWS if r.key == "auto")
+    assert "x-grounded" not in json.dumps(bf.flight_schema(plain, sd.REQUESTS[0]))
+
+
+def test_an_enforcement_row_refuses_a_remembered_value_and_traces_the_tools_as_the_sources(tmp_path) -> None:
+    import bench_flights as bf
+
+    request = sd.REQUESTS[1]  # Madrid -> Berlin, next Friday
+    row = next(r for r in bf.AUTO_ROWS if r.key == "auto-grounded")
+    engine = _scripted([
+        _call_text("search_flights", **{"from": "MAD", "to": "BER", "date": "2026-09-11"}),  # from memory: refused
+        _call_text("airports.lookup", city="Madrid to Berlin"),
+        _call_text("calendar.resolve_date", expression="next Friday"),
+        _call_text("search_flights", **{"from": "MAD", "to": "BER", "date": "2026-09-11"}),
+        "One flight: EM 123."])
+    outcome = bf._run_auto(engine, row, request, 512, tmp_path / f"{request.id}.jsonl")
+    assert outcome.detail["trace_ok"], outcome.detail["trace_problems"]
+    assert outcome.detail["ungrounded_refusals"] == 1 and len(outcome.detail["executed_searches"]) == 1
+    assert [f["source"] for f in outcome.detail["grounding_flags"]] == ["none"] * 3  # the first call is scored
+    events = [json.loads(line) for line in (tmp_path / f"{request.id}.jsonl").read_text().splitlines()]
+    executed = [e for e in events if e["event_type"] == "tool_call_validated" and e["data"]["tool"] == "search_flights"]
+    sources = {g["path"]: g["source"].get("tool") for g in executed[0]["data"]["grounding"]}
+    assert sources == {"from": "airports.lookup", "to": "airports.lookup", "date": "calendar.resolve_date"}
+
+
+def test_the_knowledge_tools_can_take_only_the_requests_words_and_describe_them_without_examples() -> None:
+    plain = kt.calendar_tool()
+    words = kt.calendar_tool(grounded="user", descriptions="words")
+    assert "x-grounded" not in plain.parameters["properties"]["expression"] and "e.g." in plain.description
+    assert words.parameters["properties"]["expression"]["x-grounded"] == "user" and words.declares_grounding
+    lookup = kt.airports_tool(grounded="user", descriptions="words")
+    for tool in (words, lookup):
+        text = tool.description + json.dumps(tool.parameters)
+        assert "e.g." not in text and "Madrid" not in text and "Friday" not in text  # no example value to copy
+    assert set(kt.DESCRIPTIONS) == {"examples", "request", "words"}
+
+
+def test_refusal_only_moves_each_declared_value_under_all_of_where_the_grammar_is_not_narrowed() -> None:
+    import bench_flights as bf
+    from agent.grounding import Sources
+    from agent.grounding_policy import ground_arguments, narrowed_parameters, ungrounded_errors
+
+    masked = bf.grounded_schema(sd.rich_schema(date_pattern=False), True)
+    refused = bf.grounded_schema(sd.rich_schema(date_pattern=False), True, refusal_only=True)
+    assert refused["properties"]["from"] == {"description": masked["properties"]["from"]["description"],
+                                             "allOf": [{"type": "string", "pattern": "^[A-Z]{3}$"}],
+                                             "x-grounded": True}
+    sources = Sources()
+    sources.add_entry(0, "user", {"content": sd.REQUESTS[1].text})
+    assert narrowed_parameters(masked, sources) is False  # no code or date grounded yet: uncallable
+    assert narrowed_parameters(refused, sources) is None  # callable as declared ...
+    errors = ungrounded_errors(ground_arguments({"from": "MAD", "to": "BER", "date": "2026-09-11"}, refused, sources))
+    assert [e.path for e in errors] == ["from", "to", "date"]  # ... and refused by validation
