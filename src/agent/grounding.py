@@ -98,6 +98,10 @@ class Source:
     span: tuple[int, int] | None = None
     """Character offsets of the match in the message text (user, system) or in the string at ``path``; None for
     a number that is a JSON number."""
+    tainted: bool = False
+    """For a tool result: the call that returned it was made on values that were not themselves grounded (a
+    calculator run on a number the model made up). It is where the value was found, but it satisfies no
+    declaration, and `agent.trace_grounding` does not count it for an answer's claim."""
 
     @property
     def grounded(self) -> bool:
@@ -112,6 +116,8 @@ class Source:
                 record[name] = value
         if self.span is not None:
             record["span"] = list(self.span)
+        if self.tainted:
+            record["tainted"] = True
         return record
 
     def describe(self) -> str:
@@ -200,8 +206,8 @@ class Requirement:
     def admits(self, source: Source) -> bool:
         if source.kind in (SourceKind.SCHEMA, SourceKind.COMPOSED):
             return True
-        return source.grounded and (source.kind.value in self.sources
-                                    or (source.tool is not None and source.tool in self.sources))
+        return source.grounded and not source.tainted and (
+            source.kind.value in self.sources or (source.tool is not None and source.tool in self.sources))
 
     def to_record(self) -> dict[str, Any]:
         return {"sources": sorted(self.sources), "match": "whole" if self.whole else "claims"}
@@ -279,6 +285,7 @@ class Sources:
     _number_surface: dict[Decimal, list[str]] = field(default_factory=dict)
     _order: int = 0
     _fed: int = 0
+    _tainted: set[str] = field(default_factory=set)
 
     # -- building ---------------------------------------------------------------------------------------------
 
@@ -300,6 +307,10 @@ class Sources:
         elif kind == "tool_result" and ok and isinstance(content, str):
             self.add_tool_result(index, content, call_id=call_id, tool=tool)
 
+    def taint(self, call_id: str) -> None:
+        """Mark the result of ``call_id`` (indexed later) as coming from a call on ungrounded values (`Source`)."""
+        self._tainted.add(call_id)
+
     def add_tool_result(self, index: int, content: str, *, call_id: str | None, tool: str | None) -> None:
         """Index the value of a reinjected ok result (``{"ok": true, "result": V}``, possibly the truncation
         wrapper whose ``result`` is a prefix string): every string, key and number in V, by JSON path."""
@@ -309,17 +320,18 @@ class Sources:
             parsed = None
         if not isinstance(parsed, dict) or parsed.get("ok") is not True or "result" not in parsed:
             return
+        tainted = call_id in self._tainted
         stack: list[tuple[Any, tuple[str | int, ...]]] = [(parsed["result"], ())]
         while stack:
             value, parts = stack.pop()
             where = Source(kind=SourceKind.TOOL_RESULT, ledger_index=index, call_id=call_id, tool=tool,
-                           path=render_path(parts))
+                           path=render_path(parts), tainted=tainted)
             if isinstance(value, str):
                 self._add_text(where, value)
             elif isinstance(value, dict):
                 for key, item in value.items():
                     self._add_text(Source(kind=SourceKind.TOOL_RESULT, ledger_index=index, call_id=call_id,
-                                          tool=tool, path=render_path((*parts, key))), str(key))
+                                          tool=tool, path=render_path((*parts, key)), tainted=tainted), str(key))
                     stack.append((item, (*parts, key)))
             elif isinstance(value, list):
                 stack.extend((item, (*parts, i)) for i, item in enumerate(value))
@@ -392,17 +404,17 @@ class Sources:
 
     def phrases(self, allowed: frozenset[str] | None = None, *, max_tokens: int = 6,
                 max_chars: int = 200) -> Iterator[str]:
-        """Every string the admitted sources hold that a value could copy, each once, lazily: each tool-result string
-        whole, and every run of up to ``max_tokens`` tokens of every text as written there (for dynamic enums: a
-        caller bounds how many it reads)."""
+        """Every string the admitted sources hold that a value could copy, each once, lazily: each text whole (a
+        tool-result string, a short message), and every run of up to ``max_tokens`` tokens of every text as written
+        there (for dynamic enums: a caller bounds how many it reads)."""
         seen: set[str] = set()
         for text in self.texts:
             if not _admits(allowed, text.source):
                 continue
-            if text.source.kind is SourceKind.TOOL_RESULT and text.raw and len(text.raw) <= max_chars:
-                if text.raw not in seen:
-                    seen.add(text.raw)
-                    yield text.raw
+            whole = text.raw.strip()
+            if whole and len(whole) <= max_chars and whole not in seen:
+                seen.add(whole)
+                yield whole
             for i in range(len(text.tokens)):
                 for j in range(i, min(i + max_tokens, len(text.tokens))):
                     phrase = text.raw[text.tokens[i][1]:text.tokens[j][2]]
@@ -413,21 +425,24 @@ class Sources:
 
 def _with_span(source: Source, start: int, end: int) -> Source:
     return Source(kind=source.kind, ledger_index=source.ledger_index, call_id=source.call_id, tool=source.tool,
-                  path=source.path, span=(start, end))
+                  path=source.path, span=(start, end), tainted=source.tainted)
 
 
 _KIND_RANK: Final = {SourceKind.USER: 0, SourceKind.SYSTEM: 1, SourceKind.TOOL_RESULT: 2}
 
 
-def _preference(source: Source) -> tuple[int, int]:
-    """User words first, then the system prompt, then the most recent tool result."""
-    return _KIND_RANK.get(source.kind, 3), -(source.ledger_index or 0)
+def _preference(source: Source) -> tuple[bool, int, int]:
+    """Untainted first; then user words, the system prompt, the most recent tool result."""
+    return source.tainted, _KIND_RANK.get(source.kind, 3), -(source.ledger_index or 0)
 
 
 def _admits(allowed: frozenset[str] | None, source: Source) -> bool:
-    """Whether ``source`` is one ``allowed`` names: by kind (``user``...), by tool, or by call id."""
-    return (allowed is None or source.kind.value in allowed or (source.tool is not None and source.tool in allowed)
-            or (source.call_id is not None and source.call_id in allowed))
+    """Whether ``source`` is one ``allowed`` names (by kind ``user``..., by tool, or by call id) and, when something
+    is named, not tainted; None admits every source."""
+    if allowed is None:
+        return True
+    return not source.tainted and (source.kind.value in allowed or (source.tool is not None and source.tool in allowed)
+                                   or (source.call_id is not None and source.call_id in allowed))
 
 
 # -- claims -------------------------------------------------------------------------------------------------------
@@ -435,6 +450,8 @@ def _admits(allowed: frozenset[str] | None, source: Source) -> bool:
 _QUOTED_RE: Final = re.compile(r'"([^"\n]{1,200})"|\u201c([^\u201d\n]{1,200})\u201d|\u00ab([^\u00bb\n]{1,200})\u00bb'
                                r"|`([^`\n]{1,200})`|(?<![\w'])'([^'\n]{1,200})'(?![\w'])")
 _SENTENCE_END: Final = frozenset(".!?\n")
+_NOT_NAMES: Final = frozenset({"AM", "PM", "OK"})
+"""All-capitals words that name nothing (``8:05 AM``)."""
 _LEAD_MARKS: Final = frozenset(" \t\r#*->•([{\"'`\u201c\u00ab|")
 
 
@@ -484,7 +501,7 @@ def find_claims(text: str) -> list[Claim]:
         word = m.group()
         if word.isdigit() or not free(m.start()) or not any(ch.isupper() for ch in word):
             continue
-        all_caps = len(word) >= 2 and word.isupper()
+        all_caps = len(word) >= 2 and word.isupper() and word not in _NOT_NAMES
         if all_caps or not _sentence_initial(text, m.start()):
             claims.append(Claim(text=word, kind="name", span=(m.start(), m.end()), tokens=(normalize_token(word),)))
     claims.sort(key=lambda c: c.span)

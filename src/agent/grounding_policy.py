@@ -6,7 +6,7 @@
     final pattern with {{number@SOURCE}} slots + Sources ─► final_pattern_for_turn ─► plain pattern, slots expanded
 
 Enforcement has two layers. Where the values a declared leaf may take are enumerable at the start of a turn (the
-numbers the admitted sources hold; for a string matched whole, each tool-result string and every run of up to six
+numbers the admitted sources hold; for a string matched whole, each text whole and every run of up to six
 tokens of the admitted texts, kept only where the leaf's own schema accepts them), the turn's grammar admits only
 those: the model cannot write anything else. A string matched by its claims (free text, an arithmetic expression)
 is held by the grammar in its numbers: every run of digits must be a number the sources hold, written as there.
@@ -32,7 +32,8 @@ from agent.grounding import (GROUNDED_KEY, Requirement, SourceKind, Sources, Val
                              iter_leaves, requirement)
 
 __all__ = ["MAX_CANDIDATES", "SLOT_RE", "UNGROUNDED_REASON", "CallVerdict", "final_pattern_for_turn",
-           "ground_arguments", "has_slots", "judge_call", "narrowed_parameters", "slot_sources", "ungrounded_errors"]
+           "blocked_note", "ground_arguments", "has_slots", "judge_call", "narrowed_parameters", "slot_sources",
+           "ungrounded_errors"]
 
 MAX_CANDIDATES: Final = 512
 """Most values a dynamic enum holds; past it the leaf is held by validation alone (a grammar that lists every
@@ -164,15 +165,17 @@ def ungrounded_errors(groundings: Sequence[ValueGrounding]) -> tuple[ArgumentErr
 # -- the turn's grammar: dynamic enums ----------------------------------------------------------------------------
 
 def narrowed_parameters(parameters: Mapping[str, Any], sources: Sources, *,
-                        tool_requirement: Requirement | None = None) -> dict[str, Any] | bool | None:
+                        tool_requirement: Requirement | None = None,
+                        missing: list[str] | None = None) -> dict[str, Any] | bool | None:
     """The parameters schema this turn's grammar enforces: each leaf declared grounded whole (an ``x-grounded``
     string, number or integer schema reached through ``properties``, ``items`` or ``prefixItems``; every number
     under a tool's ``grounded``, and its strings where it says ``"match": "whole"``) replaced by the enum of its
     candidates. None: nothing to narrow (the grammar enforces ``parameters`` as declared). False: some required
-    declared leaf has no candidate (the tool cannot be called with grounded values yet)."""
+    declared leaf has no candidate (the tool cannot be called with grounded values yet; their paths are appended to
+    ``missing``)."""
     changed = False
 
-    def narrow(schema: Any, inherited: Requirement | None) -> Any:
+    def narrow(schema: Any, inherited: Requirement | None, where: tuple[str | int, ...] = ()) -> Any:
         nonlocal changed
         if not isinstance(schema, Mapping):
             return schema
@@ -195,30 +198,41 @@ def narrowed_parameters(parameters: Mapping[str, Any], sources: Sources, *,
             return {"enum": candidates} if candidates else False
         out = dict(schema)
         if isinstance(schema.get("properties"), Mapping):
-            props = {name: narrow(sub, required) for name, sub in schema["properties"].items()}
+            props = {name: narrow(sub, required, (*where, name)) for name, sub in schema["properties"].items()}
             needed = set(schema.get("required") or ())
-            if any(sub is False and name in needed for name, sub in props.items()):
-                raise _Uncallable
+            empty = [render_path((*where, name)) for name, sub in props.items() if sub is False and name in needed]
+            if empty:
+                raise _Uncallable(empty)
             out["properties"] = {name: sub for name, sub in props.items() if sub is not False}
         if isinstance(schema.get("items"), Mapping):
-            out["items"] = narrow(schema["items"], required)
+            out["items"] = narrow(schema["items"], required, (*where, 0))
             if out["items"] is False and schema.get("minItems", 0):
-                raise _Uncallable
+                raise _Uncallable([render_path((*where, 0))])
         if isinstance(schema.get("prefixItems"), list):
-            out["prefixItems"] = [narrow(sub, required) for sub in schema["prefixItems"]]
+            out["prefixItems"] = [narrow(sub, required, (*where, i)) for i, sub in enumerate(schema["prefixItems"])]
             if False in out["prefixItems"]:
-                raise _Uncallable
+                raise _Uncallable([render_path((*where, out["prefixItems"].index(False)))])
         return out
 
     try:
         narrowed = narrow(parameters, tool_requirement)
-    except _Uncallable:
+    except _Uncallable as blocked:
+        if missing is not None:
+            missing.extend(blocked.paths)
         return False
     return narrowed if changed else None
 
 
 class _Uncallable(Exception):
-    pass
+    def __init__(self, paths: list[str]) -> None:
+        super().__init__(paths)
+        self.paths = paths
+
+
+def blocked_note(tool: str, paths: Sequence[str]) -> str:
+    """What the model reads when ``tool`` cannot be called yet: which values it lacks and where they come from."""
+    return (f"{tool} cannot be called yet: no message or tool result holds a value for {', '.join(paths)}. Get it "
+            "first: ask the user, or call a tool that returns it.")
 
 
 def _has_any(schema: Mapping[str, Any]) -> bool:

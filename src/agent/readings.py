@@ -29,6 +29,8 @@ _WORD_RE: Final = re.compile(r"\b(" + "|".join(_WORDS) + r")\b", re.IGNORECASE)
 _NUMBER: Final = r"(?<![\w.])(\d+(?:,\d{3})*(?:\.\d+)?)"
 _PERCENT_RE: Final = re.compile(_NUMBER + r"\s*(?:%|percent\b)", re.IGNORECASE)
 _SCALED_RE: Final = re.compile(_NUMBER + r"\s*(" + "|".join(_SCALES) + r")\b", re.IGNORECASE)
+_UNIT_RE: Final = re.compile(_NUMBER + r"(?=[^\W\d_]{1,3}(?!\w))")
+"""A number with its unit glued on (``298K``, ``10m``, ``5kg``); not a code (``A320``, ``Q8_0``, ``0x1F``)."""
 
 _MONTHS: Final = {name: n for n, names in enumerate(
     [("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
@@ -49,7 +51,7 @@ def _decimal(text: str) -> Decimal | None:
 
 def number_readings(text: str, *, digits: bool = True) -> Iterator[tuple[Decimal, int, int]]:
     """Numbers ``text`` writes in another notation: a percentage as its fraction, a number with a scale word, a
-    number word; (value, start, end). ``digits=False``: the caller knows the text has no digit (words only)."""
+    number with its unit glued on, a number word; (value, start, end). ``digits=False``: the caller knows the text has no digit (words only)."""
     for m in _PERCENT_RE.finditer(text) if digits else ():
         value = _decimal(m.group(1))
         if value is not None:
@@ -58,6 +60,10 @@ def number_readings(text: str, *, digits: bool = True) -> Iterator[tuple[Decimal
         value = _decimal(m.group(1))
         if value is not None:
             yield value * _SCALES[m.group(2).lower()], m.start(), m.end()
+    for m in _UNIT_RE.finditer(text) if digits else ():
+        value = _decimal(m.group(1))
+        if value is not None:
+            yield value, m.start(), m.end()
     for m in _WORD_RE.finditer(text):
         yield Decimal(_WORDS[m.group(1).lower()]), m.start(), m.end()
 

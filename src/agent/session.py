@@ -36,7 +36,7 @@ Repeats (`agent.repeats`, the rule ``ember serve`` keeps too): a call written tw
 made only of calls the conversation already answered is rolled back unrun (``repeats_refused``) and the next turn
 is decoded under ``none``, the last result carrying a note: a model that repeats a call has the result it asked
 for. In a turn that also makes new calls, a repeat replays its earlier outcome with a note instead of running
-again, and the next turn must answer in text.
+again; the new results may open a way on (a grounded tool now callable), so the next turn stays free.
 
 Grounding (`agent.grounding`, `agent.grounding_policy`): each turn's values are traced with their sources, as of
 the turn's start; a value a tool or parameter declares grounded is held by the turn's grammar where its candidates
@@ -65,7 +65,7 @@ from agent.cancel import CancelToken
 from agent.engine import MODEL_FAILURES, ModelTurn, TurnEngine
 from agent.errors import AgentError
 from agent.grounding import Sources, ground_text
-from agent.grounding_policy import (SLOT_RE, final_pattern_for_turn, ground_arguments, has_slots,
+from agent.grounding_policy import (SLOT_RE, blocked_note, final_pattern_for_turn, ground_arguments, has_slots,
                                     narrowed_parameters, slot_sources, ungrounded_errors)
 from agent.ledger import CommitLedger, EntryKind
 from agent.limits import AgentLimits, RunUsage
@@ -156,8 +156,6 @@ class _Run:
     call_ids: list[str] = field(default_factory=list)
     executed: dict[tuple[str, str], tuple[str, ToolOutcome]] = field(default_factory=dict)
     """(tool, arguments sha256) → (call id, outcome) of every call this run started: a repeat replays it."""
-    repeated: bool = False
-    """The last tool-call turn repeated an executed call: the next turn answers in text (``none``)."""
     answered: dict[CallKey, str] = field(default_factory=dict)
     """Every call the conversation holds a result for (run, replayed or rejected) → the call id that answered it."""
     ungrounded: dict[CallKey, tuple[str, int]] = field(default_factory=dict)
@@ -168,6 +166,8 @@ class _Run:
     result carrying `agent.repeats.REPEAT_NOTE` (`agent.repeats`)."""
     sources: Sources = field(default_factory=Sources)
     """What the model was given, indexed for grounding as of the current turn's start (`agent.grounding`)."""
+    blocked: dict[str, list[str]] = field(default_factory=dict)
+    """This turn's tools that cannot be called yet → the declared grounded parameters no source holds a value for."""
 
 
 class Session:
@@ -400,13 +400,13 @@ class Session:
         planned = self._planned_choice(run.steps - 1)
         if not isinstance(self.tool_choice, str):
             run.tool_choice = planned
-        elif run.repeated:  # the model repeated a call it has the result of: now it answers
-            run.tool_choice = "none"
         messages = run.ledger.messages()
         if run.answer_now:  # its whole last turn repeated answered calls (refused): now it answers, if it can
             run.answer_now = False
-            messages = with_repeat_note(messages, repeat_note(() if answerable else self._slot_tools()))
-            run.tool_choice = "none" if answerable else "auto"
+            blocked = [blocked_note(name, paths) for name, paths in run.blocked.items()]
+            note = repeat_note(() if answerable else self._slot_tools())
+            messages = with_repeat_note(messages, " ".join([note, *blocked]) if blocked else note)
+            run.tool_choice = "none" if answerable and not blocked else "auto"
         if not answerable and run.tool_choice == "none":
             if planned == "none":
                 return Ending(outcome=LoopOutcome.FAILED, phase=Phase.MODEL, step=run.model_step,
@@ -441,8 +441,9 @@ class Session:
         the values the sources hold (`narrowed_parameters`: a dynamic enum per turn), and the final pattern with its
         slots filled; whether a final answer can be written at all (every slot has a value)."""
         specs = self._specs
+        run.blocked = {}
         if self._grounding_tools:
-            specs = tuple(self._narrowed(spec, run.sources) if spec.name in self._grounding_tools else spec
+            specs = tuple(self._narrowed(spec, run) if spec.name in self._grounding_tools else spec
                           for spec in specs)
         if not has_slots(self.final_pattern):
             return specs, self.final_pattern, True
@@ -453,10 +454,14 @@ class Session:
         """The sources the final pattern's slots take values from (tool names, or ``tool_result``...)."""
         return sorted({name for _, names in slot_sources(self.final_pattern or "") for name in names})
 
-    def _narrowed(self, spec: ToolSpec, sources: Sources) -> ToolSpec:
+    def _narrowed(self, spec: ToolSpec, run: _Run) -> ToolSpec:
         tool = self.tools.get(spec.name)
         assert tool is not None
-        narrowed = narrowed_parameters(tool.parameters, sources, tool_requirement=tool.grounding_requirement)
+        missing: list[str] = []
+        narrowed = narrowed_parameters(tool.parameters, run.sources, tool_requirement=tool.grounding_requirement,
+                                       missing=missing)
+        if missing:
+            run.blocked[spec.name] = missing
         return spec if narrowed is None else dataclasses.replace(spec, constraint=narrowed)
 
     def _parse(self, run: _Run, turn: ModelTurn) -> Action:
@@ -508,7 +513,6 @@ class Session:
                           call_ids=run.call_ids)
         if isinstance(action, ToolCalls) and isinstance(self.tool_choice, str) and run.tool_choice != "none":
             run.tool_choice = "auto"
-            run.repeated = False
         return list(run.call_ids)
 
     def _reject_malformed(self, run: _Run, call_id: str, action: MalformedToolCall) -> _Rejected:
@@ -531,6 +535,9 @@ class Session:
             else:
                 grounding = ground_arguments(checked.values, tool.parameters, run.sources,
                                              tool_requirement=tool.grounding_requirement)
+                if any(not g.grounded or g.source.tainted or any(p.source.tainted for p in g.parts)
+                       for g in grounding):
+                    run.sources.taint(call_id)  # its result grounds no declaration: it was made on invented values
                 errors = ungrounded_errors(grounding)
                 if not errors:
                     run.trace.call_validated(call_id, checked, grounding)
@@ -603,7 +610,6 @@ class Session:
         if outcome.replayed and earlier is not None:
             result["note"] = (f"identical to {earlier[0]}: its result is repeated, the tool was not run again; "
                               "answer from the results you have")
-            run.repeated = True
         elif outcome.started:
             run.executed.setdefault(key, (call_id, outcome))
         content, truncated = results.result_content(result, max_bytes=self.limits.max_result_bytes)

@@ -52,6 +52,10 @@ def sources_from_events(events: Sequence[TraceEvent], *, before_index: int | Non
     and why some could not be read ("" when all were)."""
     sources = Sources()
     unreadable = ""
+    for ev in events:  # a call validated with an ungrounded (or tainted) value taints its result, as in the session
+        if ev.event_type == EventType.TOOL_CALL_VALIDATED and isinstance(ev.data.get("call_id"), str) \
+                and any(_taints(g) for g in ev.data.get("grounding") or () if isinstance(g, dict)):
+            sources.taint(ev.data["call_id"])
     for ev in events:
         data = ev.data
         index = data.get("ledger_index", ev.seq)  # written by every session; a hand-made trace may lack it
@@ -76,6 +80,12 @@ def sources_from_events(events: Sequence[TraceEvent], *, before_index: int | Non
     return sources, unreadable
 
 
+def _taints(record: dict[str, Any]) -> bool:
+    """A recorded argument grounding that makes its call's result tainted: ungrounded, or found in a tainted result."""
+    sources = [record.get("source"), *(p.get("source") for p in record.get("parts") or () if isinstance(p, dict))]
+    return any(isinstance(s, dict) and (s.get("kind") == "none" or s.get("tainted") is True) for s in sources)
+
+
 def check_grounding(events: Sequence[TraceEvent]) -> GroundingCheck:
     """Recompute the final answer's claims and their sources from the recorded ledger (see the module docstring).
     A run that did not complete has no final answer: nothing to check."""
@@ -90,8 +100,12 @@ def check_grounding(events: Sequence[TraceEvent]) -> GroundingCheck:
     if unreadable:
         return GroundingCheck(skipped=unreadable)
     claims = ground_text(final, sources)
-    ungrounded = tuple(f"the final answer's {c.kind} {c.text!r} (at {c.span[0]}:{c.span[1]}) is in no user or "
-                       "system message and no tool result" for c in claims if not c.source.grounded)
+    ungrounded = tuple(
+        f"the final answer's {c.kind} {c.text!r} (at {c.span[0]}:{c.span[1]}) is in no user or system message and no "
+        "tool result" if not c.source.grounded else
+        f"the final answer's {c.kind} {c.text!r} (at {c.span[0]}:{c.span[1]}) comes only from the result of "
+        f"{c.source.call_id} ({c.source.tool}), a call made on values that were not grounded"
+        for c in claims if not c.source.grounded or c.source.tainted)
     problems: list[str] = []
     recorded = completed.data.get("grounding")
     if isinstance(recorded, list):

@@ -117,6 +117,19 @@ def test_numbers_are_equal_as_decimals(value: Any, text: str) -> None:
     assert ground_value("n", value, sources(user=text)).source.kind is SourceKind.USER
 
 
+@pytest.mark.parametrize(("value", "text"), [(298, "its temperature is 298K"), (10, "a height of 10m, a width"),
+                                             (4, "radius of 4m."), (50_000_000, "a payout of 50 million USD"),
+                                             (0.05, "a rate of 5%")])
+def test_a_number_written_with_its_unit_or_scale_is_read_as_that_number(value: Any, text: str) -> None:
+    assert ground_value("n", value, sources(user=text)).source.kind is SourceKind.USER
+
+
+@pytest.mark.parametrize(("value", "text"), [(320, "an A320 at the gate"), (4, "the q4 model"), (1, "0x1F"),
+                                             (5, "1e5 tokens"), (23, "at 2026-12-07T23h")])
+def test_digits_inside_a_code_are_no_number(value: Any, text: str) -> None:
+    assert ground_value("n", value, sources(user=text)).source.kind is SourceKind.NONE
+
+
 def test_a_sign_counts_and_digits_inside_identifiers_are_no_claims() -> None:
     assert ground_value("n", 3, sources(user="it is -3 outside")).source.kind is SourceKind.NONE
     assert [c.text for c in find_claims("Use baseline_q4 and Qwen2.5 here")] == ["Qwen"]
@@ -378,7 +391,8 @@ def test_a_call_refused_as_ungrounded_is_a_repeat_until_a_new_source_arrives(tmp
     result, engine, executed, events = _run(tmp_path, [search, search, "I need the airport codes."])
     assert executed == [] and result.final_text == "I need the airport codes."
     (refused,) = [e.data for e in events if e.event_type == "repeats_refused"]
-    assert refused["calls"][0]["answered_by"] == "call-1" and engine.calls[2].tool_choice == "none"
+    assert refused["calls"][0]["answered_by"] == "call-1"
+    assert "search_flights cannot be called yet" in engine.calls[2].prompt  # and the lookup is still a way on
 
 
 @pytest.mark.model
@@ -498,3 +512,41 @@ def test_the_report_shows_every_value_with_its_source_linked_and_the_ungrounded_
     assert section.count('class="bad"') == 1 and "OSL" in section  # the answer's OSL: found nowhere
     assert f'id="seq-{lookup_row}"' in page
     assert "ungrounded: OSL" in render_timeline(events)
+
+
+def test_a_refused_repeat_tells_the_model_which_grounded_values_a_blocked_tool_lacks(tmp_path: Any) -> None:
+    lookup = _call("airports.lookup", query="Oslo")
+    result, engine, _, _ = _run(tmp_path, [lookup, lookup, "Let me ask you for the codes."])
+    assert result.final_text == "Let me ask you for the codes."
+    note = engine.calls[2].prompt
+    assert "search_flights cannot be called yet: no message or tool result holds a value for from, to" in note
+    assert engine.calls[2].tool_choice == "auto"  # a blocked tool: the way on is another call, not only text
+
+
+def test_a_result_of_a_call_on_invented_values_grounds_no_declaration_and_fails_verify(tmp_path: Any) -> None:
+    """The calculator run on a number the model made up returns a number: it was found there (tainted), but it
+    satisfies no declaration, and an answer that takes it fails trace verify."""
+    from agent.builtins import builtin_tools
+    from agent.protocol import QwenCodec
+    from agent.session import Session
+    from agent.testkit import ScriptedEngine
+    from agent.tool import ToolRegistry
+    from agent.trace import TraceRecorder, verify_trace
+
+    turns = [_call("calculator", expression="0.75 * 100"), "DONE 75.0%"]
+
+    def answer_pattern(question: str) -> str | None:
+        engine = ScriptedEngine(turns, QwenCodec())
+        Session(engine, ToolRegistry(builtin_tools(tmp_path)),
+                final_pattern="DONE {{number@calculator}}%").run(question)
+        return engine.calls[1].final_pattern
+
+    assert "75" in (answer_pattern("What is 0.75 * 100 in %? DONE <n>%") or "")  # grounded: the slot takes it
+    assert "75" not in (answer_pattern("What is it in %? DONE <n>%") or "")  # invented: the slot admits no number
+    with TraceRecorder(tmp_path / "free.jsonl") as trace:
+        free = Session(ScriptedEngine(turns, QwenCodec()), ToolRegistry(builtin_tools(tmp_path)), trace=trace).run(
+            "What is it in %? DONE <n>%")
+    (claim,) = [c for c in free.claims if c.kind == "number"]
+    assert claim.source.tool == "calculator" and claim.source.tainted
+    report = verify_trace(tmp_path / "free.jsonl")
+    assert report.ok and any("comes only from the result of call-1" in u for u in report.ungrounded)

@@ -911,13 +911,15 @@ def test_a_turn_of_only_answered_calls_is_rolled_back_and_the_next_turn_answers_
     kit.verify()
 
 
-def test_a_repeat_beside_a_new_call_replays_its_result_and_the_next_turn_must_answer(kit: Kit) -> None:
+def test_a_repeat_beside_a_new_call_replays_its_result_and_the_next_turn_stays_free(kit: Kit) -> None:
+    """The new call's result may open a way on (a grounded tool callable now): the next turn is not forced to answer;
+    a turn of repeats alone would be refused."""
     same = ("add", {"a": 17.5, "b": 4.2})
     session, engine = kit.session([calls(same), calls(same, ("add", {"a": 1, "b": 2})), final("21.7")])
     result = session.run("add them")
     assert result.outcome is LoopOutcome.COMPLETED and len(kit.executed) == 2
     assert reinjected(result, 1)["note"].startswith("identical to call-1")
-    assert [c.tool_choice for c in engine.calls] == ["auto", "auto", "none"]
+    assert [c.tool_choice for c in engine.calls] == ["auto", "auto", "auto"]
     assert [f["replayed"] for f in kit.of(EventType.TOOL_EXECUTION_FINISHED)] == [False, True, False]
     kit.verify()
 
