@@ -8,10 +8,12 @@ number must be a calculator result, the calculator's numbers ones the conversati
 the right answer *and* a verified trace (facts, grounding and the narration check); every other run is listed with
 how it ended. Refuses to grade kindly: the answer must be exactly right.
 
-    model × variant × seed: run_demo(...) ─► trace.jsonl (verified) ─► right answer? ─► RESULTS.md
+    model × variant × seed: run_demo(...) ─► trace.jsonl (verified) ─► right answer?
+        ─► benchmarks/results/demo/<model>__<variant>__t<T>__p<P>.jsonl (one line per seed) ─► RESULTS.md (every stored run)
 
 Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_demo.py [--model NAME ...] [--variant grounded ...]
-[--seeds 10] [--temperature 0.7]`` (also ``ember bench demo``).
+[--seeds 10] [--temperature 0.7] [--top-p 0.8]`` (also ``ember bench demo``); ``--report-only`` rebuilds the section from
+the stored runs.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import time
 from pathlib import Path
 
 from _common import BENCHMARKS_DIR, environment_lines, markdown_table, write_section
+
+STORE = BENCHMARKS_DIR / "results" / "demo"
 
 HEADING = "## Demo under auto: the seed's workflow with no per-turn plan (ember demo)"
 MODELS = ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct")
@@ -61,25 +65,39 @@ def summarize(seed: int, out: Path, seconds: float | None) -> dict:
             "seconds": round(seconds, 1) if seconds is not None else "—"}
 
 
-def section(results: dict[tuple[str, str], list[dict]], *, temperature: float, top_p: float, seeds: int) -> str:
-    summary = [[model, variant, f"{sum(r['success'] for r in runs)}/{len(runs)}",
+def store_path(model: str, variant: str, temperature: float, top_p: float) -> Path:
+    return STORE / f"{Path(model).name.removesuffix('.gguf')}__{variant}__t{temperature:g}__p{top_p:g}.jsonl"
+
+
+def stored() -> dict[tuple[str, str, str], list[dict]]:
+    """Every stored run: (model, variant, sampling) → its seeds' summaries."""
+    out: dict[tuple[str, str, str], list[dict]] = {}
+    for path in sorted(STORE.glob("*.jsonl")):
+        model, variant, temperature, top_p = path.name.removesuffix(".jsonl").split("__")
+        sampling = "greedy" if float(temperature[1:]) == 0 else f"T {temperature[1:]}, top_p {top_p[1:]}"
+        out[(model, variant, sampling)] = [
+            json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return out
+
+
+def section(results: dict[tuple[str, str, str], list[dict]]) -> str:
+    summary = [[model, variant, sampling, f"{sum(r['success'] for r in runs)}/{len(runs)}",
                 sum(r["ungrounded"] > 0 for r in runs), sum(r["outcome"] != "completed" for r in runs)]
-               for (model, variant), runs in results.items()]
+               for (model, variant, sampling), runs in results.items()]
     lines = [*environment_lines(["llama-cpp-python"]),
-             f"- Temperature {temperature}, top_p {top_p}, seeds 0–{seeds - 1}, n_threads 1; `tool_choice` auto, one call "
-             "per turn, "
+             "- Seeds 0–9 (greedy runs: one), n_threads 1; `tool_choice` auto, one call per turn, "
              "8 model steps. *grounded* is `ember demo`: the answer `DONE {{number@calculator}}%` (its number one a "
              "calculator result holds), the calculator's expression held to numbers the conversation holds "
              "(docs/grounding.md); *ungrounded* (`--ungrounded`) holds the answer's form `DONE <number>%` only; "
              "*plan* (`--plan`) is the scripted per-turn plan.",
              "- Success: the answer is exactly `DONE 21.57%` and `trace verify` passes (facts, no ungrounded claim in "
              "the answer, no narration finding).", "",
-             markdown_table(["model", "variant", "right and verified", "answers with an ungrounded claim",
+             markdown_table(["model", "variant", "sampling", "right and verified", "answers with an ungrounded claim",
                              "runs not completed"], summary), ""]
-    for (model, variant), runs in results.items():
+    for (model, variant, sampling), runs in results.items():
         rows = [[r["seed"], r["outcome"], f"`{r['answer']}`" if r["answer"] else "—",
                  " → ".join(r["calls"]) or "—", "OK" if r["verified"] else "FAILED", r["seconds"]] for r in runs]
-        lines += [f"**{model}, {variant}**: {sum(r['success'] for r in runs)}/{len(runs)}", "",
+        lines += [f"**{model}, {variant}, {sampling}**: {sum(r['success'] for r in runs)}/{len(runs)}", "",
                   markdown_table(["seed", "outcome", "answer", "tools executed (in order)", "trace verify", "s"], rows),
                   ""]
     return "\n".join(lines)
@@ -94,17 +112,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--top-p", type=float, default=0.8, help="default 0.8, Qwen2.5's own generation config")
     parser.add_argument("--no-write", action="store_true", help="print the section, leave RESULTS.md alone")
+    parser.add_argument("--report-only", action="store_true", help="rebuild the section from the stored runs")
     args = parser.parse_args(argv)
-    results: dict[tuple[str, str], list[dict]] = {}
+    seeds = range(1) if args.temperature == 0 else range(args.seeds)
     with tempfile.TemporaryDirectory() as tmp:
-        for model in args.model or list(MODELS):
+        for model in [] if args.report_only else args.model or list(MODELS):
             for variant in args.variant or list(VARIANTS):
-                runs = results.setdefault((model, variant), [])
-                for seed in range(args.seeds):
+                runs = []
+                for seed in seeds:
                     out = Path(tmp) / f"{Path(model).name.removesuffix('.gguf')}-{variant}-{seed}"
                     runs.append(run_seed(seed, args.temperature, args.top_p, out, model, variant))
                     print(json.dumps({"model": model, "variant": variant, **runs[-1]}), file=sys.stderr, flush=True)
-    body = section(results, temperature=args.temperature, top_p=args.top_p, seeds=args.seeds)
+                path = store_path(model, variant, args.temperature, args.top_p)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("".join(json.dumps(r) + "\n" for r in runs), encoding="utf-8")
+    body = section(stored())
     print(HEADING + "\n\n" + body)
     if not args.no_write:
         write_section(BENCHMARKS_DIR / "RESULTS.md", HEADING, body)

@@ -81,16 +81,18 @@ def one_request(client, i: int) -> tuple[float, str | None]:
     return time.perf_counter() - started, None
 
 
-def load_phase(base_url: str, clients: int, requests: int) -> dict:
+def fan_out(base_url: str, clients: int, requests: int, ask) -> tuple[list, float]:
+    """``clients`` threads, each with its own official openai client, making ``requests`` requests one after another
+    (``ask(client, i)``, request ``i`` numbered across clients); every outcome and the wall seconds."""
     import openai
 
-    results: list[tuple[float, str | None]] = []
+    results: list = []
     lock = threading.Lock()
 
     def run(c: int) -> None:
         client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=3600)
         for r in range(requests):
-            outcome = one_request(client, c * requests + r)
+            outcome = ask(client, c * requests + r)
             with lock:
                 results.append(outcome)
 
@@ -100,7 +102,11 @@ def load_phase(base_url: str, clients: int, requests: int) -> dict:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - started
+    return results, time.perf_counter() - started
+
+
+def load_phase(base_url: str, clients: int, requests: int) -> dict:
+    results, wall = fan_out(base_url, clients, requests, one_request)
     seconds = [s for s, _ in results]
     errors = [e for _, e in results if e]
     p50, p99 = percentiles(seconds)
@@ -255,26 +261,9 @@ def _validates(text: str, schema: dict) -> bool:
 
 
 def run_clients(base_url: str, clients: int, requests: int, offered: list[dict], *, start: int = 0) -> dict:
-    """``clients`` threads, each with its own openai client, ``requests`` streamed requests each; the summary."""
-    import openai
-
-    outcomes: list[Outcome] = []
-    lock = threading.Lock()
-
-    def run(c: int) -> None:
-        client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=3600)
-        for r in range(requests):
-            outcome = peer_request(client, start + c * requests + r, offered)
-            with lock:
-                outcomes.append(outcome)
-
-    started = time.perf_counter()
-    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return summarize(outcomes, time.perf_counter() - started)
+    """``clients`` threads, ``requests`` streamed peer requests each; the summary."""
+    outcomes, wall = fan_out(base_url, clients, requests, lambda client, i: peer_request(client, start + i, offered))
+    return summarize(outcomes, wall)
 
 
 def summarize(outcomes: list[Outcome], wall: float) -> dict:
