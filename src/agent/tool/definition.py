@@ -236,11 +236,10 @@ class Tool:
             requirement(d) is not None for _, d in _grounded_declarations(self.parameters))
 
     def spec(self) -> ToolSpec:
-        """The codec's view: name, description, parameters (a copy, without ``x-grounded``: the declaration is the
-        runtime's to enforce, not text for the model, so a prompt reads the same whatever is declared) and whether
-        decoding is constrained."""
-        return ToolSpec(name=self.name, description=self.description,
-                        parameters=_without_grounded(copy.deepcopy(self.parameters)), constrained=self.constrained)
+        """The codec's view: name, description, parameters (a copy, ``x-grounded`` included: the prompt tells the
+        model where a value must come from) and whether decoding is constrained."""
+        return ToolSpec(name=self.name, description=self.description, parameters=copy.deepcopy(self.parameters),
+                        constrained=self.constrained)
 
     def execute(self, args: ValidatedArguments, ctx: ToolContext, **options: Any) -> Any:
         """`agent.tool.execute_tool` on this tool (``timeout_s``, ``idempotency``, ``approval`` as there); returns
@@ -510,19 +509,6 @@ def _jsonable(value: Any) -> Any:
         return pydantic_core.to_jsonable_python(value)
     except pydantic_core.PydanticSerializationError:
         return value
-
-
-def _without_grounded(schema: Any) -> Any:
-    """``schema`` with every ``x-grounded`` key removed (in place; returned)."""
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            node.pop(GROUNDED_KEY, None)
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return schema
 
 
 def _grounded_declarations(schema: Any) -> list[tuple[str, Any]]:
