@@ -7,7 +7,7 @@ options only (``--jinja`` for tool calls, the same model file, threads, per-slot
 
     pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36 ─► vendor/llama.cpp
         ─► cmake -DLLAMA_BUILD_SERVER=ON ─► cmake --build --target llama-server ─► bin/llama-server (cached)
-    Server.ember(...) / Server.llama_server(...) ─► wait for /health ─► base_url ─► rss_bytes() ─► stop()
+    Server.ember(...) | Server.llama_server(...) ─► wait for /health ─► base_url ─► rss_bytes() ─► stop()
 """
 
 from __future__ import annotations

@@ -9,11 +9,12 @@ the right answer *and* a verified trace (facts, grounding and the narration chec
 how it ended. Refuses to grade kindly: the answer must be exactly right.
 
     model × variant × seed: run_demo(...) ─► trace.jsonl (verified) ─► right answer?
-        ─► benchmarks/results/demo/<model>__<variant>__t<T>__p<P>.jsonl (one line per seed) ─► RESULTS.md (every stored run)
+        ─► benchmarks/results/demo/<model>__<variant>__t<T>__p<P>.jsonl (one line per seed)
+        ─► RESULTS.md (every stored run)
 
 Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_demo.py [--model NAME ...] [--variant grounded ...]
-[--seeds 10] [--temperature 0.7] [--top-p 0.8]`` (also ``ember bench demo``); ``--report-only`` rebuilds the section from
-the stored runs.
+[--seeds 10] [--temperature 0.7] [--top-p 0.8]`` (also ``ember bench demo``); ``--report-only`` rebuilds the
+section from the stored runs.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ def _decimal(text: str) -> Decimal | None:
 
 def number_readings(text: str, *, digits: bool = True) -> Iterator[tuple[Decimal, int, int]]:
     """Numbers ``text`` writes in another notation: a percentage as its fraction, a number with a scale word, a
-    number with its unit glued on, a number word; (value, start, end). ``digits=False``: the caller knows the text has no digit (words only)."""
+    number with its unit glued on, a number word; (value, start, end). ``digits=False``: the caller knows the text
+    has no digit (words only)."""
     for m in _PERCENT_RE.finditer(text) if digits else ():
         value = _decimal(m.group(1))
         if value is not None:
