@@ -31,13 +31,16 @@ from agent.argument_errors import ArgumentError, ValidationErrorKind, render_pat
 from agent.grounding import (GROUNDED_KEY, Requirement, SourceKind, Sources, ValueGrounding, ground_value,
                              iter_leaves, requirement)
 
-__all__ = ["MAX_CANDIDATES", "SLOT_RE", "UNGROUNDED_REASON", "CallVerdict", "final_pattern_for_turn",
-           "blocked_note", "ground_arguments", "has_slots", "judge_call", "narrowed_parameters", "slot_sources",
-           "ungrounded_errors"]
+__all__ = ["MAX_CANDIDATES", "MAX_CANDIDATE_CHARS", "SLOT_RE", "UNGROUNDED_REASON", "CallVerdict",
+           "blocked_note", "final_pattern_for_turn", "ground_arguments", "has_slots", "judge_call",
+           "narrowed_parameters", "slot_sources", "ungrounded_errors"]
 
-MAX_CANDIDATES: Final = 512
+MAX_CANDIDATES: Final = 2048
 """Most values a dynamic enum holds; past it the leaf is held by validation alone (a grammar that lists every
-phrase of a long document costs more than it saves)."""
+phrase of a long document costs more than it saves). 2,048 phrases (a request of about 2,000 characters) compile
+into a tool-call grammar in tens of milliseconds."""
+MAX_CANDIDATE_CHARS: Final = 65_536
+"""Most characters a string leaf's candidates may hold together: the enum's automaton grows with them."""
 MAX_PHRASES_READ: Final = 20_000
 """Most phrases of the sources read to find a string's candidates (a 1 MiB tool result holds over a million): past
 it, validation alone holds the leaf."""
@@ -248,12 +251,14 @@ def _candidates(schema: Mapping[str, Any], kind: str, sources: Sources,
     values: list[Any] = []
     if kind == "string":
         pattern = re.compile(schema["pattern"]) if isinstance(schema.get("pattern"), str) else None
+        chars = 0
         for read, phrase in enumerate(sources.phrases(allowed)):
             if read >= MAX_PHRASES_READ:
                 return None
             if (pattern is None or pattern.search(phrase)) and check.is_valid(phrase):
                 values.append(phrase)
-                if len(values) > MAX_CANDIDATES:
+                chars += len(phrase)
+                if len(values) > MAX_CANDIDATES or chars > MAX_CANDIDATE_CHARS:
                     return None
     else:
         for number in sources.numbers(allowed):

@@ -231,6 +231,24 @@ def test_a_required_leaf_with_no_candidate_makes_the_tool_uncallable() -> None:
     assert narrowed_parameters(FLIGHTS, sources(user="Flights from Madrid to Berlin")) is False
 
 
+def test_a_long_request_still_narrows_a_declared_string_and_a_longer_one_leaves_it_to_validation() -> None:
+    """Every run of up to six words of the request is a candidate: an 1,800-character request stays under
+    MAX_CANDIDATES (the file name in it is one of them); past the bound the leaf is left to validation (None)."""
+    import itertools
+
+    from agent.grounding_policy import MAX_CANDIDATES
+
+    path = {"type": "object", "properties": {"path": {"type": "string", "maxLength": 200, "x-grounded": "user"}},
+            "required": ["path"]}
+    words = ["".join(w) for w in itertools.islice(itertools.product("bcdfg", "aeiou", "klmnp", "aeiou", "rstvz"), 300)]
+    request = " ".join(words[:150]) + " then read notes/baseline_q4.md " + " ".join(words[150:])
+    assert len(request) > 1_800
+    narrowed = narrowed_parameters(path, sources(user=request))
+    assert isinstance(narrowed, dict) and "notes/baseline_q4.md" in narrowed["properties"]["path"]["enum"]
+    assert len(narrowed["properties"]["path"]["enum"]) <= MAX_CANDIDATES
+    assert narrowed_parameters(path, sources(user=request + " " + request.upper())) is None
+
+
 def test_nothing_declared_means_nothing_narrowed() -> None:
     assert narrowed_parameters({"type": "object", "properties": {"a": {"type": "string"}}}, sources(user="x")) is None
 
