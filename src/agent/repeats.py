@@ -17,7 +17,8 @@ from typing import Any, Final, TypeVar
 
 from agent.schema import canonical_json
 
-__all__ = ["REPEAT_NOTE", "CallKey", "call_key", "distinct_calls", "only_repeats", "repeat_note", "with_repeat_note"]
+__all__ = ["REPEAT_NOTE", "CallKey", "call_key", "distinct_calls", "ends_with_result", "only_repeats", "repeat_note",
+           "with_repeat_note"]
 
 CallKey = tuple[str, str]
 """A call's identity: its tool name and its arguments as canonical JSON."""
@@ -66,6 +67,11 @@ def repeat_note(missing: Sequence[str] = ()) -> str:
     names = " or ".join(n if n not in ("user", "system", "tool_result") else "a tool" for n in missing)
     return (f"You already have the result of this call. The answer needs a result of {names}, which you do not have "
             f"yet: call {names} next.")
+
+
+def ends_with_result(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the last message is a tool result (where `with_repeat_note` puts a note for the next turn)."""
+    return bool(messages) and messages[-1].get("role") in _RESULT_ROLES
 
 
 def with_repeat_note(messages: Sequence[Mapping[str, Any]], note: str = REPEAT_NOTE) -> list[dict[str, Any]]:

@@ -42,7 +42,8 @@ Grounding (`agent.grounding`, `agent.grounding_policy`): each turn's values are 
 the turn's start; a value a tool or parameter declares grounded is held by the turn's grammar where its candidates
 are enumerable (a dynamic enum) and refused by validation otherwise; a final pattern's slots
 (``{{number@calculator}}``) take only values their source holds, and while one has none the answer cannot be
-written.
+written. While a declared tool has no candidate for a required value, the turn after a tool result reads a note
+naming what it lacks (`grounding_policy.blocked_note`).
 
 Rejected calls (malformed, unknown tool, invalid arguments, denied by policy) never reach a tool: they are traced
 as ``tool_call_rejected`` and reinjected as ok:false results, so the model may repair them within the same limits.
@@ -71,7 +72,8 @@ from agent.ledger import CommitLedger, EntryKind
 from agent.limits import AgentLimits, RunUsage
 from agent.protocol._pattern import escape
 from agent.protocol.base import Action, FinalText, MalformedToolCall, ToolCall, ToolCalls, ToolChoice, ToolSpec
-from agent.repeats import CallKey, call_key, distinct_calls, only_repeats, repeat_note, with_repeat_note
+from agent.repeats import (CallKey, call_key, distinct_calls, ends_with_result, only_repeats, repeat_note,
+                           with_repeat_note)
 from agent.results import ResultErrorKind
 from agent.run_result import Ending, LoopOutcome, Phase, RunResult
 from agent.run_trace import RunTrace, tool_step
@@ -407,6 +409,8 @@ class Session:
             note = repeat_note(() if answerable else self._slot_tools())
             messages = with_repeat_note(messages, " ".join([note, *blocked]) if blocked else note)
             run.tool_choice = "none" if answerable and not blocked else "auto"
+        elif run.blocked and ends_with_result(messages):  # results came in and a declared tool is still blocked
+            messages = with_repeat_note(messages, " ".join(blocked_note(n, p) for n, p in run.blocked.items()))
         if not answerable and run.tool_choice == "none":
             if planned == "none":
                 return Ending(outcome=LoopOutcome.FAILED, phase=Phase.MODEL, step=run.model_step,

@@ -568,3 +568,16 @@ def test_a_result_of_a_call_on_invented_values_grounds_no_declaration_and_fails_
     assert claim.source.tool == "calculator" and claim.source.tainted
     report = verify_trace(tmp_path / "free.jsonl")
     assert report.ok and any("comes only from the result of call-1" in u for u in report.ungrounded)
+
+
+def test_after_a_result_the_model_reads_which_values_a_blocked_tool_still_lacks(tmp_path: Any) -> None:
+    """A lookup asked about Oslo, which the request never names, returns a tainted result: search_flights stays
+    uncallable, and the next turn is told why. A lookup of the request's own cities unblocks it: no note."""
+    (tmp_path / "oslo").mkdir()
+    (tmp_path / "cities").mkdir()
+    _, engine, _, _ = _run(tmp_path / "oslo", [_call("airports.lookup", query="Oslo"), "I need the codes."])
+    assert "search_flights cannot be called yet: no message or tool result holds a value for from, to" in (
+        engine.calls[1].prompt)
+    assert "cannot be called yet" not in engine.calls[0].prompt  # before any result: the tool list says enough
+    _, engine, _, _ = _run(tmp_path / "cities", [_call("airports.lookup", query="Madrid Berlin"), "Found them."])
+    assert "cannot be called yet" not in engine.calls[1].prompt
