@@ -29,11 +29,12 @@ The matching rule (docs/grounding.md):
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
@@ -169,6 +170,12 @@ class ValueGrounding:
     @property
     def grounded(self) -> bool:
         return self.source.grounded
+
+    @property
+    def taints(self) -> bool:
+        """A call made with this value returns a tainted result (`Source.tainted`): the value is ungrounded, or it was
+        found only in a tainted result itself (`agent.trace_grounding` reads the same rule from the trace)."""
+        return not self.grounded or self.source.tainted or any(p.source.tainted for p in self.parts)
 
     @property
     def satisfied(self) -> bool:
@@ -330,8 +337,7 @@ class Sources:
                 self._add_text(where, value)
             elif isinstance(value, dict):
                 for key, item in value.items():
-                    self._add_text(Source(kind=SourceKind.TOOL_RESULT, ledger_index=index, call_id=call_id,
-                                          tool=tool, path=render_path((*parts, key)), tainted=tainted), str(key))
+                    self._add_text(replace(where, path=render_path((*parts, key))), str(key))
                     stack.append((item, (*parts, key)))
             elif isinstance(value, list):
                 stack.extend((item, (*parts, i)) for i, item in enumerate(value))
@@ -390,12 +396,10 @@ class Sources:
 
     def latest_call(self, tool: str) -> str | None:
         """The call id of ``tool``'s most recently committed result, if any."""
-        latest = max((t.source for t in self.texts if t.source.tool == tool), key=lambda s: s.ledger_index or 0,
-                     default=None)
-        numbered = max((s for places in self._numbers.values() for _, s in places if s.tool == tool),
-                       key=lambda s: s.ledger_index or 0, default=None)
-        best = max((s for s in (latest, numbered) if s is not None), key=lambda s: s.ledger_index or 0, default=None)
-        return best.call_id if best is not None else None
+        places = itertools.chain((t.source for t in self.texts),
+                                 (source for found in self._numbers.values() for _, source in found))
+        latest = max((s for s in places if s.tool == tool), key=lambda s: s.ledger_index or 0, default=None)
+        return latest.call_id if latest is not None else None
 
     def numbers(self, allowed: frozenset[str] | None = None) -> dict[Decimal, list[str]]:
         """Every number the admitted sources hold, with the ways it was written there (for dynamic enums)."""
@@ -424,8 +428,7 @@ class Sources:
 
 
 def _with_span(source: Source, start: int, end: int) -> Source:
-    return Source(kind=source.kind, ledger_index=source.ledger_index, call_id=source.call_id, tool=source.tool,
-                  path=source.path, span=(start, end), tainted=source.tainted)
+    return replace(source, span=(start, end))
 
 
 _KIND_RANK: Final = {SourceKind.USER: 0, SourceKind.SYSTEM: 1, SourceKind.TOOL_RESULT: 2}

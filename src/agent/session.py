@@ -403,14 +403,14 @@ class Session:
         if not isinstance(self.tool_choice, str):
             run.tool_choice = planned
         messages = run.ledger.messages()
+        blocked = " ".join(blocked_note(name, paths) for name, paths in run.blocked.items())
         if run.answer_now:  # its whole last turn repeated answered calls (refused): now it answers, if it can
             run.answer_now = False
-            blocked = [blocked_note(name, paths) for name, paths in run.blocked.items()]
             note = repeat_note(() if answerable else self._slot_tools())
-            messages = with_repeat_note(messages, " ".join([note, *blocked]) if blocked else note)
+            messages = with_repeat_note(messages, f"{note} {blocked}" if blocked else note)
             run.tool_choice = "none" if answerable and not blocked else "auto"
-        elif run.blocked and ends_with_result(messages):  # results came in and a declared tool is still blocked
-            messages = with_repeat_note(messages, " ".join(blocked_note(n, p) for n, p in run.blocked.items()))
+        elif blocked and ends_with_result(messages):  # results came in and a declared tool is still blocked
+            messages = with_repeat_note(messages, blocked)
         if not answerable and run.tool_choice == "none":
             if planned == "none":
                 return Ending(outcome=LoopOutcome.FAILED, phase=Phase.MODEL, step=run.model_step,
@@ -539,8 +539,7 @@ class Session:
             else:
                 grounding = ground_arguments(checked.values, tool.parameters, run.sources,
                                              tool_requirement=tool.grounding_requirement)
-                if any(not g.grounded or g.source.tainted or any(p.source.tainted for p in g.parts)
-                       for g in grounding):
+                if any(g.taints for g in grounding):
                     run.sources.taint(call_id)  # its result grounds no declaration: it was made on invented values
                 errors = ungrounded_errors(grounding)
                 if not errors:

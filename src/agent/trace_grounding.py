@@ -81,7 +81,7 @@ def sources_from_events(events: Sequence[TraceEvent], *, before_index: int | Non
 
 
 def _taints(record: dict[str, Any]) -> bool:
-    """A recorded argument grounding that makes its call's result tainted: ungrounded, or found in a tainted result."""
+    """`ValueGrounding.taints` read from its trace record: the value is ungrounded, or found in a tainted result."""
     sources = [record.get("source"), *(p.get("source") for p in record.get("parts") or () if isinstance(p, dict))]
     return any(isinstance(s, dict) and (s.get("kind") == "none" or s.get("tainted") is True) for s in sources)
 
@@ -101,10 +101,10 @@ def check_grounding(events: Sequence[TraceEvent]) -> GroundingCheck:
         return GroundingCheck(skipped=unreadable)
     claims = ground_text(final, sources)
     ungrounded = tuple(
-        f"the final answer's {c.kind} {c.text!r} (at {c.span[0]}:{c.span[1]}) is in no user or system message and no "
-        "tool result" if not c.source.grounded else
-        f"the final answer's {c.kind} {c.text!r} (at {c.span[0]}:{c.span[1]}) comes only from the result of "
-        f"{c.source.call_id} ({c.source.tool}), a call made on values that were not grounded"
+        f"the final answer's {c.kind} {c.text!r} (at {c.span[0]}:{c.span[1]}) "
+        + ("is in no user or system message and no tool result" if not c.source.grounded else
+           f"comes only from the result of {c.source.call_id} ({c.source.tool}), a call made on values that were not "
+           "grounded")
         for c in claims if not c.source.grounded or c.source.tainted)
     problems: list[str] = []
     recorded = completed.data.get("grounding")
