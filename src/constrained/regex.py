@@ -58,6 +58,10 @@ __all__ = [
     "clear_caches",
     "utf8_sequences",
     "json_string_body_pattern",
+    "normalize_ranges",
+    "class_text",
+    "json_char_pattern",
+    "ANY_SCALAR",
     "automaton_text",
 ]
 
@@ -143,7 +147,7 @@ Node = Empty | CharSet | Special | Concat | Alternation | Repeat | Automaton
 # ----------------------------------------------------------------------------------------------- character sets
 
 
-def _normalize(ranges: list[Range]) -> tuple[Range, ...]:
+def normalize_ranges(ranges: list[Range]) -> tuple[Range, ...]:
     """Sort, merge and drop surrogates: the canonical `CharSet.ranges` form."""
     out: list[list[int]] = []
     for lo, hi in sorted(ranges):
@@ -174,7 +178,7 @@ def _negate(ranges: tuple[Range, ...]) -> tuple[Range, ...]:
         nxt = hi + 1
     if nxt <= MAX_SCALAR:
         out.append((nxt, MAX_SCALAR))
-    return _normalize(out)
+    return normalize_ranges(out)
 
 
 def _subtract(ranges: tuple[Range, ...], removed: tuple[Range, ...]) -> tuple[Range, ...]:
@@ -198,20 +202,20 @@ def _intersect(a: tuple[Range, ...], b: tuple[Range, ...]) -> tuple[Range, ...]:
 
 
 _DIGIT = ((0x30, 0x39),)
-_WORD = _normalize([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)])
-_SPACE = _normalize([(0x09, 0x0D), (0x20, 0x20)])
+_WORD = normalize_ranges([(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)])
+_SPACE = normalize_ranges([(0x09, 0x0D), (0x20, 0x20)])
 # ECMA-262 WhiteSpace ∪ LineTerminator, intersected with Python's str.isspace() (\ufeff is ECMA-only): a string
 # the mask admits then satisfies both an ECMA validator and Python's `re`, which `jsonschema` uses.
-_ECMA_SPACE = _normalize(
+_ECMA_SPACE = normalize_ranges(
     [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
      (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000)]
 )
 # The complement side uses the union of both definitions for the same reason.
-_ECMA_WIDE_SPACE = _normalize(list(_ECMA_SPACE) + [(0x1C, 0x1F), (0x85, 0x85), (0xFEFF, 0xFEFF)])
+_ECMA_WIDE_SPACE = normalize_ranges(list(_ECMA_SPACE) + [(0x1C, 0x1F), (0x85, 0x85), (0xFEFF, 0xFEFF)])
 _ECMA_NOT_SPACE = _negate(_ECMA_WIDE_SPACE)
 _DOT = _negate(((0x0A, 0x0A),))
-_ECMA_DOT = _negate(_normalize([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]))
-_ANY = _negate(())
+_ECMA_DOT = _negate(normalize_ranges([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]))
+ANY_SCALAR = _negate(())
 
 
 def _every_scalar() -> str:
@@ -236,7 +240,7 @@ def _python_class(shorthand: str) -> tuple[Range, ...]:
         for a, b in ((lo, min(hi, gap - 1)), (max(lo, gap), hi)):  # a run across the gap: two ranges
             if a <= b:
                 ranges.append((a if a < gap else a + 0x800, b if b < gap else b + 0x800))
-    return _normalize(ranges)
+    return normalize_ranges(ranges)
 
 
 def _shorthand(letter: str, ecma: bool, wide: bool = False, exact: bool = False) -> tuple[Range, ...]:
@@ -248,7 +252,7 @@ def _shorthand(letter: str, ecma: bool, wide: bool = False, exact: bool = False)
         if letter in "dw":  # Python's extra members are all non-ASCII: the wide side takes every non-ASCII scalar
             ascii_ = _DIGIT if letter == "d" else _WORD
             if wide:
-                return _python_class("\\" + letter) if exact else _normalize([*ascii_, (0x80, MAX_SCALAR)])
+                return _python_class("\\" + letter) if exact else normalize_ranges([*ascii_, (0x80, MAX_SCALAR)])
             return ascii_
         if letter in "DW":
             ascii_ = _DIGIT if letter == "D" else _WORD
@@ -634,7 +638,7 @@ class _Parser:
             else:
                 _check_scalar(lo, self, item_pos)
                 ranges.append((lo, lo))
-        result = _normalize(ranges)
+        result = normalize_ranges(ranges)
         return _negate(result) if negate else result
 
     def class_atom(self) -> int | tuple[Range, ...]:
@@ -951,7 +955,7 @@ def _split(lo: int, hi: int, out: list[tuple[Range, ...]]) -> None:
 
 _JSON_SHORT = {0x22: '"', 0x5C: "\\\\", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
 """Characters json.dumps escapes with a backslash and one letter, and that letter as a class member."""
-_JSON_ESCAPED = _normalize([(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])
+_JSON_ESCAPED = normalize_ranges([(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])
 _META = set(".^$*+?{}[]\\|()-/\"")
 
 
@@ -977,7 +981,7 @@ def _class_char(cp: int) -> str:
     return ch
 
 
-def _class_text(ranges: tuple[Range, ...]) -> str:
+def class_text(ranges: tuple[Range, ...]) -> str:
     if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
         return _text_char(ranges[0][0])
     parts = []
@@ -991,13 +995,13 @@ def _class_text(ranges: tuple[Range, ...]) -> str:
     return "[" + "".join(parts) + "]"
 
 
-def _json_char_pattern(ranges: tuple[Range, ...]) -> tuple[str, bool]:
+def json_char_pattern(ranges: tuple[Range, ...]) -> tuple[str, bool]:
     """A dialect fragment matching json.dumps(ensure_ascii=False)'s encoding of any one scalar in ``ranges``,
     and whether a quantifier binds to it as a whole."""
     alternatives: list[tuple[str, bool]] = []
     plain = _subtract(ranges, _JSON_ESCAPED)
     if plain:
-        alternatives.append((_class_text(plain), True))
+        alternatives.append((class_text(plain), True))
     escaped = [cp for lo, hi in _intersect(ranges, _JSON_ESCAPED) for cp in range(lo, hi + 1)]
     short = [_JSON_SHORT[cp] for cp in escaped if cp in _JSON_SHORT]
     if len(short) == 1:
@@ -1026,7 +1030,7 @@ def _hex_digit_class(values: list[int]) -> str:
     if len(values) == 1:
         return f"{values[0]:x}"
     runs: list[Range] = []
-    for lo, hi in _normalize([(v, v) for v in values]):
+    for lo, hi in normalize_ranges([(v, v) for v in values]):
         runs.extend([(lo, min(hi, 9)), (max(lo, 10), hi)] if lo <= 9 < hi else [(lo, hi)])
     return "[" + "".join(f"{lo:x}" if lo == hi else f"{lo:x}-{hi:x}" for lo, hi in runs) + "]"
 
@@ -1036,7 +1040,7 @@ def _json_node_pattern(node: Node) -> tuple[str, bool]:
     if isinstance(node, Empty):
         return "", False
     if isinstance(node, CharSet):
-        return _json_char_pattern(node.ranges)
+        return json_char_pattern(node.ranges)
     if isinstance(node, Concat):
         return "".join(_json_node_pattern(item)[0] for item in node.items), False
     if isinstance(node, Alternation):
@@ -1077,7 +1081,7 @@ def json_string_body_pattern(ecma_pattern: str, *, wide: bool = False) -> str:
     except RegexSyntaxError as exc:
         raise UnsupportedSchemaError("", "pattern", f"{exc.detail} at position {exc.position} "
                                      f"in {ecma_pattern!r}") from exc
-    any_char = _json_char_pattern(_ANY)[0] + "*"
+    any_char = json_char_pattern(ANY_SCALAR)[0] + "*"
     alternatives = []
     for branch in branches:
         body = _json_node_pattern(branch.node)[0]

@@ -453,8 +453,8 @@ def _ascii_plain_except(chars: str) -> str:
     """A class of the `_ASCII_PLAIN` characters but ``chars``, as ranges (a positive class: generators that sample
     a negated class from all of Unicode, such as hypothesis' ``from_regex``, would almost never hit ASCII)."""
     _, regex = _dfa_ops()
-    ranges = regex._normalize([(ord(c), ord(c)) for c in _ASCII_PLAIN.difference(chars)])
-    return regex._class_text(ranges) if ranges else "[^\\x00-\\U0010ffff]"  # every character goes on: none leaves
+    ranges = regex.normalize_ranges([(ord(c), ord(c)) for c in _ASCII_PLAIN.difference(chars)])
+    return regex.class_text(ranges) if ranges else "[^\\x00-\\U0010ffff]"  # every character goes on: none leaves
 
 
 def _one_of(distinct: list[str]) -> str:
@@ -568,7 +568,7 @@ def _key_regions(groups: tuple[str, ...], wide: tuple[str, ...], names: tuple[st
 def _key_others(wide: tuple[str, ...], names: tuple[str, ...]) -> str | None:
     """Canonical key bodies matching no group (``wide`` bodies) and no listed name (None: there are none)."""
     fsm, regex = _dfa_ops()
-    universe = fsm.compile_dfa(regex._json_char_pattern(regex._ANY)[0] + "*")
+    universe = fsm.compile_dfa(regex.json_char_pattern(regex.ANY_SCALAR)[0] + "*")
     excluded = list(wide) + [_key_literal(n) for n in names]
     dfa = fsm.difference(universe, fsm.compile_dfa("(?:" + "|".join(excluded) + ")"))
     return None if dfa is None else regex.automaton_text(fsm.automaton(dfa))

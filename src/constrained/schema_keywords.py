@@ -715,7 +715,7 @@ def not_pattern_body(patterns: list[str], path: str) -> str | None:
             wide.append(regex.json_string_body_pattern(p, wide=True))
         except UnsupportedSchemaError as err:
             raise UnsupportedSchemaError(path, "not", f"pattern {p!r}: {err.detail}") from None
-    universe = fsm.compile_dfa(regex._json_char_pattern(regex._ANY)[0] + "*")
+    universe = fsm.compile_dfa(regex.json_char_pattern(regex.ANY_SCALAR)[0] + "*")
     try:
         matched = fsm.compile_dfa("(?:" + "|".join(wide) + ")")
     except fsm.EmptyLanguageError:
