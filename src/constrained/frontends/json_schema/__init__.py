@@ -1,0 +1,1 @@
+"""JSON Schema → a dialect pattern (one DFA) or a rule set (pushdown), exact or refused with path and reason."""
