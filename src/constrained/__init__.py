@@ -37,9 +37,9 @@ from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLang
 from constrained.gbnf import compile_gbnf
 from constrained.grammar import Grammar, compile_json_schema, compile_regex, compile_rules
 from constrained.llama import LlamaModel
-from constrained.matcher import Matcher
 from constrained.processor import LogitsProcessor
-from constrained.pushdown import PushdownGrammar, PushdownMatcher
+from constrained.matcher import Matcher, PushdownMatcher
+from constrained.pushdown import PushdownGrammar
 from constrained.sampling import Sampler, SamplingParams
 from constrained.structured import ChatTemplateError, GenerationError, generate, render_chat_prompt
 from constrained.vocabulary import Vocabulary

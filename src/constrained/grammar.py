@@ -74,6 +74,7 @@ from constrained.grammar_file import FORMAT
 from constrained.index import TokenIndex
 from constrained.matcher import Matcher
 from constrained.pushdown import PushdownGrammar
+from constrained.rules import RuleSet
 from constrained.vocabulary import Vocabulary
 
 __all__ = [
@@ -581,7 +582,7 @@ def _rules_entry_path(rules: Mapping[str, str], start: str, vocab: Vocabulary, a
     location = _cache_location()
     if location is None:
         return None
-    return _rules_entry(location[1], pushdown.rules_fingerprint(rules, start, vocab, allow_special=allow_special))
+    return _rules_entry(location[1], RuleSet(rules, start).fingerprint(vocab.fingerprint, allow_special=allow_special))
 
 
 def _schema_alias_path(key: _SchemaKey, vocab: Vocabulary) -> str | None:

@@ -42,7 +42,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -50,9 +50,6 @@ from constrained import _kernel
 from constrained.fsm import DEAD, DFA
 from constrained.index import TERMINAL
 from constrained.vocabulary import Vocabulary
-
-if TYPE_CHECKING:
-    from constrained.grammar import Grammar
 
 FORMAT = "ember.grammar.v5"
 """Names the entry format (in every entry header) and, via the cache keys, the alias format."""
@@ -102,8 +99,17 @@ def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values[bounds[:-1]], np.diff(bounds).astype(np.int32)
 
 
+class EntrySource(Protocol):
+    """What an entry stores of a one-DFA grammar (`constrained.Grammar`)."""
+
+    dfa: DFA
+    vocabulary: Vocabulary
+    pattern: str
+    allow_special: bool
+
+
 def encode_entry(
-    grammar: Grammar, masks: Mapping[int, tuple[np.ndarray, np.ndarray]], index_identity: str
+    grammar: EntrySource, masks: Mapping[int, tuple[np.ndarray, np.ndarray]], index_identity: str
 ) -> list[Any]:
     """The entry file as a list of byte buffers (written with one vectored write)."""
     dfa, vocab_size = grammar.dfa, len(grammar.vocabulary)

@@ -51,8 +51,8 @@ _EMPTY_TRIE = (
 _NO_MOVES = (np.full((1, 1), DEAD, dtype=np.int32), np.zeros(256, dtype=np.int32))
 """A one-state table in its class form that moves nowhere: `_kernel.check` then validates just a trie."""
 
-_NO_IDS = np.zeros(0, dtype=np.int32)
-_NO_IDS.flags.writeable = False
+NO_IDS = np.zeros(0, dtype=np.int32)
+NO_IDS.flags.writeable = False
 
 _ALLOWED_FORM_MAX = 512
 """At most this many allowed ids (and at most 1/8 of the vocabulary): fill -inf around the allowed list.
@@ -612,7 +612,7 @@ class TokenIndex:
         """The non-trie tokens ``state`` allows: named specials with a live symbol, EOS when accepting (ids ascending,
         next states aligned)."""
         if not self._special_ids.shape[0] and not self.dfa.accepting[state]:
-            return _NO_IDS, _NO_IDS
+            return NO_IDS, NO_IDS
         extra_ids: list[int] = []
         extra_next: list[int] = []
         table = self.dfa.table

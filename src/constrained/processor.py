@@ -39,8 +39,8 @@ import numpy as np
 
 from constrained.errors import BudgetTooSmallError, MaskError
 from constrained.grammar import Grammar
-from constrained.matcher import Matcher
-from constrained.pushdown import PushdownGrammar, PushdownMatcher
+from constrained.matcher import Matcher, PushdownMatcher
+from constrained.pushdown import PushdownGrammar
 
 __all__ = ["DEFAULT_BUDGET", "LLAMA_CPP_DEFAULT_MAX_TOKENS", "LogitsProcessor"]
 

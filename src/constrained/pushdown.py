@@ -23,14 +23,8 @@ and the bound holds after every token); UB(configuration) = UB(state) + UB of ev
 A budgeted matcher allows a token only if 1 + UB(next) fits, so a document always completes.
 Left recursion (a rule reaching itself before consuming a byte) is refused; so is a rule that cannot finish.
 
-Guarded calls hold what no rule set of polynomial size can: an object's members in any order, each at most once
-(``schema_to_rules(property_order="any")``). A call may carry a guard after ``|``:
-
-    (?&=NAME|once=K)     adds marker K to the activation's markers; refused while K is in them already
-    (?&=NAME|needs=K,..) allowed only once every listed marker is in (the closing brace, after the required members)
-    (?&=NAME|room=K,..)  allowed while some listed marker is out (a separator, while a member is left to follow)
-    (?&=NAME|bound)      never taken: a chain of calls the budget counts on instead of a `needs` call, which the
-                         shortest-completion search does not see (it would close before the required members)
+Guarded calls (`constrained.rules`: ``once``, ``needs``, ``room``, ``bound``) hold what no rule set of polynomial
+size can: an object's members in any order, each at most once (``schema_to_rules(property_order="any")``).
 
 An activation's markers are one stack entry, a negative int (``~bits``, bit K for marker K) on top of the stack
 under the continuations of the calls it makes; it goes with the activation when it returns. A rule making `once`
@@ -57,97 +51,24 @@ import numpy as np
 from constrained import _kernel, fsm
 from constrained.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError, IncompatibleVocabularyError
 from constrained.fsm import DEAD
-from constrained.index import (
-    _NO_IDS, TERMINAL, UNREACHABLE, StateMask, TokenIndex, TokenTrie, bounds_after, budget_levels, token_trie,
+from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, TokenTrie, bounds_after, budget_levels, token_trie
+from constrained.matcher import PushdownMatcher
+from constrained.pushdown_masks import (
+    DONE, FAMILY_CAPACITY, CallMoves, Config, ConfigMask, Family, bounded_put, exit_groups, family_buffers,
+    root_children, split_markers, subtree_deepest,
 )
-from constrained.matcher import _NOTHING, SharedMoves
+from constrained import rules as rule_syntax
+from constrained.rules import BOUND, CALL_PREFIX, NEEDS, ONCE, Guard, RuleSet, call, parse_guard
 from constrained.shortcut import string_body_shortcut
 from constrained.vocabulary import Vocabulary
 
-__all__ = ["CALL_PREFIX", "PushdownGrammar", "PushdownMatcher", "RulePattern", "call", "rules_fingerprint"]
-
-CALL_PREFIX = "="
-"""A special-terminal name starting with this is a rule call: ``(?&=value)`` calls rule ``value``."""
-
-Config = tuple[int, tuple[int, ...]]
-"""(state, continuation states of the callers, innermost last)."""
-_DONE: frozenset[Config] = frozenset({(TERMINAL, ())})
-"""The configuration set after EOS."""
-_CACHE_LIMIT = 65_536
+__all__ = ["PushdownGrammar", "PushdownMatcher"]
 _WHOLE_TRIE = np.zeros(1, dtype=np.int32)
 """`_kernel.walk_rule` roots: the trie's root, so every token."""
 _HOP_SYMBOL, _HOP_CALL = 1, 2
 """Kinds of a state's canonical shortest-completion move (kernel `shortest_completions`)."""
 _REACH_CAP = 1024
 """Bytes-to-boundary beyond this are not told apart (longer than any token)."""
-
-
-def call(name: str, guard: str = "") -> str:
-    """The pattern text that calls rule ``name``, with a guard (``once=K``, ``needs=K,...``, ``room=K,...``,
-    ``bound``: see the module docstring) or none."""
-    if not name or ")" in name or GUARD_SEPARATOR in name:
-        raise GrammarError(f"invalid rule name {name!r}: it must be non-empty and contain no ')' or '|'")
-    if guard:
-        _parse_guard(guard, name)
-        return f"(?&{CALL_PREFIX}{name}{GUARD_SEPARATOR}{guard})"
-    return f"(?&{CALL_PREFIX}{name})"
-
-
-GUARD_SEPARATOR = "|"
-_ONCE, _NEEDS, _ROOM, _BOUND = 1, 2, 3, 4
-"""Guard kinds (see the module docstring)."""
-_GUARD_KINDS = {"once": _ONCE, "needs": _NEEDS, "room": _ROOM}
-_Guard = tuple[int, int]
-"""(kind, markers as bits: the `once` call's own, or the ones a `needs` or `room` call names)."""
-
-
-def _parse_guard(text: str, name: str) -> _Guard:
-    """A call's guard text as (kind, marker bits); GrammarError names the call when malformed."""
-    if text == "bound":
-        return _BOUND, 0
-    kind, _, value = text.partition("=")
-    markers = value.split(",")
-    if kind in _GUARD_KINDS and all(m.isascii() and m.isdigit() for m in markers) and (
-            kind != "once" or len(markers) == 1):
-        return _GUARD_KINDS[kind], sum({1 << int(m) for m in markers})
-    raise GrammarError(f"the call of {name!r} has a malformed guard {text!r} (once=K, needs=K,..., room=K,... or "
-                       "bound)")
-
-
-def _callee(special: str) -> tuple[str, str]:
-    """(rule name, guard text) of a call's special name (``=NAME`` or ``=NAME|GUARD``)."""
-    name, _, guard = special[len(CALL_PREFIX):].partition(GUARD_SEPARATOR)
-    return name, guard
-
-
-class RulePattern(str):
-    """A pattern that calls rules: the text, plus the bodies of the rules it calls (``rules``), so a pattern can
-    travel where patterns go (a codec's final-answer pattern) and still be compiled with its rules. Rule names are
-    content-addressed (``<prefix>.<sha12>.<name>``): two different rule sets never share a name or a cache key."""
-
-    rules: dict[str, str]
-
-    def __new__(cls, rules: Mapping[str, str], start: str, *, prefix: str) -> RulePattern:
-        digest = hashlib.sha256(json.dumps([start, sorted(rules.items())]).encode()).hexdigest()[:12]
-        names = {name: f"{prefix}.{digest}.{name}" for name in rules}
-
-        def renamed(body: str) -> str:
-            def one(match: re.Match) -> str:
-                name, guard = _callee(CALL_PREFIX + match.group(1))
-                return call(names.get(name, name), guard)
-
-            return re.sub(r"\(\?&=([^)]*)\)", one, body)
-
-        text = super().__new__(cls, call(names[start]))
-        text.rules = {names[name]: renamed(body) for name, body in rules.items()}
-        return text
-
-
-def rules_fingerprint(rules: Mapping[str, str], start: str, vocab: Vocabulary, *, allow_special: bool) -> str:
-    """sha256 hex of the rules, start, special policy and vocabulary: a compiled rule set's identity."""
-    head = f"ember.rules.v1\0{start}\0{int(allow_special)}\0{vocab.fingerprint}"
-    text = head + "".join(f"\0{name}\0{body}" for name, body in rules.items())
-    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
 class PushdownGrammar:
@@ -166,7 +87,7 @@ class PushdownGrammar:
         """The vocabulary masks are computed over."""
         self.allow_special = allow_special
         """Whether rule bodies may name special tokens with ``(?&NAME)``."""
-        self.fingerprint = rules_fingerprint(self.rules, start, vocab, allow_special=allow_special)
+        self.fingerprint = RuleSet(self.rules, start).fingerprint(vocab.fingerprint, allow_special=allow_special)
         """sha256 hex of the rules, start, special policy and vocabulary."""
         if stored is None:
             self._shortest(*self._layout(self.rules, start))
@@ -182,6 +103,8 @@ class PushdownGrammar:
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
         self._eos = tuple(sorted(vocab.eos_token_ids))
+        self.eos_ids = frozenset(self._eos)
+        """The vocabulary's end-of-sequence token ids."""
         self._index = TokenIndex(table_dfa, vocab, preflight=False, table_checked=True, bits_only=True)
         """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
         of the start rule); calls and returns are this module's business. The table is in range by construction
@@ -192,12 +115,12 @@ class PushdownGrammar:
         self._buffers: tuple[np.ndarray, ...] | None = None
         self._inside: dict[int, tuple[StateMask, list[tuple[int, np.ndarray]]]] = {}
         self._subtree: dict[tuple[int, bytes], tuple[bytes, StateMask, list[tuple[int, np.ndarray]]]] = {}
-        self._masks: dict[frozenset[Config], _Mask] = {}
+        self._masks: dict[frozenset[Config], ConfigMask] = {}
         self._moves: dict[Config, tuple[tuple[Config, ...], tuple[Config, ...]]] = {}
         """Configuration at an exit → where its calls and returns lead (states that read nothing left out), and the
         configurations whose member families are taken whole (`_closure`)."""
         self._families: dict[int, tuple[tuple[int, tuple[int, ...], int], ...] | None] = {}
-        self._family_walks: dict[tuple[int, bytes | None], _Family] = {}
+        self._family_walks: dict[tuple[int, bytes | None], Family] = {}
         self._family_buffers: tuple[np.ndarray, ...] | None = None
         self._silent: dict[int, bool] = {}
         self._ub = np.full(self.n_states, -1, dtype=np.int64)
@@ -226,7 +149,7 @@ class PushdownGrammar:
                 forms[name] = fsm.compile_class_form(body, allow_special=True)
             except EmptyLanguageError:
                 raise GrammarError(f"rule {name!r} matches nothing") from None
-        callees = {s: _callee(s) for form in forms.values() for s in form.special_names if s.startswith(CALL_PREFIX)}
+        callees = {s: rule_syntax.callee(s) for form in forms.values() for s in form.special_names if s.startswith(CALL_PREFIX)}
         undefined = sorted({name for name, _ in callees.values()} - set(rules))
         if undefined:
             raise GrammarError(f"rules call undefined rules {undefined}")
@@ -255,7 +178,7 @@ class PushdownGrammar:
         call_callee: list[int] = []
         call_guard: list[int] = []
         guard_ids: dict[str, int] = {}
-        self._guard_kinds: list[_Guard] = []
+        self._guard_kinds: list[Guard] = []
         blocks = []
         for form in forms.values():
             columns = array.array("i")  # each special symbol's column in the table, or -1 - its call's index
@@ -266,7 +189,7 @@ class PushdownGrammar:
                 if symbol not in call_index:
                     name, guard = callees[symbol]
                     if guard and guard not in guard_ids:
-                        self._guard_kinds.append(_parse_guard(guard, name))  # a malformed guard is named with its call
+                        self._guard_kinds.append(parse_guard(guard, name))  # a malformed guard is named with its call
                         guard_ids[guard] = len(guard_ids)
                     call_index[symbol] = len(call_callee)
                     call_callee.append(self._starts[name])
@@ -298,7 +221,7 @@ class PushdownGrammar:
         n, by_class = self.n_states, self._table.classes
         call_src, call_callee, call_cont = call_moves[:3]
         if self._guard_kinds:
-            seen = np.asarray([kind != _NEEDS for kind, _ in self._guard_kinds] + [True], dtype=bool)
+            seen = np.asarray([kind != NEEDS for kind, _ in self._guard_kinds] + [True], dtype=bool)
             searched = seen[call_moves[3]]  # guard -1 (none) reads the last entry
             call_src, call_callee, call_cont = (part[searched] for part in call_moves[:3])
         dist = np.empty(n, dtype=np.int64)
@@ -345,16 +268,16 @@ class PushdownGrammar:
         bound = np.zeros(0, dtype=np.int64)
         if self._guard_kinds:  # `bound` calls are never taken: they only shape the shortest completions
             kinds = np.asarray([kind for kind, _ in self._guard_kinds] + [0], dtype=np.int32)[guard]
-            bound = np.flatnonzero(kinds == _BOUND)
-            taken = kinds != _BOUND
+            bound = np.flatnonzero(kinds == BOUND)
+            taken = kinds != BOUND
             src, callee, cont, guard = src[taken], callee[taken], cont[taken], guard[taken]
         calling = np.zeros(self.n_states, dtype=bool)
         calling[src] = True
         tail = (self._rule_accept[cont] & ~self._top_accept[cont] & ~calling[cont]
                 & (self._table.classes[cont] == DEAD).all(axis=1))  # fmt: skip
-        self._pushes = _CallMoves(src, callee, cont, tail, guard, self._guard_kinds)
+        self._pushes = CallMoves(src, callee, cont, tail, guard, self._guard_kinds)
         """Call state → its unguarded moves as stack pushes, built on first lookup; guarded ones in ``.guarded``
-        (`_CallMoves`)."""
+        (`CallMoves`)."""
         every = self._call_moves
         self._bound_calls = {int(every[0][i]): (int(every[1][i]), int(every[2][i])) for i in bound.tolist()}
         """State → (callee, continuation) of its `bound` call: the states whose bound `_owed` works out."""
@@ -413,7 +336,7 @@ class PushdownGrammar:
         if not isinstance(guards, list) or not all(isinstance(g, str) for g in guards):
             fail("malformed header")
         try:
-            self.guards, self._guard_kinds = tuple(guards), [_parse_guard(g, "?") for g in guards]
+            self.guards, self._guard_kinds = tuple(guards), [parse_guard(g, "?") for g in guards]
         except GrammarError:
             fail("malformed call guards")
         if moves[0].ndim != 1 or any(m.shape != moves[0].shape for m in moves) or any(
@@ -509,7 +432,7 @@ class PushdownGrammar:
 
     def _closure(self, configs: Iterable[Config], defer: bool) -> tuple[tuple[Config, ...], tuple[Config, ...]]:
         """`closure`; with ``defer``, the `once` calls of a state whose members start with bytes are not entered:
-        that configuration is listed second, for the mask to take its members as one family (`_Family`)."""
+        that configuration is listed second, for the mask to take its members as one family (`Family`)."""
         deferred = []
         seen = dict.fromkeys(configs)
         todo = list(seen)
@@ -522,7 +445,7 @@ class PushdownGrammar:
                     seen[moved] = None
                     todo.append(moved)
             if state in guarded:
-                markers, base = _split_markers(stack)
+                markers, base = split_markers(stack)
                 family = defer and self._family_of(state) is not None
                 if family:
                     deferred.append((state, stack))
@@ -553,7 +476,7 @@ class PushdownGrammar:
         return frozenset(out)
 
     def is_accepting(self, configs: frozenset[Config]) -> bool:
-        return configs == _DONE or any(self._top_accept[state] for state, _ in self.closure(configs))
+        return configs == DONE or any(self._top_accept[state] for state, _ in self.closure(configs))
 
     # -- masks -----------------------------------------------------------------------------------------------------
 
@@ -582,7 +505,7 @@ class PushdownGrammar:
 
     def _inside_of(self, state: int) -> tuple[StateMask, list[tuple[int, np.ndarray]]]:
         """(mask of the tokens that stay in the rule, specials and EOS included; its exits, grouped by
-        `_exit_groups`)."""
+        `exit_groups`)."""
         inside = self._inside.get(state)
         if inside is None:
             if self._is_silent(state):  # only calls or returns leave
@@ -597,7 +520,7 @@ class PushdownGrammar:
                 except IncompatibleVocabularyError:  # no token spells a byte here: calls and returns may still
                     mask = self._empty()
                 inside = (mask, self._groups(*self._exits(state)))
-            self._inside = _bounded_put(self._inside, state, inside)
+            self._inside = bounded_put(self._inside, state, inside)
         return inside
 
     def _empty(self) -> StateMask:
@@ -621,13 +544,13 @@ class PushdownGrammar:
             start_states = np.concatenate([np.full(roots.shape[0], state, dtype=np.int32),
                                            plan.embedding[plan.exit_state[agree]]]).astype(np.int32)  # fmt: skip
         else:
-            starts = _root_children(trie)
+            starts = root_children(trie)
             start_states = np.full(starts.shape[0], state, dtype=np.int32)
         with self._lock:
             _, _, out_nodes, out_states, _ = self._walk_buffers()
             n_exits = _kernel.rule_exits(
                 *self._table, self._boundary, self._reach, starts, np.ascontiguousarray(start_states),
-                trie.node_byte, trie.node_depth, trie.node_end, _deepest(trie), trie.max_depth, out_nodes, out_states,
+                trie.node_byte, trie.node_depth, trie.node_end, subtree_deepest(trie), trie.max_depth, out_nodes, out_states,
             )  # fmt: skip
             return out_nodes[:n_exits].copy(), out_states[:n_exits].copy()
 
@@ -647,21 +570,21 @@ class PushdownGrammar:
         if walked is None:
             ids, nexts, exit_nodes, exit_states = self._walk(state, roots)
             walked = (key[1], StateMask(ids, nexts, self.trie.vocab_size), self._groups(exit_nodes, exit_states))
-            self._subtree = _bounded_put(self._subtree, key, walked)
+            self._subtree = bounded_put(self._subtree, key, walked)
         return walked
 
-    def mask(self, configs: frozenset[Config]) -> _Mask:
+    def mask(self, configs: frozenset[Config]) -> ConfigMask:
         """What ``configs`` allows next (cached per configuration set)."""
         mask = self._masks.get(configs)
         if mask is None:
             mask = self._compute_mask(configs)
-            self._masks = _bounded_put(self._masks, configs, mask)
+            self._masks = bounded_put(self._masks, configs, mask)
         return mask
 
-    def _compute_mask(self, configs: frozenset[Config]) -> _Mask:
+    def _compute_mask(self, configs: frozenset[Config]) -> ConfigMask:
         parts: list[tuple[Any, StateMask, tuple[int, ...]]] = []
-        families: list[tuple[_Family, tuple[int, ...], int]] = []
-        if configs != _DONE:
+        families: list[tuple[Family, tuple[int, ...], int]] = []
+        if configs != DONE:
             plain, deferred = self._closure(configs, True)
             for state, stack in plain:
                 inside, groups = self._inside_of(state)
@@ -670,20 +593,20 @@ class PushdownGrammar:
                 self._through(groups, stack, parts, families)
             for state, stack in deferred:
                 self._take_family(self._family_walk(state, None), stack, parts, families)
-        return _Mask(self, parts, families)
+        return ConfigMask(self, parts, families)
 
     def _family_of(self, state: int) -> tuple[tuple[int, tuple[int, ...], int], ...] | None:
         """The `once` calls of ``state`` as (callee's start, continuations pushed, marker bit), when every callee
         starts with bytes (no call, no return, no guard at its start): then a mask takes them as one family."""
         if state not in self._families:
             members = tuple((callee, push, bits) for callee, push, kind, bits in self._pushes.guarded[state]
-                            if kind == _ONCE)  # fmt: skip
+                            if kind == ONCE)  # fmt: skip
             plain = all(not self._pushes[callee] and callee not in self._pushes.guarded and not self._accepting[callee]
                         for callee, _, _ in members)  # fmt: skip
             self._families[state] = members if members and plain else None
         return self._families[state]
 
-    def _family_walk(self, state: int, roots: np.ndarray | None) -> _Family:
+    def _family_walk(self, state: int, roots: np.ndarray | None) -> Family:
         """The walks of a family's members (`_family_of`) from their starts: over the whole trie (``roots`` None:
         their inside masks) or below ``roots``; cached. One pass of the trie for them all, unless the rules name
         special tokens (which only the inside masks add)."""
@@ -692,20 +615,20 @@ class PushdownGrammar:
         if walk is None:
             family = self._family_of(state)
             if roots is None and self.special_names:
-                walk = _Family.of_masks([(bit, push, callee, *self._inside_of(callee)) for callee, push, bit in family],
+                walk = Family.of_masks([(bit, push, callee, *self._inside_of(callee)) for callee, push, bit in family],
                                         self.trie.vocab_size)  # fmt: skip
             else:
                 walk = self._walk_family(family, _WHOLE_TRIE if roots is None else roots)
-            self._family_walks = _bounded_put(self._family_walks, key, walk)
+            self._family_walks = bounded_put(self._family_walks, key, walk)
         return walk
 
-    def _walk_family(self, family: tuple[tuple[int, tuple[int, ...], int], ...], roots: np.ndarray) -> _Family:
+    def _walk_family(self, family: tuple[tuple[int, tuple[int, ...], int], ...], roots: np.ndarray) -> Family:
         """A family's members walked below ``roots`` in one pass of the trie (kernel `walk_family`): the members
         with a token or an exit there (part keys (callee, roots) as `_subtree_of`'s)."""
         trie = self.trie
         starts = np.asarray([callee for callee, _, _ in family], dtype=np.int32)
         with self._lock:
-            buffers = self._family_buffers or _family_buffers(*_FAMILY_CAPACITY)
+            buffers = self._family_buffers or family_buffers(*FAMILY_CAPACITY)
             while True:
                 count, n_exits = _kernel.walk_family(
                     *self._table, starts, self._boundary, roots, trie.node_byte, trie.node_depth,
@@ -714,7 +637,7 @@ class PushdownGrammar:
                 room, exit_room = buffers[0].shape[0], buffers[3].shape[0]
                 if count <= room and n_exits <= exit_room:
                     break
-                buffers = _family_buffers(max(count, room), max(n_exits, exit_room))
+                buffers = family_buffers(max(count, room), max(n_exits, exit_room))
             self._family_buffers = buffers
             owners, ids, nexts = (buffer[:count] for buffer in buffers[:3])
             order = np.lexsort((ids, owners))  # copies: the buffers are the next walk's
@@ -740,14 +663,14 @@ class PushdownGrammar:
             members.append((bit, push, (callee, rkey), deeper))
         place = np.zeros(len(family), dtype=np.int64)
         place[present] = np.arange(present.shape[0])
-        return _Family(members, ids, nexts, place[owners], counts[present], trie.vocab_size)
+        return Family(members, ids, nexts, place[owners], counts[present], trie.vocab_size)
 
-    def _take_family(self, walk: _Family, stack: tuple[int, ...], parts: list, families: list) -> None:
+    def _take_family(self, walk: Family, stack: tuple[int, ...], parts: list, families: list) -> None:
         """A family's members not in the activation's markers yet: one part of the mask for their tokens, and the
         walks past their exits as usual."""
         if not walk.members:
             return
-        markers, base = _split_markers(stack)
+        markers, base = split_markers(stack)
         if len(walk.union(markers)):
             families.append((walk, base, markers))
         for bit, push, _, deeper in walk.members:
@@ -755,11 +678,11 @@ class PushdownGrammar:
                 self._through(deeper, base + (~(markers | bit), *push), parts, families)
 
     def _groups(self, nodes: np.ndarray, states: np.ndarray) -> list[tuple[int, np.ndarray]]:
-        return _exit_groups(nodes, states, self.trie.node_end) if nodes.shape[0] else []
+        return exit_groups(nodes, states, self.trie.node_end) if nodes.shape[0] else []
 
     def _through(self, groups: list[tuple[int, np.ndarray]], stack: tuple[int, ...], parts: list,
                  families: list) -> None:
-        """The tokens below exits (``groups``: `_exit_groups`, (state, roots)) that go on past a call or return at
+        """The tokens below exits (``groups``: `exit_groups`, (state, roots)) that go on past a call or return at
         the state reached there: exits that share a state share its moves, and their disjoint subtrees one walk
         per move (a string value's ~100 exits — a quote and more punctuation — are one part, not one each). Parts
         are keyed (state, roots) for their cached walks and bounds."""
@@ -770,7 +693,7 @@ class PushdownGrammar:
             if moves is None:  # exits of one mask often return to one configuration: its moves once
                 plain, deferred = self._closure((here,), True)
                 moves = (tuple(moved for moved in plain if moved != here and not self._is_silent(moved[0])), deferred)
-                self._moves = _bounded_put(self._moves, here, moves)
+                self._moves = bounded_put(self._moves, here, moves)
             rkey = roots.tobytes()
             for state_there, stack_there in moves[1]:
                 self._take_family(self._family_walk(state_there, roots), stack_there, parts, families)
@@ -790,7 +713,7 @@ class PushdownGrammar:
         for state, stack in configs:
             if state == TERMINAL:
                 return 0
-            best = min(best, self._frame_bound(state, stack) + self._stack_bound(stack))
+            best = min(best, self._frame_bound(state, stack) + self.stack_bound(stack))
         return int(best)
 
     def budget_cut(self, key: Any, mask: StateMask, limit: int) -> int | None:
@@ -800,7 +723,7 @@ class PushdownGrammar:
         levels = self._levels.get(key)
         if levels is None:
             levels = budget_levels(mask, self._bounds_of)
-            self._levels = _bounded_put(self._levels, key, levels)
+            self._levels = bounded_put(self._levels, key, levels)
         level = int(np.searchsorted(levels, limit, side="right"))
         return None if level == levels.shape[0] else int(levels[level - 1]) if level else -1
 
@@ -809,7 +732,7 @@ class PushdownGrammar:
         restricted = self._restricted.get((key, cut))
         if restricted is None:
             restricted = mask.restricted(self._bounds_of, cut)
-            self._restricted = _bounded_put(self._restricted, (key, cut), restricted)
+            self._restricted = bounded_put(self._restricted, (key, cut), restricted)
         return restricted
 
     def _bounds_of(self, next_states: np.ndarray) -> np.ndarray:
@@ -819,12 +742,12 @@ class PushdownGrammar:
             self._fill_bounds(np.unique(missing).astype(np.int32))
         return bounds_after(next_states, self._ub, self.state_bound)
 
-    def _stack_bound(self, stack: tuple[int, ...]) -> int:
+    def stack_bound(self, stack: tuple[int, ...]) -> int:
         bound = self._ub_stacks.get(stack)
         if bound is None:
             top, below = stack[-1], stack[:-1]
-            bound = self._stack_bound(below) + (0 if top < 0 else self._frame_bound(top, below))
-            self._ub_stacks = _bounded_put(self._ub_stacks, stack, bound)
+            bound = self.stack_bound(below) + (0 if top < 0 else self._frame_bound(top, below))
+            self._ub_stacks = bounded_put(self._ub_stacks, stack, bound)
         return bound
 
     def _allowed(self, state: int, markers: int) -> tuple[tuple[int, tuple[int, ...], int], ...]:
@@ -835,18 +758,18 @@ class PushdownGrammar:
         if moves is None:
             allowed = []
             for callee, push, kind, bits in self._pushes.guarded[state]:
-                if kind == _ONCE:
+                if kind == ONCE:
                     if not markers & bits:
                         allowed.append((callee, push, markers | bits))
-                elif (bits & ~markers == 0) == (kind == _NEEDS):  # needs: all in; room: some out
+                elif (bits & ~markers == 0) == (kind == NEEDS):  # needs: all in; room: some out
                     allowed.append((callee, push, 0))
             moves = tuple(allowed)
-            self._allowed_moves = _bounded_put(self._allowed_moves, key, moves)
+            self._allowed_moves = bounded_put(self._allowed_moves, key, moves)
         return moves
 
     def _frame_bound(self, state: int, below: tuple[int, ...]) -> int:
         """UB of ``state`` in its activation, whose markers are on top of ``below`` (see the module docstring)."""
-        return self._marked_bound(state, _split_markers(below)[0])
+        return self._marked_bound(state, split_markers(below)[0])
 
     def _marked_bound(self, state: int, markers: int) -> int:
         """UB of ``state`` given its activation's markers (cached where they matter)."""
@@ -864,7 +787,7 @@ class PushdownGrammar:
                 for callee, push, marked in plain + list(self._allowed(state, markers)):
                     after = self._marked_bound(push[0], marked or markers) if push else 0  # or a tail call
                     bound = min(bound, self.state_bound(callee) + after)
-            self._frame_bounds = _bounded_put(self._frame_bounds, key, bound)
+            self._frame_bounds = bounded_put(self._frame_bounds, key, bound)
         return bound
 
     def _owed(self, state: int) -> tuple[tuple[int, int], ...]:
@@ -921,404 +844,5 @@ class PushdownGrammar:
                 out.append(symbol)
                 current = self.step(closed, symbol)
             forced = bytes(out)
-            self._forced = _bounded_put(self._forced, configs, forced)
+            self._forced = bounded_put(self._forced, configs, forced)
         return forced
-
-
-_FAMILY_CAPACITY = (16_384, 4_096)
-"""Tokens and exits a family walk first makes room for (`PushdownGrammar._walk_family` grows them when short)."""
-
-
-def _family_buffers(capacity: int, exit_capacity: int) -> tuple[np.ndarray, ...]:
-    """Outputs of kernel `walk_family`: members, ids and next states of its tokens; members, nodes and states of
-    its exits."""
-    return (*(np.empty(capacity, dtype=np.int32) for _ in range(3)),
-            *(np.empty(exit_capacity, dtype=np.int32) for _ in range(3)))  # fmt: skip
-
-
-class _CallMoves(dict):
-    """Call state → its unguarded moves as stack pushes, ``((callee's start, continuations pushed), ...)``; ``()``
-    for a state that calls nothing. A continuation that can only return (a call in tail position: ``a (?&=b)``) is
-    not pushed, so a chain of tail calls (optional members, counted characters) keeps its stack flat; its bound is
-    0 and it would pop at once. Never the start rule's: its end is the document's.
-
-    Filled per state on first lookup from the call moves sorted by state: a document visits few of a grammar's call
-    states, and building every state's entry up front was a tenth of a cold compile and of a disk-cache load. The
-    few guarded moves are built at once (``guarded``)."""
-
-    def __init__(self, src: np.ndarray, callee: np.ndarray, cont: np.ndarray, tail: np.ndarray, guard: np.ndarray,
-                 guard_kinds: Sequence[_Guard]) -> None:
-        super().__init__()
-        order = np.argsort(src, kind="stable")  # a state's moves in the order its rule's table lists them
-        self._src = src[order].tolist()
-        self._callee, self._cont, self._tail = callee[order].tolist(), cont[order].tolist(), tail[order].tolist()
-        self._guard: list[int] | None = None
-        self.guarded: dict[int, tuple[tuple[int, tuple[int, ...], int, int], ...]] = {}
-        """Call state → its guarded moves: (callee's start, continuations pushed, guard kind, marker bits)."""
-        if guard_kinds:
-            self._guard = guard[order].tolist()
-            moves: dict[int, list] = {}
-            for i in np.flatnonzero(guard[order] >= 0).tolist():
-                push = () if self._tail[i] else (self._cont[i],)
-                moves.setdefault(self._src[i], []).append((self._callee[i], push, *guard_kinds[self._guard[i]]))
-            self.guarded = {state: tuple(found) for state, found in moves.items()}
-
-    def calls(self, state: int) -> list[tuple[int, int]]:
-        """The state's (callee's start, continuation) moves, tail calls and guarded ones too."""
-        return [(self._callee[i], self._cont[i]) for i in self._span(state)]
-
-    def __missing__(self, state: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
-        guard = self._guard
-        moves = tuple((self._callee[i], () if self._tail[i] else (self._cont[i],))
-                      for i in self._span(state) if guard is None or guard[i] < 0)  # fmt: skip
-        self[state] = moves
-        return moves
-
-    def _span(self, state: int) -> range:
-        """Where the state's moves sit in the moves sorted by state."""
-        return range(bisect.bisect_left(self._src, state), bisect.bisect_right(self._src, state))
-
-
-def _split_markers(stack: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
-    """(the current activation's markers as bits, the stack under them): the top entry when it is a marker entry
-    (see the module docstring), else no markers and the whole stack."""
-    return (~stack[-1], stack[:-1]) if stack and stack[-1] < 0 else (0, stack)
-
-
-@functools.lru_cache(maxsize=8)
-def _root_children(trie: TokenTrie) -> np.ndarray:
-    """The depth-1 nodes of a trie, in preorder."""
-    children = trie.root_child[trie.root_child >= 0]
-    return np.ascontiguousarray(np.sort(children), dtype=np.int32)
-
-
-_FEW_EXITS = 32
-"""Up to this many exits, `_exit_groups` loops in Python (cheaper than its numpy calls)."""
-
-
-def _exit_groups(nodes: np.ndarray, states: np.ndarray, node_end: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """The exits (trie nodes and the states there) as (state, roots) groups whose roots are ascending and whose
-    subtrees are disjoint, so one walk finds each token below them at most once (an exit below another exit of
-    the same state goes to a later group)."""
-    if nodes.shape[0] == 1:
-        return [(int(states[0]), np.ascontiguousarray(nodes, dtype=np.int32))]
-    if nodes.shape[0] <= _FEW_EXITS:  # most states: a few exits, grouped in Python
-        by_state: dict[int, list[int]] = {}
-        for state, node in zip(states.tolist(), nodes.tolist()):
-            by_state.setdefault(state, []).append(node)
-        few = []
-        for state, rest in by_state.items():
-            rest.sort()
-            while rest:
-                kept, nested, reach = [], [], -1
-                for node in rest:
-                    if node < reach:
-                        nested.append(node)
-                    else:
-                        kept.append(node)
-                        reach = int(node_end[node])
-                few.append((state, np.asarray(kept, dtype=np.int32)))
-                rest = nested
-        return few
-    if (states == states[0]).all():  # every exit at one state (a string's end, say)
-        runs = [(int(states[0]), np.sort(nodes))]
-    else:
-        order = np.lexsort((nodes, states))
-        nodes, states = nodes[order], states[order]
-        cuts = (np.flatnonzero(states[1:] != states[:-1]) + 1).tolist()
-        runs = [(int(states[a]), nodes[a:b]) for a, b in zip([0, *cuts], [*cuts, nodes.shape[0]])]
-    groups = []
-    for state, rest in runs:
-        while rest.shape[0]:
-            reach = np.maximum.accumulate(node_end[rest])
-            nested = np.zeros(rest.shape[0], dtype=bool)
-            nested[1:] = rest[1:] < reach[:-1]
-            groups.append((state, np.ascontiguousarray(rest[~nested], dtype=np.int32)))
-            rest = rest[nested]
-    return groups
-
-
-@functools.lru_cache(maxsize=8)
-def _deepest(trie: TokenTrie) -> np.ndarray:
-    """The greatest depth in each node's subtree (the longest token below it, in bytes)."""
-    out = np.empty(trie.n_nodes, dtype=np.int32)
-    _kernel.subtree_deepest(trie.node_depth, trie.node_end, out)
-    return out
-
-
-def _bounded_put(cache: dict, key: Any, value: Any) -> dict:
-    """Insert into a cache dict, starting a fresh one when it is full (readers holding the old one stay valid)."""
-    if len(cache) >= _CACHE_LIMIT:
-        cache = {}
-    cache[key] = value
-    return cache
-
-
-_FEW_PARTS = 4
-"""Above this many parts, `_Mask.next_configs` asks each part's bits before its lookup."""
-
-
-class _Family:
-    """The walks of one state's `once` calls from the same trie nodes: an object's members after ``{`` or a
-    separator. A mask takes the members its activation has not used as one part (`union`), so n members cost one
-    union of a few tokens each, not n parts; moves and budgets ask for the members themselves (`moves`, `parts`).
-    The members' tokens stay in one set of arrays, member after member: a member's own mask is built only when a
-    budget asks for it."""
-
-    __slots__ = ("members", "vocab_size", "_ids", "_nexts", "_owner", "_offsets", "_masks", "_unions")
-
-    def __init__(self, members: list[tuple[int, tuple[int, ...], Any, list]], ids: np.ndarray, nexts: np.ndarray,
-                 owner: np.ndarray, counts: np.ndarray, vocab_size: int) -> None:
-        self.members = members
-        """(marker bit, continuations pushed, part key, its exits grouped) per member."""
-        self.vocab_size = vocab_size
-        self._ids, self._nexts, self._owner = ids, nexts, owner
-        """Every member's tokens (ascending within a member), where each leads, whose each is."""
-        self._offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
-        self._masks: dict[int, StateMask] = {}
-        self._unions: dict[int, StateMask] = {}
-
-    @classmethod
-    def of_masks(cls, members: list[tuple[int, tuple[int, ...], Any, StateMask, list]], vocab_size: int) -> _Family:
-        """A family from its members' masks: (marker bit, continuations pushed, part key, mask, exits grouped)."""
-        masks = [mask for _, _, _, mask, _ in members]
-        counts = np.asarray([len(mask) for mask in masks], dtype=np.int64)
-        family = cls([(bit, push, key, deeper) for bit, push, key, _, deeper in members],
-                     np.concatenate([*(mask.allowed for mask in masks), _NO_IDS]),
-                     np.concatenate([*(mask.next_states for mask in masks), _NO_IDS]),
-                     np.repeat(np.arange(len(masks)), counts), counts, vocab_size)  # fmt: skip
-        family._masks = dict(enumerate(masks))
-        return family
-
-    def mask(self, index: int) -> StateMask:
-        """Member ``index``'s own mask."""
-        mask = self._masks.get(index)
-        if mask is None:
-            lo, hi = self._offsets[index], self._offsets[index + 1]
-            mask = self._masks[index] = StateMask(self._ids[lo:hi], self._nexts[lo:hi], self.vocab_size)
-        return mask
-
-    def _unused(self, markers: int) -> np.ndarray:
-        """bool per member: its marker is not among ``markers``."""
-        return np.fromiter((not bit & markers for bit, _, _, _ in self.members), dtype=bool,
-                           count=len(self.members))  # fmt: skip
-
-    def union(self, markers: int) -> StateMask:
-        """The tokens of the members not among ``markers`` (cached per marker set)."""
-        union = self._unions.get(markers)
-        if union is None:  # as bits: members share tokens (a lone quote), which a bitmask counts once
-            bits = np.empty(-(-self.vocab_size // 32), dtype=np.uint32)
-            count = _kernel.ids_to_bits(self._ids[self._unused(markers)[self._owner]] if markers else self._ids,
-                                        self.vocab_size, bits)  # fmt: skip
-            union = _bits_mask(bits, count, self.vocab_size)
-            if len(self._unions) >= 256:
-                self._unions = {}
-            self._unions[markers] = union
-        return union
-
-    def parts(self, base: tuple[int, ...], markers: int) -> list[tuple[Any, StateMask, tuple[int, ...]]]:
-        """The members not among ``markers`` as ordinary parts, each with the stack its tokens keep."""
-        offsets = self._offsets
-        return [(key, self.mask(index), base + (~(markers | bit), *push))
-                for index, (bit, push, key, _) in enumerate(self.members)
-                if not bit & markers and offsets[index + 1] > offsets[index]]  # fmt: skip
-
-    def moves(self, token_id: int, base: tuple[int, ...], markers: int) -> list[Config]:
-        """Where ``token_id`` leads through the members not among ``markers``."""
-        found = []
-        at = np.flatnonzero(self._ids == token_id)
-        for index, target in zip(self._owner[at].tolist(), self._nexts[at].tolist()):
-            bit, push, _, _ = self.members[index]
-            if not bit & markers:
-                found.append((target, () if target == TERMINAL else base + (~(markers | bit), *push)))
-        return found
-
-
-class _Mask:
-    """What a configuration set allows: parts (a state's inside mask, or the walk below one exit after a call or
-    return), each with the stack its tokens keep, and member families (`_Family`); the allowed set is their union."""
-
-    __slots__ = ("grammar", "parts", "families", "combined", "_budgeted", "_all")
-
-    def __init__(self, grammar: PushdownGrammar, parts: list[tuple[Any, StateMask, tuple[int, ...]]],
-                 families: list[tuple[_Family, tuple[int, ...], int]]) -> None:
-        self.grammar = grammar
-        self.parts = parts
-        self.families = families
-        """(family, the stack under its activation's markers, the markers) per member family (`_Family`)."""
-        self.combined = _union([mask for _, mask, _ in parts] + [walk.union(markers) for walk, _, markers in families],
-                               grammar.trie.vocab_size)  # fmt: skip
-        self._all: list[tuple[Any, StateMask, tuple[int, ...]]] | None = None
-        self._budgeted: dict[tuple[int | None, ...], StateMask] = {}
-        """Per tuple of the parts' budget cuts (`PushdownGrammar.budget_cut`), what `within` allows."""
-
-    def next_configs(self, token_id: int) -> frozenset[Config] | None:
-        """Where ``token_id`` leads, or None when it is not allowed."""
-        found = set()
-        for walk, base, markers in self.families:
-            found.update(walk.moves(token_id, base, markers))
-        many = len(self.parts) > _FEW_PARTS
-        word, bit = token_id >> 5, token_id & 31
-        for _, mask, stack in self.parts:
-            if many and not (int(mask.bits[word]) >> bit) & 1:  # the union built every part's bits: a quick no
-                continue
-            target = mask.next_state(token_id)
-            if target is not None:
-                found.add((target, () if target == TERMINAL else stack))
-        return frozenset(found) if found else None
-
-    def within(self, remaining: int) -> StateMask:
-        """The allowed tokens that still leave a completion within ``remaining`` tokens (cached per tuple of the
-        parts' budget cuts: a budget that shrinks inside one level costs nothing)."""
-        grammar = self.grammar
-        parts = self.all_parts()
-        cuts = tuple(grammar.budget_cut(key, mask, remaining - grammar._stack_bound(stack) - 1)
-                     for key, mask, stack in parts)  # fmt: skip
-        budgeted = self._budgeted.get(cuts)
-        if budgeted is None:
-            if all(cut is None for cut in cuts):
-                budgeted = self.combined
-            else:
-                kept = [mask if cut is None else grammar.restricted(key, mask, cut)
-                        for (key, mask, _), cut in zip(parts, cuts)]  # fmt: skip
-                budgeted = _union(kept, grammar.trie.vocab_size)
-            if len(self._budgeted) < 64:
-                self._budgeted[cuts] = budgeted
-        return budgeted
-
-    def all_parts(self) -> list[tuple[Any, StateMask, tuple[int, ...]]]:
-        """Every part, each family's members spelled out as parts of their own (what budget cuts read)."""
-        if self._all is None:
-            self._all = self.parts + [part for walk, base, markers in self.families
-                                      for part in walk.parts(base, markers)]  # fmt: skip
-        return self._all
-
-
-class _NoLookup:
-    """The next-state lookup of a union mask: never asked (a union answers moves through its parts)."""
-
-    def next_state(self, token_id: int) -> int:
-        return 0
-
-    def next_states(self, allowed: np.ndarray) -> np.ndarray:
-        return np.zeros(allowed.shape[0], dtype=np.int32)
-
-
-def _union(masks: Sequence[StateMask], vocab_size: int) -> StateMask:
-    """One mask allowing what any of ``masks`` allows (for masking and bitmasks; moves go through the parts)."""
-    masks = [mask for mask in masks if len(mask)]
-    if len(masks) == 1:
-        return masks[0]
-    if not masks:
-        return StateMask(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), vocab_size)
-    bits = np.empty(-(-vocab_size // 32), dtype=np.uint32)
-    return _bits_mask(bits, _kernel.or_bits([mask.bits for mask in masks], bits), vocab_size)
-
-
-def _bits_mask(bits: np.ndarray, count: int, vocab_size: int) -> StateMask:
-    """A union's mask from its bits, ``count`` of them set (moves go through its parts, so it has no next-state
-    lookup)."""
-    return StateMask.from_bits(bits, count, vocab_size, _NoLookup())  # type: ignore[arg-type]
-
-
-class PushdownMatcher(SharedMoves):
-    """One sequence's cursor in a pushdown grammar: the `Matcher` interface over configuration sets."""
-
-    def __init__(self, grammar: PushdownGrammar, max_tokens: int | None = None) -> None:
-        self.grammar = grammar
-        if max_tokens is not None:
-            needed = grammar.upper_bound(grammar.closure(grammar.initial))
-            if max_tokens < needed:
-                raise BudgetTooSmallError(max_tokens, needed)
-        self.max_tokens = max_tokens
-        """The token budget this matcher enforces, or ``None``."""
-        self._n_eos = len(grammar.vocabulary.eos_token_ids)
-        self._history: list[frozenset[Config]] = [grammar.initial]
-        self._tokens: list[int] = []
-
-    @property
-    def configurations(self) -> frozenset[Config]:
-        """The current (state, stack) configurations."""
-        return self._history[-1]
-
-    @property
-    def state(self) -> frozenset[Config]:
-        """The current position (the configuration set; `configurations`)."""
-        return self._history[-1]
-
-    @property
-    def tokens_consumed(self) -> int:
-        return len(self._tokens)
-
-    @property
-    def token_ids(self) -> tuple[int, ...]:
-        return tuple(self._tokens)
-
-    @property
-    def stack_depth(self) -> int:
-        """The deepest stack among the current configurations (rules entered and not yet finished)."""
-        return max(sum(entry >= 0 for entry in stack) for _, stack in self._history[-1])
-
-    @property
-    def remaining_budget(self) -> int | None:
-        return None if self.max_tokens is None else self.max_tokens - len(self._tokens)
-
-    def _raw(self) -> _Mask:
-        return self.grammar.mask(self._history[-1])
-
-    def _mask(self) -> StateMask:
-        configs = self._history[-1]
-        if configs == _DONE:
-            return _NOTHING
-        raw = self.grammar.mask(configs)
-        return raw.combined if self.max_tokens is None else raw.within(self.max_tokens - len(self._tokens))
-
-    def is_accepting(self) -> bool:
-        return self.grammar.is_accepting(self._history[-1])
-
-    def is_terminated(self) -> bool:
-        configs = self._history[-1]
-        if configs == _DONE:
-            return True
-        if not self.grammar.is_accepting(configs):
-            return False
-        allowed = self._mask().allowed
-        return len(allowed) <= self._n_eos and all(int(t) in self.grammar._eos for t in allowed.tolist())
-
-    def forced_bytes(self) -> bytes:
-        configs = self._history[-1]
-        return b"" if configs == _DONE else self.grammar.forced_bytes(configs)
-
-    def advance(self, token_id: int) -> bool:
-        token_id = int(token_id)
-        if self._mask().next_state(token_id) is None:
-            return False
-        following = self._raw().next_configs(token_id)
-        if following is None:
-            return False
-        if any(state == TERMINAL for state, _ in following):
-            following = _DONE
-        self._history.append(following)
-        self._tokens.append(token_id)
-        return True
-
-    def copy(self) -> PushdownMatcher:
-        twin = PushdownMatcher.__new__(PushdownMatcher)
-        twin.__dict__.update(self.__dict__)
-        twin._history, twin._tokens = list(self._history), list(self._tokens)
-        return twin
-
-    def rollback(self, n_tokens: int) -> None:
-        if not 0 <= n_tokens <= len(self._tokens):
-            raise ValueError(f"cannot roll back {n_tokens} tokens: {len(self._tokens)} consumed")
-        if n_tokens:
-            del self._history[-n_tokens:]
-            del self._tokens[-n_tokens:]
-
-    def reset(self) -> None:
-        del self._history[1:]
-        self._tokens.clear()
-
-    def __repr__(self) -> str:
-        return (f"PushdownMatcher(configurations={len(self._history[-1])}, stack_depth={self.stack_depth}, "
-                f"tokens_consumed={self.tokens_consumed}, accepting={self.is_accepting()})")  # fmt: skip

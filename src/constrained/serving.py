@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from constrained.grammar import Grammar
-from constrained.matcher import Matcher
-from constrained.pushdown import PushdownGrammar, PushdownMatcher
+from constrained.matcher import Matcher, PushdownMatcher
+from constrained.pushdown import PushdownGrammar
 
 __all__ = ["RequestGrammar"]
 

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from constrained import _kernel, compile_json_schema, pushdown
 from constrained.errors import BudgetTooSmallError, GrammarError
 from constrained.grammar import clear_memory_cache, compile_rules
-from constrained.pushdown import PushdownGrammar, call
+from constrained.pushdown import PushdownGrammar
+from constrained.rules import call
 
 from .test_pushdown import _checked_random_document, _greedy, _walk_checking_budgets
 
@@ -171,11 +172,11 @@ def test_a_family_walk_finds_what_its_members_walked_one_by_one_find(llama3_voca
     """The kernel walks an object's members below the same trie nodes in one pass: it finds each member's tokens,
     next states and exits exactly as the member's own walk does (its inside mask, over the whole trie), also when
     its first buffers are too small."""
-    monkeypatch.setattr(pushdown, "_FAMILY_CAPACITY", capacity)
+    monkeypatch.setattr(pushdown, "FAMILY_CAPACITY", capacity)
     grammar = _grammar("closed", llama3_vocab)
     family_states = [state for state in grammar._pushes.guarded if grammar._family_of(state)]
     exits = [roots for start in grammar._starts.values() for _, roots in grammar._inside_of(start)[1]]
-    roots_sets = [pushdown._WHOLE_TRIE, pushdown._root_children(grammar.trie), *exits]  # at every depth a rule ends
+    roots_sets = [pushdown._WHOLE_TRIE, pushdown.root_children(grammar.trie), *exits]  # at every depth a rule ends
     assert family_states and len(roots_sets) > 3
     compared = 0
     for state in family_states:
@@ -204,7 +205,7 @@ def test_a_family_walk_refuses_a_class_map_out_of_the_table(llama3_vocab):
     trie, (classes, symbol_class) = grammar.trie, grammar._table
     starts = np.asarray([callee for callee, _, _ in grammar._family_of(next(
         state for state in grammar._pushes.guarded if grammar._family_of(state)))], dtype=np.int32)
-    buffers = pushdown._family_buffers(*pushdown._FAMILY_CAPACITY)
+    buffers = pushdown.family_buffers(*pushdown.FAMILY_CAPACITY)
     columns = symbol_class.copy()
     columns[65] = classes.shape[1]
     for bad in (columns, symbol_class[:255]):

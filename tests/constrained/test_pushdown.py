@@ -18,7 +18,9 @@ from constrained import compile_json_schema
 from constrained.errors import BudgetTooSmallError
 from constrained.grammar import clear_memory_cache, compile_rules
 from constrained import pushdown
-from constrained.pushdown import PushdownGrammar, PushdownMatcher, call
+from constrained.matcher import PushdownMatcher
+from constrained.pushdown import PushdownGrammar
+from constrained.rules import call
 
 TREE = {
     "type": "object",

@@ -228,7 +228,7 @@ def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str, rules: di
     def arguments(schema: dict, i: int) -> str:
         if rules is None:
             return schema_to_pattern(schema, whitespace="spaced")
-        from constrained.pushdown import RulePattern
+        from constrained.rules import RulePattern
         from constrained.schema import schema_to_rules
 
         own = RulePattern(*schema_to_rules(schema, whitespace="spaced"), prefix=f"args{i}")

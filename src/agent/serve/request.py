@@ -364,7 +364,7 @@ def _pattern_or_rules(schema: dict[str, Any]) -> str:
     too big) a `RulePattern` calling the schema's rules, which the engine compiles as a pushdown grammar: exact at
     any depth."""
     from constrained.errors import GrammarTooLargeError
-    from constrained.pushdown import RulePattern
+    from constrained.rules import RulePattern
     from constrained.schema import PatternApproximates, schema_to_pattern, schema_to_rules
 
     try:

@@ -57,7 +57,7 @@ def test_a_recursive_json_schema_carries_its_rules():
     tree = {"type": "object", "properties": {"name": {"type": "string"}, "kids": {"type": "array", "items": {
         "$ref": "#"}}}, "required": ["name"], "additionalProperties": False}
     request = parse(response_format={"type": "json_schema", "json_schema": {"name": "tree", "schema": tree}})
-    from constrained.pushdown import RulePattern
+    from constrained.rules import RulePattern
 
     assert isinstance(request.final_pattern, RulePattern)
     rules = request.final_pattern.rules
