@@ -23,7 +23,7 @@ from typing import Any
 from agent import models
 from agent.protocol import KNOWN_CODECS, codec_for, codec_for_template
 from agent.protocol.base import Codec, UnknownCodecError
-from constrained.llama import LlamaModel
+from constrained import LlamaModel
 
 __all__ = ["ChatModel", "chat_messages", "load_chat_model"]
 

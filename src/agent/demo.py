@@ -32,7 +32,7 @@ from agent import trace, trace_report
 from agent.builtins import builtin_tools
 from agent.limits import AgentLimits
 from agent.runner import run_session
-from constrained.sampling import SamplingParams
+from constrained import SamplingParams
 
 __all__ = ["AUTO_PROMPT", "DEMO_PROMPT", "EXPECTED_ANSWER", "GROUNDED_ANSWER_PATTERN", "run_demo"]
 

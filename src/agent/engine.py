@@ -28,17 +28,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent.errors import AgentError
 from agent.protocol.base import Codec, ProtocolError, Segment, ToolChoice, ToolSpec
-from constrained.batching import PrefixStore, Slot
-from constrained.decoding import CancelSignal, FinishReason, decode
+from constrained import (CancelSignal, CompiledGrammar, FinishReason, PrefixStore, RulePattern, RuleSet, SamplingParams,
+                         Slot, compile_grammar, decode)
 from constrained.errors import ConstrainedError, GrammarTooLargeError
-from constrained.grammar import Grammar, compile_regex
-from constrained.grammar import compile_rules
-from constrained.pushdown import PushdownGrammar
-from constrained.sampling import SamplingParams
 
 if TYPE_CHECKING:
-    from constrained.llama import LlamaModel
-    from constrained.vocabulary import Vocabulary
+    from constrained import LlamaModel, Vocabulary
 
 __all__ = ["MODEL_FAILURES", "ChatModelEngine", "ContextWindowError", "EngineError", "ModelTurn", "TurnEngine",
            "callable_tools", "prompt_tools"]
@@ -176,7 +171,7 @@ class ChatModelEngine:
         self._committed = 0
         self._prefix_lengths: dict[str, int] = {}
         self._pending = False
-        self._grammars: dict[str, Grammar] = {}
+        self._grammars: dict[str, CompiledGrammar] = {}
         vocab = model.vocabulary
         missing = [n for n in codec.stop_token_names if n not in vocab.special_ids_by_name]
         if missing:
@@ -313,7 +308,7 @@ class ChatModelEngine:
             self._grammar(tools, choice, final_pattern, parallel_calls)
 
     def _grammar(self, tools: Sequence[ToolSpec], tool_choice: ToolChoice, final_pattern: str | None = None,
-                 parallel_calls: bool = False) -> Grammar | PushdownGrammar | None:
+                 parallel_calls: bool = False) -> CompiledGrammar | None:
         """The compiled tool-call grammar, or None when decoding is free (no constrained tool, choice auto, no
         final-answer pattern)."""
         tools = callable_tools(tools, tool_choice)
@@ -331,22 +326,21 @@ class ChatModelEngine:
 
 
 def tool_call_grammar(codec: Codec, tools: list[ToolSpec], tool_choice: ToolChoice, vocab: Vocabulary, *,
-                      parallel_calls: bool = False, final_pattern: str | None = None) -> Grammar | PushdownGrammar:
+                      parallel_calls: bool = False, final_pattern: str | None = None) -> CompiledGrammar:
     """The codec's turn grammar compiled over ``vocab``: one DFA when it fits, else (many or big tools, or a final
     pattern that calls rules: a `RulePattern` of a recursive or big answer schema) a pushdown grammar whose rules
     are the tools' arguments and the answer's, called from the same turn pattern."""
-    answer_rules = getattr(final_pattern, "rules", None)
-    if answer_rules is None:
+    if not isinstance(final_pattern, RulePattern):
         pattern = codec.tool_call_grammar(tools, tool_choice, parallel_calls=parallel_calls,
                                           final_pattern=final_pattern)  # fmt: skip
         try:
-            return compile_regex(pattern, vocab, allow_special=True)
+            return compile_grammar(pattern, vocab, allow_special=True)
         except GrammarTooLargeError:
             pass
-    rules: dict[str, str] = dict(answer_rules or {})
+    rules: dict[str, str] = dict(final_pattern.rules) if isinstance(final_pattern, RulePattern) else {}
     turn = codec.tool_call_grammar(tools, tool_choice, parallel_calls=parallel_calls, final_pattern=final_pattern,
                                    rules=rules)  # fmt: skip
-    return compile_rules({"turn": turn, **rules}, "turn", vocab, allow_special=True)
+    return compile_grammar(RuleSet({"turn": turn, **rules}, "turn"), vocab, allow_special=True)
 
 
 class _TextStream:

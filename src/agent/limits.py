@@ -24,7 +24,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from constrained.decoding import FinishReason
+from constrained import FinishReason
 
 __all__ = ["MIN_RESULT_BYTES", "AgentLimits", "LimitBreach", "LimitKind", "RunUsage"]
 

@@ -28,7 +28,7 @@ from agent.run_result import Ending, LoopOutcome, Phase
 from agent.schema import ArgumentError, ValidatedArguments
 from agent.tool import IdempotencyStore, Tool, ToolKind, ToolOutcome, ToolRegistry
 from agent.trace import EventType, PrivacyMode, TraceRecorder, artifact_written_data, provenance_data
-from constrained.decoding import CancelSignal
+from constrained import CancelSignal
 
 __all__ = ["RunTrace", "tool_step"]
 

@@ -26,7 +26,7 @@ from agent.protocol.base import ToolChoice
 from agent.session import RunResult, Session, ToolChoicePlanError, tool_choice_plan
 from agent.tool import Tool, ToolRegistry, default_policy, pre_approved
 from agent.trace import PrivacyMode, TraceMisuseError, TraceRecorder, check_new_trace
-from constrained.sampling import SamplingParams
+from constrained import SamplingParams
 
 if TYPE_CHECKING:
     from agent.mcp import McpToolset
@@ -108,14 +108,14 @@ def _check_tool_choice(tool_choice: ToolChoice | Sequence[ToolChoice], registry:
 
 def _check_final_pattern(pattern: str) -> None:
     from agent.grounding_policy import SLOT_RE
+    from constrained import check_pattern
     from constrained.errors import ConstrainedError
-    from constrained.fsm import compile_dfa
 
     if pattern.startswith("{"):
         raise InputError(f"--final-pattern {one_line(pattern, 60)}: must not start with '{{' (a turn starting with "
                          "{ is read as a tool call)")
     try:
-        compile_dfa(SLOT_RE.sub("0", pattern))  # a slot ({{number@calculator}}) is filled per turn
+        check_pattern(SLOT_RE.sub("0", pattern))  # a slot ({{number@calculator}}) is filled per turn
     except ConstrainedError as error:
         raise InputError(f"--final-pattern {one_line(pattern, 60)}: {one_line(error)}") from None
     except RecursionError:

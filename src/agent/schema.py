@@ -539,20 +539,9 @@ def enforcement_refusal(schema: Any, *, whitespace: str = "compact") -> Exceptio
     keyword, an unknown ``format``, an unsatisfiable schema, one too large), or None when it can. The one check
     behind every schema the project is asked to enforce: ``ember generate``/``call`` inputs, a constrained `Tool`,
     an MCP tool's ``inputSchema``. No vocabulary is needed: the front end alone decides."""
-    import warnings
-
-    from constrained.errors import ConstrainedError, GrammarTooLargeError
-    from constrained.schema import schema_to_pattern, schema_to_rules
+    from constrained import schema_refusal
 
     try:
-        with warnings.catch_warnings():  # unknown keys are annotations, warned about by the real compile
-            warnings.simplefilter("ignore")
-            try:
-                schema_to_pattern(schema, whitespace=whitespace)
-            except GrammarTooLargeError:  # too big for one pattern: the real compile takes rules
-                schema_to_rules(schema, whitespace=whitespace)
-    except ConstrainedError as error:
-        return error
+        return schema_refusal(schema, whitespace=whitespace)
     except RecursionError:
         return ValueError("the schema is nested too deeply to compile")
-    return None

@@ -81,7 +81,7 @@ from agent.schema import ArgumentError, ArgumentErrors, ValidatedArguments, Vali
 from agent.tool import (ApprovalPolicy, IdempotencyStore, Tool, ToolContext, ToolKind, ToolOutcome, ToolRegistry,
                         check_approval, default_policy, execute_tool)
 from agent.trace import TraceError, TraceMisuseError, TraceRecorder, TraceWriteError
-from constrained.decoding import CancelSignal, FinishReason
+from constrained import CancelSignal, FinishReason
 
 __all__ = ["LoopOutcome", "Phase", "RunResult", "Session", "SessionError", "ToolChoicePlanError", "tool_choice_plan"]
 

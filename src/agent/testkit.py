@@ -21,7 +21,7 @@ from typing import Any
 
 from agent.engine import EngineError, ModelTurn, prompt_tools
 from agent.protocol.base import Action, Codec, FinalText, ToolCall, ToolCalls, ToolChoice, ToolSpec
-from constrained.decoding import CancelSignal, FinishReason
+from constrained import CancelSignal, FinishReason
 
 __all__ = ["ManualClock", "ScriptedCall", "ScriptedEngine", "ScriptedTurn", "ScriptExhaustedError", "call_text",
            "final_text", "model_text"]

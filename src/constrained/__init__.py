@@ -29,17 +29,20 @@ a mask failure raises `MaskError`; generation never continues unconstrained.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from constrained.batching import BatchDecodeError, BatchedModel, Slot
-from constrained.decoding import DecodeResult, DecodeTimings, FinishReason, decode
+from constrained.batching import BatchDecodeError, BatchedModel, PrefixStore, Slot
+from constrained.compile import (CompiledGrammar, check_pattern, compile_gbnf, compile_grammar, schema_pattern,
+                                 schema_refusal)
+from constrained.decoding import CancelSignal, DecodeResult, DecodeTimings, FinishReason, decode
 from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLanguageError, GbnfSyntaxError,
                                 GrammarError, GrammarTooLargeError, IncompatibleVocabularyError, InvalidSchemaError, MaskError,
                                 RegexSyntaxError, UnknownKeywordWarning, UnsupportedSchemaError)
-from constrained.gbnf import compile_gbnf
 from constrained.grammar import Grammar, compile_json_schema, compile_regex, compile_rules
 from constrained.llama import LlamaModel
 from constrained.processor import LogitsProcessor
 from constrained.matcher import Matcher, PushdownMatcher
 from constrained.pushdown import PushdownGrammar
+from constrained.rules import RulePattern, RuleSet
+from constrained.rules import call as call_rule
 from constrained.sampling import Sampler, SamplingParams
 from constrained.structured import ChatTemplateError, GenerationError, generate, render_chat_prompt
 from constrained.vocabulary import Vocabulary
@@ -53,7 +56,9 @@ __all__ = [
     "BatchDecodeError",
     "BatchedModel",
     "BudgetTooSmallError",
+    "CancelSignal",
     "ChatTemplateError",
+    "CompiledGrammar",
     "ConstrainedError",
     "DecodeResult",
     "DecodeTimings",
@@ -70,9 +75,12 @@ __all__ = [
     "LogitsProcessor",
     "MaskError",
     "Matcher",
+    "PrefixStore",
     "PushdownGrammar",
     "PushdownMatcher",
     "RegexSyntaxError",
+    "RulePattern",
+    "RuleSet",
     "Sampler",
     "SamplingParams",
     "Slot",
@@ -80,11 +88,16 @@ __all__ = [
     "UnsupportedSchemaError",
     "Vocabulary",
     "__version__",
+    "call_rule",
+    "check_pattern",
     "compile_gbnf",
+    "compile_grammar",
     "compile_json_schema",
     "compile_regex",
     "compile_rules",
     "decode",
     "generate",
     "render_chat_prompt",
+    "schema_pattern",
+    "schema_refusal",
 ]

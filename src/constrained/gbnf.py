@@ -32,7 +32,8 @@ or a reference to an ordinary token is refused with a `GbnfSyntaxError` at its p
     GBNF text ──parse_gbnf──► GbnfGrammar (Rule → Alternatives → Sequence → items)
               ──gbnf_to_rules──► {name: body pattern}, start ──pushdown.compile_rules──► PushdownGrammar
 
-`compile_gbnf` does all three. Left recursion is refused by `compile_rules` (llama.cpp refuses it too).
+`constrained.compile_gbnf` does all three (through `gbnf_rule_set`). Left recursion is refused by `compile_rules`
+(llama.cpp refuses it too).
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ from typing import TYPE_CHECKING, Union
 
 from constrained.errors import GbnfSyntaxError
 
+from constrained.rules import RuleSet
+from constrained.rules import call as call_rule
+
 if TYPE_CHECKING:
-    from constrained.pushdown import PushdownGrammar
     from constrained.vocabulary import Vocabulary
 
 __all__ = [
@@ -61,7 +64,7 @@ __all__ = [
     "GbnfGrammar",
     "parse_gbnf",
     "gbnf_to_rules",
-    "compile_gbnf",
+    "gbnf_rule_set",
 ]
 
 MAX_REPETITION = 2000
@@ -570,7 +573,7 @@ class _Translator:
         self.n_hoisted += 1
         name = f"{self.rule}.g{self.n_hoisted}"  # "." is no GBNF name character: never a user's rule
         self.hoisted.append((name, node))
-        return f"(?&={name})"
+        return call_rule(name)
 
     def alternatives(self, node: Alternatives, nested: bool) -> str:
         if nested and (call := self.group(node)) is not None:
@@ -595,7 +598,7 @@ class _Translator:
         if isinstance(node, AnyChar):
             return _class_pattern(_scalar_ranges([(0, _MAX_SCALAR)]))
         if isinstance(node, RuleRef):
-            return f"(?&={node.name})"
+            return call_rule(node.name)
         if isinstance(node, TokenRef):
             return self.token(node)
         if isinstance(node, Alternatives):
@@ -673,15 +676,13 @@ def gbnf_to_rules(grammar: GbnfGrammar, *, start: str = "root",
     return rules, start
 
 
-def compile_gbnf(text: str, vocab: Vocabulary, *, start: str = "root") -> PushdownGrammar:
-    """Compile a llama.cpp GBNF grammar over ``vocab``: `parse_gbnf`, `gbnf_to_rules`, ``compile_rules``.
+def gbnf_rule_set(text: str, vocab: Vocabulary, *, start: str = "root") -> tuple[RuleSet, bool]:
+    """The GBNF text as a rule set over ``vocab`` (token references resolved), and whether it names special tokens
+    (what `constrained.compile_gbnf` compiles).
 
     Raises:
         GbnfSyntaxError: the text is no GBNF llama.cpp would parse, has no ``start`` rule, or names a token
             that is not a special token of ``vocab``.
-        GrammarError: left recursion (llama.cpp refuses it too), a rule that can never finish.
     """
-    from constrained.grammar import compile_rules
-
     rules, uses_tokens = _translate(parse_gbnf(text), start, vocab)
-    return compile_rules(rules, start, vocab, allow_special=uses_tokens)
+    return RuleSet(rules, start), uses_tokens

@@ -25,7 +25,6 @@ Under a remaining budget ``r`` a token is allowed only if ``1 + UB(next) <= r``;
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -35,9 +34,10 @@ from constrained import _kernel
 from constrained.errors import IncompatibleVocabularyError
 from constrained.fsm import DEAD, DFA
 from constrained.shortcut import Plan, TokenGroups, string_body_shortcut
+from constrained.trie import TokenTrie, token_trie
 from constrained.vocabulary import Vocabulary
 
-__all__ = ["TERMINAL", "UNREACHABLE", "TokenTrie", "StateMask", "TokenIndex", "token_trie"]
+__all__ = ["NO_IDS", "TERMINAL", "UNREACHABLE", "StateMask", "TokenIndex"]
 
 TERMINAL = -2
 """Next-state value of an EOS token: the sequence ends."""
@@ -48,8 +48,6 @@ _EMPTY_TRIE = (
     np.zeros(1, dtype=np.int32), np.ones(1, dtype=np.int32), np.zeros(2, dtype=np.int32), np.zeros(0, dtype=np.int32)
 )
 """node_depth, node_end, tok_start, tok_ids of a root-only trie: `_kernel.check` then validates just a table."""
-_NO_MOVES = (np.full((1, 1), DEAD, dtype=np.int32), np.zeros(256, dtype=np.int32))
-"""A one-state table in its class form that moves nowhere: `_kernel.check` then validates just a trie."""
 
 NO_IDS = np.zeros(0, dtype=np.int32)
 NO_IDS.flags.writeable = False
@@ -60,99 +58,6 @@ Measured on 128k logits: ~15 µs + ~14 ns per allowed id (scattered gaps defeat 
 _DISALLOWED_FORM_MAX = 8192
 """At most this many disallowed ids (and at most 1/16 of the vocabulary): write -inf at the disallowed list
 (~1-2 ns per id). Between the two: a uint8 keep-vector, branch-free, ~20 µs flat on 128k logits."""
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class TokenTrie:
-    """The normal tokens of one vocabulary as a preorder-flattened byte trie (node 0 is the root)."""
-
-    node_byte: np.ndarray
-    """uint8 [n_nodes]: the byte on the edge into each node (0 for the root)."""
-    node_depth: np.ndarray
-    """int32 [n_nodes]: length of the prefix each node spells."""
-    node_end: np.ndarray
-    """int32 [n_nodes]: one past the last node of the node's subtree."""
-    tok_start: np.ndarray
-    """int32 [n_nodes + 1]: CSR offsets into ``tok_ids`` of the tokens ending exactly at each node."""
-    tok_ids: np.ndarray
-    """int32 [n_tokens]: token ids in trie (byte-lexicographic) order."""
-    root_child: np.ndarray
-    """int32 [256]: the depth-1 node for each first byte, -1 when no token starts with it."""
-    single_byte: np.ndarray
-    """bool [256]: whether some normal token is exactly that one byte."""
-    max_depth: int
-    """Length in bytes of the longest normal token."""
-    vocab_size: int
-    """Number of ids in the vocabulary (normal or not)."""
-
-    @classmethod
-    def build(cls, vocab: Vocabulary) -> TokenTrie:
-        """Sort the normal, non-empty, non-EOS tokens by bytes and flatten their trie (one kernel pass)."""
-        tokens = vocab.tokens
-        size = len(tokens)
-        lengths = np.fromiter(map(len, tokens), dtype=np.int64, count=size)
-        offsets = np.zeros(size + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        include = np.zeros(size, dtype=np.uint8)
-        normal = vocab.normal_ids if vocab.normal_ids is not None else range(size)
-        include[np.fromiter(normal, dtype=np.int64, count=len(normal))] = 1
-        include[np.fromiter(vocab.eos_token_ids, dtype=np.int64, count=len(vocab.eos_token_ids))] = 0
-        include[lengths == 0] = 0
-        blob = b"".join(tokens)
-        cap = len(blob) + 1
-        node_byte = np.zeros(cap, dtype=np.uint8)
-        node_depth = np.zeros(cap, dtype=np.int32)
-        node_end = np.zeros(cap, dtype=np.int32)
-        tok_ids = np.zeros(size, dtype=np.int32)
-        terminal = np.zeros(size, dtype=np.int32)
-        n_nodes, n_tokens, max_depth = _kernel.build_trie(
-            blob, offsets, include, node_byte, node_depth, node_end, tok_ids, terminal
-        )
-        node_byte, node_depth, node_end = node_byte[:n_nodes].copy(), node_depth[:n_nodes].copy(), node_end[:n_nodes].copy()
-        tok_ids, terminal = tok_ids[:n_tokens].copy(), terminal[:n_tokens]
-        tok_start = np.searchsorted(terminal, np.arange(n_nodes + 1, dtype=np.int32), side="left").astype(np.int32)
-        depth_one = np.flatnonzero(node_depth == 1)
-        root_child = np.full(256, -1, dtype=np.int32)
-        root_child[node_byte[depth_one]] = depth_one
-        single_byte = np.zeros(256, dtype=bool)
-        single_byte[node_byte[depth_one]] = tok_start[depth_one + 1] > tok_start[depth_one]
-        for array in (node_byte, node_depth, node_end, tok_start, tok_ids, root_child, single_byte):
-            array.flags.writeable = False
-        # validate the trie once (against a one-state table that moves nowhere): the kernels trust it
-        _kernel.check(*_NO_MOVES, node_depth, node_end, tok_start, tok_ids, int(max_depth), len(tokens))
-        return cls(
-            node_byte=node_byte, node_depth=node_depth, node_end=node_end, tok_start=tok_start, tok_ids=tok_ids,
-            root_child=root_child, single_byte=single_byte, max_depth=int(max_depth), vocab_size=len(tokens),
-        )  # fmt: skip
-
-    @property
-    def n_nodes(self) -> int:
-        return int(self.node_byte.shape[0])
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.tok_ids.shape[0])
-
-
-_tries_by_vocab: weakref.WeakKeyDictionary[Vocabulary, TokenTrie] = weakref.WeakKeyDictionary()
-_tries_by_fingerprint: dict[str, TokenTrie] = {}
-_tries_lock = threading.Lock()
-
-
-def token_trie(vocab: Vocabulary) -> TokenTrie:
-    """The trie of a vocabulary, built once per process (cached by object, then by fingerprint)."""
-    with _tries_lock:
-        trie = _tries_by_vocab.get(vocab)
-        if trie is None:
-            fingerprint = vocab.fingerprint
-            trie = _tries_by_fingerprint.get(fingerprint)
-            if trie is None:
-                trie = TokenTrie.build(vocab)
-                if len(_tries_by_fingerprint) >= 8:
-                    _tries_by_fingerprint.pop(next(iter(_tries_by_fingerprint)))
-                _tries_by_fingerprint[fingerprint] = trie
-            _tries_by_vocab[vocab] = trie
-        return trie
 
 
 def _bits_to_ids(bits: np.ndarray, vocab_size: int, value: int, expected: int) -> np.ndarray:

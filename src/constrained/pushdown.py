@@ -51,7 +51,8 @@ import numpy as np
 from constrained import _kernel, fsm
 from constrained.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError, IncompatibleVocabularyError
 from constrained.fsm import DEAD
-from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, TokenTrie, bounds_after, budget_levels, token_trie
+from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, bounds_after, budget_levels
+from constrained.trie import TokenTrie, token_trie
 from constrained.matcher import PushdownMatcher
 from constrained.pushdown_masks import (
     DONE, FAMILY_CAPACITY, CallMoves, Config, ConfigMask, Family, bounded_put, exit_groups, family_buffers,

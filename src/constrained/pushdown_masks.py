@@ -16,7 +16,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from constrained import _kernel
-from constrained.index import NO_IDS, TERMINAL, StateMask, TokenTrie
+from constrained.index import NO_IDS, TERMINAL, StateMask
+from constrained.trie import TokenTrie
 from constrained.rules import Guard
 
 Config = tuple[int, tuple[int, ...]]

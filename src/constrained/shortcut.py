@@ -42,7 +42,7 @@ from constrained import _kernel
 
 if TYPE_CHECKING:
     from constrained.fsm import DFA, ClassTable
-    from constrained.index import TokenTrie
+    from constrained.trie import TokenTrie
 
 __all__ = ["NOT_PURE", "Plan", "StringBodyShortcut", "TokenGroups", "counted_template", "string_body_shortcut"]
 

@@ -36,7 +36,8 @@ import pytest
 
 from constrained.errors import GbnfSyntaxError, GrammarError
 from constrained.gbnf import (AnyChar, Alternatives, CharClass, GbnfGrammar, Literal, Repeat, RuleRef, Sequence,
-                              TokenRef, compile_gbnf, gbnf_to_rules, parse_gbnf)
+                              TokenRef, gbnf_to_rules, parse_gbnf)
+from constrained.compile import compile_gbnf
 
 SDIST = "llama-cpp-python==0.3.36"
 GRAMMARS_MEMBER = "llama_cpp_python-0.3.36/vendor/llama.cpp/grammars/"

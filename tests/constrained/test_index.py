@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from constrained import _kernel
 from constrained.errors import IncompatibleVocabularyError
 from constrained.fsm import DEAD
-from constrained.index import TERMINAL, StateMask, TokenIndex, TokenTrie, token_trie
+from constrained.index import TERMINAL, StateMask, TokenIndex
+from constrained.trie import TokenTrie, token_trie
 from constrained.vocabulary import Vocabulary
 
 ALPHABET = b"abcd"

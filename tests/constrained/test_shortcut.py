@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from constrained import _kernel, fsm
 from constrained.fsm import compile_dfa
-from constrained.index import TokenIndex, token_trie
+from constrained.index import TokenIndex
+from constrained.trie import token_trie
 from constrained.schema import UNIT, schema_to_pattern
 from constrained.shortcut import string_body_shortcut
 

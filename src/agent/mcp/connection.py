@@ -53,7 +53,7 @@ from mcp.shared.exceptions import MCPError
 
 from agent.mcp.config import McpServerConfig
 from agent.mcp.errors import McpFailure, McpServerError
-from constrained.decoding import CancelSignal
+from constrained import CancelSignal
 
 __all__ = ["DEFAULT_STARTUP_TIMEOUT_S", "McpConnection", "ServerIdentity"]
 

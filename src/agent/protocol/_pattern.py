@@ -213,25 +213,23 @@ def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str, rules: di
 
     Constrained tools get their schema's pattern, closed as validation closes it (`close_for_grammar`: an unknown
     field is never spelled, since it would be rejected); the others share "any JSON object". Both come from the
-    schema compiler (``constrained.schema.schema_to_pattern``), imported here lazily, spaced as the templates
+    schema compiler (``constrained.schema_pattern``), imported here lazily, spaced as the templates
     render arguments in history (``tojson``: ``", "`` and ``": "``): forced into compact JSON the default model
     wrote ``"location":"https://…"`` where, spaced as it reads its own calls, it writes ``"location": "New York"``.
 
     With ``rules`` (a dict to fill), each tool's arguments become rules of a pushdown grammar instead
-    (``constrained.schema.schema_to_rules``, named by `constrained.pushdown.RulePattern`) called from an ``envelope`` rule, and the
+    (``constrained.schema_pattern`` with ``rules``: a `constrained.RulePattern`) called from an ``envelope`` rule, and the
     pattern returned is a call of it: many tools then cost one small rule each, not one DFA holding all of them
-    once per place the turn can spell a call (`constrained.grammar.compile_rules`).
+    once per place the turn can spell a call (`constrained.compile_grammar`).
     """
     from agent.schema import close_for_grammar
-    from constrained.schema import schema_to_pattern
+    from constrained import RulePattern, call_rule, schema_pattern
 
     def arguments(schema: dict, i: int) -> str:
         if rules is None:
-            return schema_to_pattern(schema, whitespace="spaced")
-        from constrained.rules import RulePattern
-        from constrained.schema import schema_to_rules
-
-        own = RulePattern(*schema_to_rules(schema, whitespace="spaced"), prefix=f"args{i}")
+            return schema_pattern(schema, whitespace="spaced", exact=False)
+        own = schema_pattern(schema, whitespace="spaced", rules=f"args{i}")
+        assert isinstance(own, RulePattern)
         rules.update(own.rules)
         return str(own)
 
@@ -246,4 +244,4 @@ def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str, rules: di
     if rules is None:
         return envelope
     rules["envelope"] = envelope  # one rule, however often the turn pattern spells a call
-    return "(?&=envelope)"
+    return call_rule("envelope")

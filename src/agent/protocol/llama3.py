@@ -35,7 +35,7 @@ LLAMA31_DATE = "26 Jul 2024"
 """The ``date_string`` the 3.1/3.3 template uses when none is given (3.2 uses today's date)."""
 
 _TAG = "<|python_tag|>"
-_TRIGGERS = (_TAG, FENCE_OPEN)
+TRIGGERS = (_TAG, FENCE_OPEN)
 """What free text may never spell: each starts a call attempt (see `Llama3Codec.parse`)."""
 _BOS = "<|begin_of_text|>"
 _CALL_FORMAT = ('Respond in the format {"name": function name, "parameters": dictionary of argument name and its '
@@ -221,7 +221,7 @@ class Llama3Codec(Codec):
         A text answer is never empty. The turn then ends with an EOG token (``<|eot_id|>``/``<|eom_id|>``).
         """
         mode, callable_tools = resolve_choice(tools, tool_choice)
-        answer = f"(?:{final_pattern})" if final_pattern else free_text(_TRIGGERS, first_not="{", nonempty=True)
+        answer = f"(?:{final_pattern})" if final_pattern else free_text(TRIGGERS, first_not="{", nonempty=True)
         if mode is ChoiceMode.NONE:
             return answer
         call = envelope_alternatives(callable_tools, args_key="parameters", rules=rules)
@@ -232,7 +232,7 @@ class Llama3Codec(Codec):
         after = "|".join([f"{tag}{call}"] * bool(tag) + [fenced])
         if final_pattern:
             return f"(?:{answer}|{call}|{after})"
-        return f"(?:{answer}|{free_text(_TRIGGERS, first_not='{')}(?:{after})|{call})"
+        return f"(?:{answer}|{free_text(TRIGGERS, first_not='{')}(?:{after})|{call})"
 
 
 def _render_tools(out: SegmentBuilder, defs: list[Any]) -> None:

@@ -34,7 +34,7 @@ QWEN_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful
 """The system prompt the official template inserts when the conversation has none."""
 
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
-_TRIGGERS = (_OPEN, _CLOSE, FENCE_OPEN)
+TRIGGERS = (_OPEN, _CLOSE, FENCE_OPEN)
 """What free text may never spell: each starts a call attempt (see `QwenCodec.parse`)."""
 _TOOLS_HEAD = ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>")
@@ -212,7 +212,7 @@ class QwenCodec(Codec):
         closes the block after its calls, as under ``auto`` (docs/codecs.md). A named tool stays one tag call.
         """
         mode, callable_tools = resolve_choice(tools, tool_choice)
-        answer = f"(?:{final_pattern})" if final_pattern else free_text(_TRIGGERS, first_not="{", nonempty=True)
+        answer = f"(?:{final_pattern})" if final_pattern else free_text(TRIGGERS, first_not="{", nonempty=True)
         if mode is ChoiceMode.NONE:
             return answer
         tag = special if self.special_tags else escape
@@ -228,7 +228,7 @@ class QwenCodec(Codec):
             return f"(?:{shapes})"
         if final_pattern:
             return f"(?:{answer}|{shapes})"
-        return f"(?:{answer}|{free_text(_TRIGGERS, first_not='{')}(?:{calls}|{fenced})|{bare})"
+        return f"(?:{answer}|{free_text(TRIGGERS, first_not='{')}(?:{calls}|{fenced})|{bare})"
 
 
 def _several(one: str, parallel_calls: bool) -> str:

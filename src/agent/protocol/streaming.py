@@ -44,9 +44,9 @@ def _call_syntax(codec: Codec) -> tuple[tuple[str, ...], str] | None:
     from agent.protocol import llama3, qwen
 
     if isinstance(codec, qwen.QwenCodec):
-        return qwen._TRIGGERS, "arguments"
+        return qwen.TRIGGERS, "arguments"
     if isinstance(codec, llama3.Llama3Codec):
-        return llama3._TRIGGERS, "parameters"
+        return llama3.TRIGGERS, "parameters"
     return None
 
 

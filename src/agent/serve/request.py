@@ -24,7 +24,7 @@ from typing import Any
 from agent.protocol.base import ToolChoice, ToolSpec
 from agent.repeats import CallKey, call_key
 from agent.serve.errors import ApiError
-from constrained.sampling import SamplingParams
+from constrained import SamplingParams
 
 __all__ = ["ChatRequest", "parse_chat_request"]
 
@@ -363,14 +363,9 @@ def _pattern_or_rules(schema: dict[str, Any]) -> str:
     """One pattern when one DFA can hold the schema exactly; else (a recursive $ref, an open-ended value, a schema
     too big) a `RulePattern` calling the schema's rules, which the engine compiles as a pushdown grammar: exact at
     any depth."""
-    from constrained.errors import GrammarTooLargeError
-    from constrained.rules import RulePattern
-    from constrained.schema import PatternApproximates, schema_to_pattern, schema_to_rules
+    from constrained import schema_pattern
 
-    try:
-        return schema_to_pattern(schema, whitespace="compact", exact=True)
-    except (PatternApproximates, GrammarTooLargeError):
-        return RulePattern(*schema_to_rules(schema, whitespace="compact"), prefix="answer")
+    return schema_pattern(schema, whitespace="compact")
 
 
 # -- limits and sampling -------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def load_worker(model: str, *, n_ctx: int = 4096, n_threads: int | None = None, 
     from agent.chat import load_chat_model
     from agent.engine import ChatModelEngine
     from agent.serve.prefix_cache import PrefixCache, default_cache_dir
-    from constrained.batching import BatchedModel
+    from constrained import BatchedModel
 
     if parallel < 1:
         raise ValueError(f"parallel must be >= 1, got {parallel}")

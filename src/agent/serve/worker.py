@@ -42,7 +42,7 @@ from agent.serve.errors import ApiError
 from agent.serve.prefix_cache import PrefixCache, common_prefix_length
 from agent.repeats import call_key, with_repeat_note
 from agent.serve.request import ChatRequest
-from constrained.batching import BatchDecodeError, Slot
+from constrained import BatchDecodeError, Slot
 
 __all__ = ["Answer", "CallDelta", "Delta", "Done", "Failed", "Gone", "Job", "ModelWorker", "ToolCallOut"]
 

@@ -40,7 +40,7 @@ from agent.protocol.base import ToolSpec
 from agent.results import ResultErrorKind
 from agent.schema import (CompiledParameters, ValidatedArguments, check_parameters_schema, close_for_grammar,
                           compile_parameters, enforcement_refusal, render_path)
-from constrained.decoding import CancelSignal
+from constrained import CancelSignal
 
 if TYPE_CHECKING:
     from agent.artifact import ArtifactStore
@@ -403,6 +403,11 @@ class Tool:
 
 _EXECUTORS: list[Callable[..., Any]] = []
 """`agent.tool.execution.execute_tool`, once that module is imported (`Tool.execute` calls it)."""
+
+
+def register_executor(execute: Callable[..., Any]) -> None:
+    """Make ``execute`` what `Tool.execute` calls (`agent.tool.execution` registers `execute_tool` on import)."""
+    _EXECUTORS[:] = [execute]
 
 _SECTION_RE = re.compile(r"^(\s*)(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$")
 _ARG_LINE_RE = re.compile(r"^(\s*)\*{0,2}([A-Za-z_][A-Za-z0-9_]*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")

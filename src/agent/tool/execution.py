@@ -47,7 +47,7 @@ from agent.tool import definition
 from agent.tool.definition import Tool, ToolContext, ToolFailure, ToolKind
 from agent.tool.idempotency import IdempotencyStore
 from agent.tool.outcome import ToolOutcome
-from constrained.decoding import CancelSignal
+from constrained import CancelSignal
 
 if TYPE_CHECKING:
     from agent.artifact import ArtifactRef, ArtifactStore
@@ -373,4 +373,4 @@ def _run_watched(tool: Tool, args: ValidatedArguments, ctx: ToolContext, limit: 
     return ToolOutcome(ok=True, value=value, **common)
 
 
-definition._EXECUTORS[:] = [execute_tool]  # what `Tool.execute` calls (see its docstring)
+definition.register_executor(execute_tool)  # what `Tool.execute` calls (see its docstring)

@@ -1,0 +1,5 @@
+"""Type stub of the native extension (C, built from _pattern.c): its functions take and return numpy arrays and ints."""
+
+from typing import Any
+
+def __getattr__(name: str) -> Any: ...

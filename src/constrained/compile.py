@@ -1,0 +1,92 @@
+"""How a pattern, a rule set or a schema becomes a grammar, for callers that build bigger grammars from schemas.
+
+The rule is one: a language is one DFA when one DFA holds it exactly and within its budgets, else rules (a
+pushdown grammar: recursion, open-ended values, sizes past the DFA's budgets). `constrained.compile_json_schema`
+applies it to a whole document (with its caches); here it is applied to a schema embedded in a bigger pattern (a
+tool's arguments inside a call envelope, an answer inside a turn) and to a pattern that may call rules. The agent
+and the server ask here, through the package's public names, and never choose themselves.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Literal
+
+from constrained.errors import ConstrainedError, GrammarTooLargeError
+from constrained.fsm import compile_dfa
+from constrained.gbnf import gbnf_rule_set
+from constrained.grammar import Grammar, compile_regex, compile_rules
+from constrained.pushdown import PushdownGrammar
+from constrained.rules import RulePattern, RuleSet
+from constrained.schema import PatternApproximates, schema_to_pattern, schema_to_rules
+from constrained.vocabulary import Vocabulary
+
+__all__ = ["CompiledGrammar", "check_pattern", "compile_gbnf", "compile_grammar", "schema_pattern", "schema_refusal"]
+
+CompiledGrammar = Grammar | PushdownGrammar
+"""What every compile returns: both kinds give a matcher, masks and the same cursor interface."""
+
+Whitespace = Literal["compact", "spaced", "flexible"]
+
+
+def schema_pattern(schema: Any, *, whitespace: Whitespace = "compact", rules: str | None = None,
+                   exact: bool = True) -> str:
+    """The schema as a pattern to embed in a bigger one.
+
+    Without ``rules``: its one-DFA pattern when that holds it (``exact``: exactly; else a recursion may be unrolled
+    to a fixed depth), else (``exact`` only) a `RulePattern` calling its rules. With ``rules`` (a name prefix): always
+    a `RulePattern` under that prefix, for a grammar that is rules anyway. A `RulePattern` compiles with
+    `compile_grammar`, its rules joined with the embedding pattern's."""
+    if rules is None:
+        try:
+            return schema_to_pattern(schema, whitespace=whitespace, exact=exact)
+        except (PatternApproximates, GrammarTooLargeError):
+            if not exact:
+                raise
+            rules = "answer"
+    return RulePattern(*schema_to_rules(schema, whitespace=whitespace), prefix=rules)
+
+
+def schema_refusal(schema: Any, *, whitespace: Whitespace = "compact") -> ConstrainedError | None:
+    """Why no grammar can hold ``schema`` exactly (an unsupported keyword, an unknown ``format``, an unsatisfiable
+    schema, one too large even for rules), or None when one can. No vocabulary is needed: the front end decides.
+    Unknown keys are annotations here, warned about by the real compile."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                schema_to_pattern(schema, whitespace=whitespace)
+            except GrammarTooLargeError:  # too big for one pattern: the real compile takes rules
+                schema_to_rules(schema, whitespace=whitespace)
+    except ConstrainedError as error:
+        return error
+    return None
+
+
+def compile_grammar(source: str | RuleSet, vocab: Vocabulary, *, allow_special: bool = False) -> CompiledGrammar:
+    """A pattern (one DFA; a `RulePattern` compiles with its rules) or a `RuleSet` (a pushdown grammar) over
+    ``vocab``. A plain pattern too big for one DFA raises `GrammarTooLargeError`: its caller knows how to say it
+    as rules."""
+    if isinstance(source, RuleSet):
+        return compile_rules(source.rules, source.start, vocab, allow_special=allow_special)
+    if isinstance(source, RulePattern):
+        return compile_rules({"start": str(source), **source.rules}, "start", vocab, allow_special=allow_special)
+    return compile_regex(source, vocab, allow_special=allow_special)
+
+
+def check_pattern(pattern: str) -> None:
+    """Raise the engine's error (`RegexSyntaxError`, `GrammarTooLargeError`, ...) when ``pattern`` cannot compile to
+    one DFA; nothing else happens (no vocabulary, no cache)."""
+    compile_dfa(pattern)
+
+
+def compile_gbnf(text: str, vocab: Vocabulary, *, start: str = "root") -> PushdownGrammar:
+    """Compile a llama.cpp GBNF grammar over ``vocab`` (`constrained.gbnf.gbnf_rule_set`, then its rules).
+
+    Raises:
+        GbnfSyntaxError: the text is no GBNF llama.cpp would parse, has no ``start`` rule, or names a token
+            that is not a special token of ``vocab``.
+        GrammarError: left recursion (llama.cpp refuses it too), a rule that can never finish.
+    """
+    rule_set, uses_tokens = gbnf_rule_set(text, vocab, start=start)
+    return compile_rules(rule_set.rules, rule_set.start, vocab, allow_special=uses_tokens)
