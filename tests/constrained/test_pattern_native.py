@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from agent.protocol import Llama3Codec, QwenCodec, ToolSpec
 from constrained import _pattern, fsm, regex, schema
+from constrained.dialect import parser as dialect_parser
 from constrained.errors import GrammarTooLargeError, RegexSyntaxError
 
 CORPUS = sorted(pathlib.Path("/work/shared/corpus/maskbench-dev").glob("*.json"))
@@ -223,7 +224,7 @@ def test_mutated_patterns_never_crash_and_never_disagree() -> None:
 
 
 def test_nesting_limit_is_the_python_parser_limit() -> None:
-    limit = regex._MAX_NESTING
+    limit = dialect_parser.MAX_NESTING
     assert_agrees("(" * limit + "a" + ")" * limit, handled=True)
     assert _pattern.program("(" * (limit + 1) + "a" + ")" * (limit + 1), False) is None
     assert_agrees("(?&x)" * 3 + "(?:" * limit + "(?&y)" + ")" * limit, True, handled=True)
