@@ -201,7 +201,6 @@ def _estimated_size(node: Node) -> int:
     return 2
 
 
-
 def _byte_classes(nfa: _NFA, n_special: int) -> tuple[np.ndarray, int]:
     """Partition of the symbols into classes no edge tells apart: (class of each symbol, number of classes).
 

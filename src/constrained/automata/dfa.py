@@ -257,7 +257,6 @@ def compile_class_form(pattern: str, *, allow_special: bool = False, max_states:
     return ClassForm(n_states, accepting, distance, symbol_class, class_table, tuple(names))
 
 
-
 def symbol_classes(transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The canonical class form of a table: (int32 class of each symbol, int32 [n_states, n_classes]).
 

@@ -65,6 +65,7 @@ __all__ = [
     "parse_ecma",
     "clear_caches",
     "cached_group",
+    "GroupEntry",
     "automaton_text",
 ]
 
@@ -474,11 +475,11 @@ _CLASS_SPAN = re.compile(_CLASS_TEXT)
 _CLASS_CACHE: dict[tuple[str, bool | str], tuple[Range, ...]] = {}
 """Parsed classes by source text (and dialect): schema patterns repeat the same few classes many times."""
 
-_GroupEntry = tuple[Node, int, int]
+GroupEntry = tuple[Node, int, int]
 """A parsed group: (node, nesting levels it spans, length of its text)."""
-_SHORT_GROUPS: dict[tuple[str, bool | str, bool], _GroupEntry] = {}
+_SHORT_GROUPS: dict[tuple[str, bool | str, bool], GroupEntry] = {}
 """Parsed groups of at most `_GROUP_WINDOW` characters by exact text (and ``ecma``, ``allow_special``)."""
-_LONG_GROUPS: dict[tuple[str, bool | str, bool], list[tuple[str, _GroupEntry]]] = {}
+_LONG_GROUPS: dict[tuple[str, bool | str, bool], list[tuple[str, GroupEntry]]] = {}
 """Longer parsed groups (text, entry) by the `_GROUP_WINDOW` characters they start with (and the flags)."""
 _GROUP_WINDOW = 64
 _LONG_CANDIDATES = 16
@@ -497,7 +498,7 @@ _SHORT_GROUP = re.compile(
 """A group with at most four levels of nesting (matched inside a window: linear, possessive)."""
 
 
-def cached_group(pattern: str, open_pos: int, ecma: bool | str, allow_special: bool) -> tuple[int, _GroupEntry | None]:
+def cached_group(pattern: str, open_pos: int, ecma: bool | str, allow_special: bool) -> tuple[int, GroupEntry | None]:
     """Where the group opened at ``pattern[open_pos]`` probably ends if it is short (else -1), and its cache entry.
 
     Parsed groups are cached by exact text: schema patterns repeat the same groups (whitespace, string bodies,
@@ -508,6 +509,8 @@ def cached_group(pattern: str, open_pos: int, ecma: bool | str, allow_special: b
     it, and fails as it always did); only successes are stored, so every error comes from the ordinary parse.
     The probable end only picks the key; it needs no scan of the pattern beyond the window. Readers take no lock:
     entries are immutable and any entry found is sound.
+    (Public so that tests can replace it: the parser looks it up here on every group, and with a stub returning
+    ``(-1, None)`` parses every group from its text.)
     """
     match = _SHORT_GROUP.match(pattern, open_pos, open_pos + _GROUP_WINDOW)
     if match is not None:
@@ -649,8 +652,6 @@ def parse_ecma(pattern: str, *, wide: bool = False) -> list[Branch]:
         RegexSyntaxError: syntax outside that subset (lookarounds, backreferences, ``[]``, ...).
     """
     return _Parser(pattern, allow_special=False, ecma=True, wide=wide).parse_top()
-
-
 
 
 # -------------------------------------------------------------------------------------------- automaton text
