@@ -15,9 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from constrained import _fsm, fsm, regex
+from constrained.automata import dfa as automata_dfa
+from constrained.automata import program as automata_program
 from constrained.errors import EmptyLanguageError, GrammarTooLargeError
 from constrained.regex import Alternation, CharSet, Concat, Empty, Node, Repeat, Special
 from constrained.schema import schema_to_pattern
+from tests.constrained.fsm_reference import compile_dfa_reference
 from tests.constrained.test_fsm import HAND_WRITTEN, OBJECT, STRING, regex_trees
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,7 +43,7 @@ def outcome(compile_, pattern: str, **kwargs: object) -> tuple[object, ...]:
 
 def assert_same(pattern: str, **kwargs: object) -> None:
     native = outcome(fsm.compile_dfa, pattern, **kwargs)
-    reference = outcome(fsm.compile_dfa_reference, pattern, **kwargs)
+    reference = outcome(compile_dfa_reference, pattern, **kwargs)
     assert native == reference, pattern
 
 
@@ -118,7 +121,7 @@ def test_native_matches_reference_on_random_regexes(pattern: str) -> None:
 @given(pattern=regex_trees(), max_states=st.integers(1, 40), max_work=st.integers(1, 400))
 @SETTINGS
 def test_budgets_trip_at_the_same_point_as_the_reference(pattern: str, max_states: int, max_work: int) -> None:
-    with mock.patch.object(fsm, "MAX_SUBSET_WORK", max_work):
+    with mock.patch.object(automata_dfa, "MAX_SUBSET_WORK", max_work):
         assert_same(pattern, max_states=max_states)
 
 
@@ -129,7 +132,7 @@ def test_budgets_trip_at_the_same_point_as_the_reference(pattern: str, max_state
 )
 def test_budget_errors_are_the_reference_errors(pattern: str, max_states: int, what: str | None) -> None:
     native = outcome(fsm.compile_dfa, pattern, max_states=max_states)
-    assert native == outcome(fsm.compile_dfa_reference, pattern, max_states=max_states)
+    assert native == outcome(compile_dfa_reference, pattern, max_states=max_states)
     if what is not None:
         assert native[:2] == ("too_large", what)
 
@@ -137,7 +140,7 @@ def test_budget_errors_are_the_reference_errors(pattern: str, max_states: int, w
 @pytest.mark.parametrize("pattern", [r"[^\x00-\U0010ffff]", r"a[^\x00-\U0010ffff]b", r"(?:[^\x00-\U0010ffff])+"])
 def test_empty_languages_are_refused_like_the_reference(pattern: str) -> None:
     native = outcome(fsm.compile_dfa, pattern)
-    assert native == ("empty", pattern) == outcome(fsm.compile_dfa_reference, pattern)
+    assert native == ("empty", pattern) == outcome(compile_dfa_reference, pattern)
 
 
 def unshared(node: Node) -> Node:
@@ -154,7 +157,7 @@ def unshared(node: Node) -> Node:
 
 
 def program_bytes(ast: Node) -> tuple[object, ...]:
-    program = fsm._Program.build(ast)
+    program = automata_program.Program.build(ast)
     return (program.code.tobytes(), program.templates.tobytes(), program.offsets.tobytes(), program.names,
             program.size)
 
@@ -187,12 +190,12 @@ def test_shared_nodes_are_copied_with_their_first_numbering() -> None:
     ast = regex.parse("(?:(?&<b>)[é-😀]|x)(?&<a>)[^b-é](?:(?&<b>)[é-😀]|x)", allow_special=True)
     assert isinstance(ast, Concat) and ast.items[0] is ast.items[3]  # one node, emitted twice
     assert program_bytes(ast) == program_bytes(unshared(ast))
-    assert fsm._Program.build(ast).names == ("<b>", "<a>")
+    assert automata_program.Program.build(ast).names == ("<b>", "<a>")
     assert_same("(?:(?&<b>)[é-😀]|x)(?&<a>)[^b-é](?:(?&<b>)[é-😀]|x)", allow_special=True)
 
 
 def test_repeat_counts_beyond_int32_are_refused_by_size() -> None:
-    assert outcome(fsm.compile_dfa, "a{3000000000}") == outcome(fsm.compile_dfa_reference, "a{3000000000}")
+    assert outcome(fsm.compile_dfa, "a{3000000000}") == outcome(compile_dfa_reference, "a{3000000000}")
     with pytest.raises(GrammarTooLargeError, match="~9000000003 NFA states"):
         fsm.compile_dfa("a{3000000000}")
 
@@ -216,8 +219,8 @@ def test_concurrent_native_compiles_agree() -> None:
 
 @pytest.mark.parametrize(
     "code",
-    [[99], [fsm._OP_CONCAT, 2, fsm._OP_BYTE, 97], [fsm._OP_CHARSET, 5], [fsm._OP_SPECIAL, 256],
-     [fsm._OP_BYTE, 97, fsm._OP_BYTE], [fsm._OP_REPEAT, 3, 1, fsm._OP_EMPTY], [fsm._OP_BYTE, 300]],
+    [[99], [automata_program.OP_CONCAT, 2, automata_program.OP_BYTE, 97], [automata_program.OP_CHARSET, 5], [automata_program.OP_SPECIAL, 256],
+     [automata_program.OP_BYTE, 97, automata_program.OP_BYTE], [automata_program.OP_REPEAT, 3, 1, automata_program.OP_EMPTY], [automata_program.OP_BYTE, 300]],
 )
 def test_malformed_programs_raise_value_error(code: list[int]) -> None:
     empty = array.array("i")
@@ -227,4 +230,4 @@ def test_malformed_programs_raise_value_error(code: list[int]) -> None:
 
 def test_non_int32_buffers_are_refused() -> None:
     with pytest.raises(ValueError, match="int32"):
-        _fsm.compile(array.array("q", [fsm._OP_EMPTY]), array.array("i"), array.array("i"), 0, 100, 1000)
+        _fsm.compile(array.array("q", [automata_program.OP_EMPTY]), array.array("i"), array.array("i"), 0, 100, 1000)

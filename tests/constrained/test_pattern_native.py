@@ -1,5 +1,5 @@
 """The native front end (constrained._pattern behind fsm.compile_dfa) gives exactly the program
-`fsm._Program.build(regex.parse(...))` gives, or declines with None: never a program for a pattern the Python
+`automata.program.Program.build(regex.parse(...))` gives, or declines with None: never a program for a pattern the Python
 parser refuses, never a different one; and it actually handles every pattern the schema compiler, the codecs and
 the format files produce (otherwise compile_dfa would silently keep paying for the Python parse)."""
 
@@ -18,7 +18,11 @@ from hypothesis import strategies as st
 
 from agent.protocol import Llama3Codec, QwenCodec, ToolSpec
 from constrained import _pattern, fsm, regex, schema
+from constrained.automata import dfa as automata_dfa
+from constrained.automata import program as automata_program
+from constrained.dialect import parser as dialect_parser
 from constrained.errors import GrammarTooLargeError, RegexSyntaxError
+from tests.constrained.fsm_reference import compile_dfa_reference
 
 CORPUS = sorted(pathlib.Path("/work/shared/corpus/maskbench-dev").glob("*.json"))
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -31,8 +35,8 @@ def python_program(pattern: str, allow_special: bool = False) -> tuple[object, .
         ast = regex.parse(pattern, allow_special=allow_special)
     except (RegexSyntaxError, ValueError):
         return None
-    with mock.patch.object(fsm, "MAX_NFA_STATES", 2**62):
-        program = fsm._Program.build(ast)
+    with mock.patch.object(automata_program, "MAX_NFA_STATES", 2**62):
+        program = automata_program.Program.build(ast)
     return (program.code.tobytes(), program.templates.tobytes(), program.offsets.tobytes(), program.names,
             program.size)
 
@@ -223,7 +227,7 @@ def test_mutated_patterns_never_crash_and_never_disagree() -> None:
 
 
 def test_nesting_limit_is_the_python_parser_limit() -> None:
-    limit = regex._MAX_NESTING
+    limit = dialect_parser.MAX_NESTING
     assert_agrees("(" * limit + "a" + ")" * limit, handled=True)
     assert _pattern.program("(" * (limit + 1) + "a" + ")" * (limit + 1), False) is None
     assert_agrees("(?&x)" * 3 + "(?:" * limit + "(?&y)" + ")" * limit, True, handled=True)
@@ -234,10 +238,10 @@ def test_counts_beyond_int32_and_sizes_beyond_the_budget() -> None:
     assert _pattern.program("(?:){99999999999}", False) is None  # declined, though Python accepts it (Empty)
     assert_agrees("a{2147483647}", handled=True)  # over budget: the caller raises on the exact size
     assert_agrees("((((a{1000}){1000}){1000}){1000}){1000}", handled=True)
-    with pytest.raises(GrammarTooLargeError) as native, mock.patch.object(fsm, "parse", side_effect=AssertionError):
+    with pytest.raises(GrammarTooLargeError) as native, mock.patch.object(automata_dfa, "parse", side_effect=AssertionError):
         fsm.compile_dfa("a{300000}")
     with pytest.raises(GrammarTooLargeError) as reference:
-        fsm.compile_dfa_reference("a{300000}")
+        compile_dfa_reference("a{300000}")
     assert str(native.value) == str(reference.value)
 
 
@@ -250,10 +254,10 @@ def test_non_str_and_str_subclasses_are_left_to_python() -> None:
 
 
 def test_compile_dfa_uses_the_native_program_and_falls_back_for_errors() -> None:
-    with mock.patch.object(fsm, "parse", side_effect=AssertionError("python path taken")):
+    with mock.patch.object(automata_dfa, "parse", side_effect=AssertionError("python path taken")):
         dfa = fsm.compile_dfa("(?&<s>)[a-zé]{1,3}(?:x|y)*", allow_special=True)
     assert dfa.special_names == ("<s>",)
-    reference = fsm.compile_dfa_reference("(?&<s>)[a-zé]{1,3}(?:x|y)*", allow_special=True)
+    reference = compile_dfa_reference("(?&<s>)[a-zé]{1,3}(?:x|y)*", allow_special=True)
     assert dfa.fingerprint == reference.fingerprint
     with pytest.raises(RegexSyntaxError) as info:
         fsm.compile_dfa("ab(?=c)")

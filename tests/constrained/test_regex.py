@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from constrained import regex
+from constrained.dialect import parser as dialect_parser
 from constrained.errors import EmptyLanguageError, GrammarTooLargeError, RegexSyntaxError, UnsupportedSchemaError
 from constrained.fsm import compile_dfa
 from constrained.regex import (
@@ -164,7 +165,7 @@ def parse_outcome(pattern: str, **kwargs: object) -> tuple[object, ...]:
 
 def uncached_parse_outcome(pattern: str, **kwargs: object) -> tuple[object, ...]:
     """`parse_outcome` with the group cache out of the way: every group parsed from its text."""
-    with mock.patch.object(regex, "_cached_group", return_value=(-1, None)):
+    with mock.patch.object(dialect_parser, "cached_group", return_value=(-1, None)):
         return parse_outcome(pattern, **kwargs)
 
 
@@ -218,7 +219,7 @@ def test_cached_groups_compile_to_the_uncached_dfa(pattern: str) -> None:
             return ("error", type(exc), str(exc))
         return ("dfa", dfa.fingerprint, dfa.distance.tobytes(), dfa.special_names)
 
-    with mock.patch.object(regex, "_cached_group", return_value=(-1, None)):
+    with mock.patch.object(dialect_parser, "cached_group", return_value=(-1, None)):
         expected = outcome()
     parse(pattern)  # the compile below runs on cached groups
     assert outcome() == expected
@@ -250,7 +251,7 @@ def test_a_cached_group_still_counts_its_nesting_depth(ecma: bool) -> None:
             except UnsupportedSchemaError as exc:
                 return ("error", exc.detail)
 
-        with mock.patch.object(regex, "_cached_group", return_value=(-1, None)):
+        with mock.patch.object(dialect_parser, "cached_group", return_value=(-1, None)):
             expected = outcome()
         outcome(inner)  # cached at depth 0
         assert outcome() == expected

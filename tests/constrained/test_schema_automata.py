@@ -14,9 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from constrained import fsm, regex
+from constrained.automata import operations as automata_operations
 from constrained.errors import GrammarTooLargeError, RegexSyntaxError, UnsupportedSchemaError
 from constrained.fsm import compile_dfa
 from constrained.schema import schema_to_pattern
+from tests.constrained.fsm_reference import compile_dfa_reference
 from tests.constrained.test_schema import _reordered, dfa_sample, oracle
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
@@ -49,7 +51,7 @@ def test_results_are_minimal_canonical_and_survive_the_text_round_trip(a: str, b
         return
     text = regex.automaton_text(fsm.automaton(both))
     again = compile_dfa(text)
-    assert again.fingerprint == both.fingerprint == fsm.compile_dfa_reference(text).fingerprint
+    assert again.fingerprint == both.fingerprint == compile_dfa_reference(text).fingerprint
     assert fsm.intersection(both, both).fingerprint == both.fingerprint
 
 
@@ -61,7 +63,7 @@ def test_an_empty_result_is_none_and_budgets_are_enforced() -> None:
 
 
 def test_the_product_budget_is_enforced_before_minimizing(monkeypatch) -> None:
-    monkeypatch.setattr(fsm, "MAX_PRODUCT_STATES", 50)
+    monkeypatch.setattr(automata_operations, "MAX_PRODUCT_STATES", 50)
     with pytest.raises(GrammarTooLargeError) as caught:
         fsm.intersection(compile_dfa("[ab]*a[ab]{6}"), compile_dfa("[ab]*b[ab]{6}"))
     assert caught.value.what == "product_states"
