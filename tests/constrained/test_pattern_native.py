@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from agent.protocol import Llama3Codec, QwenCodec, ToolSpec
 from constrained import _pattern, fsm, regex, schema
+from constrained.dialect import json_lexemes
 from constrained.errors import GrammarTooLargeError, RegexSyntaxError
 
 CORPUS = sorted(pathlib.Path("/work/shared/corpus/maskbench-dev").glob("*.json"))
@@ -116,8 +117,8 @@ def test_codec_grammars_take_the_native_path_and_match_python(allow_special: boo
 
 
 def test_format_patterns_and_string_bodies_take_the_native_path_and_match_python() -> None:
-    for name in schema.STRING_FORMATS:
-        assert_agrees(schema._format_body(name), handled=True)
+    for name in json_lexemes.STRING_FORMATS:
+        assert_agrees(json_lexemes.format_body(name), handled=True)
     for ecma in ["^[a-z]+@[a-z]+\\.com$", "\\d{3}-\\d{4}", "^(?:[A-Z]{2}|\\u00e9)\\s*$", "[^\\x00-\\x1f]+", "."]:
         assert_agrees(regex.json_string_body_pattern(ecma), handled=True)
 
@@ -201,7 +202,7 @@ MUTATION_ALPHABET = "()[]{}|*+?.^$\\-,:0123456789<>&Pxu\"é😀\ud800\x00"
 def test_mutated_patterns_never_crash_and_never_disagree() -> None:
     rng = random.Random(20241130)
     seeds = [p for p in corpus_patterns() if len(p) <= 4000][:60] + codec_patterns()[:20]
-    seeds += [schema._format_body(name) for name in schema.STRING_FORMATS]
+    seeds += [json_lexemes.format_body(name) for name in json_lexemes.STRING_FORMATS]
     for _ in range(3000):
         text = rng.choice(seeds)
         for _ in range(rng.randint(1, 3)):
