@@ -442,8 +442,9 @@ def _translate(translate: Any, schema: Any, **options: Any) -> tuple[Any, tuple[
     Errors propagate, after re-emitting whatever was warned before them.
     """
     from constrained import schema as schema_module
+    from constrained.frontends.json_schema import walk  # the module whose frames its UnknownKeywordWarnings name
 
-    source = os.path.normcase(os.path.abspath(schema_module.__file__ or ""))
+    source = os.path.normcase(os.path.abspath(walk.__file__ or ""))
     caught: list[warnings.WarningMessage] = []
     try:
         with _capture_lock, warnings.catch_warnings(record=True) as caught:
@@ -484,12 +485,15 @@ def _emit_unknown_keywords(messages: Sequence[str], stacklevel: int = 3) -> None
 
 def _compiler_sources() -> list[str]:
     """Every file that decides which pattern a schema becomes and which DFA a pattern becomes."""
-    from constrained import _fsm, _pattern, regex, schema, schema_keywords
+    from constrained import _fsm, _pattern, regex
+    from constrained.dialect import json_lexemes, writer
+    from constrained.frontends import json_schema
 
-    files = [str(module.__file__) for module in (schema, schema_keywords, regex, fsm, _pattern, _fsm)]
-    formats = getattr(schema, "_FORMAT_DIR", None)  # constrained/grammars/formats/*.regex: the formats' patterns
-    if formats is not None:
-        files.extend(str(path) for path in sorted(Path(formats).glob("*")) if path.is_file())
+    front_end = sorted(Path(str(json_schema.__file__)).parent.glob("*.py"))  # constrained/frontends/json_schema/*.py
+    files = [str(path) for path in front_end]
+    files += [str(module.__file__) for module in (writer, json_lexemes, regex, fsm, _pattern, _fsm)]
+    formats = json_lexemes.FORMAT_DIR  # constrained/grammars/formats/*.regex: the formats' patterns
+    files.extend(str(path) for path in sorted(formats.glob("*")) if path.is_file())
     return files
 
 

@@ -66,7 +66,7 @@ _UNIT_BYTE = ord("a")
 @functools.cache
 def _body_dfa() -> DFA:
     from constrained.fsm import compile_dfa
-    from constrained.schema import UNIT
+    from constrained.dialect.json_lexemes import UNIT
 
     return compile_dfa(f"{UNIT}*")
 

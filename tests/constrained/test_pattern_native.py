@@ -20,6 +20,7 @@ from agent.protocol import Llama3Codec, QwenCodec, ToolSpec
 from constrained import _pattern, fsm, regex, schema
 from constrained.automata import dfa as automata_dfa
 from constrained.automata import program as automata_program
+from constrained.dialect import json_lexemes
 from constrained.dialect import parser as dialect_parser
 from constrained.errors import GrammarTooLargeError, RegexSyntaxError
 from tests.constrained.fsm_reference import compile_dfa_reference
@@ -120,8 +121,8 @@ def test_codec_grammars_take_the_native_path_and_match_python(allow_special: boo
 
 
 def test_format_patterns_and_string_bodies_take_the_native_path_and_match_python() -> None:
-    for name in schema.STRING_FORMATS:
-        assert_agrees(schema._format_body(name), handled=True)
+    for name in json_lexemes.STRING_FORMATS:
+        assert_agrees(json_lexemes.format_body(name), handled=True)
     for ecma in ["^[a-z]+@[a-z]+\\.com$", "\\d{3}-\\d{4}", "^(?:[A-Z]{2}|\\u00e9)\\s*$", "[^\\x00-\\x1f]+", "."]:
         assert_agrees(regex.json_string_body_pattern(ecma), handled=True)
 
@@ -205,7 +206,7 @@ MUTATION_ALPHABET = "()[]{}|*+?.^$\\-,:0123456789<>&Pxu\"é😀\ud800\x00"
 def test_mutated_patterns_never_crash_and_never_disagree() -> None:
     rng = random.Random(20241130)
     seeds = [p for p in corpus_patterns() if len(p) <= 4000][:60] + codec_patterns()[:20]
-    seeds += [schema._format_body(name) for name in schema.STRING_FORMATS]
+    seeds += [json_lexemes.format_body(name) for name in json_lexemes.STRING_FORMATS]
     for _ in range(3000):
         text = rng.choice(seeds)
         for _ in range(rng.randint(1, 3)):

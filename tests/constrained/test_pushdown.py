@@ -444,18 +444,18 @@ def test_rule_mode_moves_the_whitespace_before_a_value_into_the_values_rule():
     """A rule every call of which follows a whitespace slot, unguarded, takes the slot into its body; a rule called
     once without the slot or with a guard, the start rule, and a rule that already leads with the slot keep theirs."""
     from constrained.schema import FLEXIBLE_WS as ws
-    from constrained.schema import _hoist_whitespace
+    from constrained.frontends.json_schema.translate import hoist_whitespace
 
     rules = {
         "root": rf"\[{ws}{call('v')},{ws}{call('v')},{ws}{call('w')},{call('w')},{ws}{call('g', 'once=0')}\]",
         "v": f"1|{ws}{call('lead')}", "w": "2", "g": "3", "lead": f"{ws}4",
     }  # fmt: skip
-    hoisted = _hoist_whitespace(rules, "root", ws)
+    hoisted = hoist_whitespace(rules, "root", ws)
     assert hoisted["v"] == f"{ws}(?:1|{ws}{call('lead')})"
     assert hoisted["root"] == rf"\[{call('v')},{call('v')},{ws}{call('w')},{call('w')},{ws}{call('g', 'once=0')}\]"
     assert {name: hoisted[name] for name in ("w", "g", "lead")} == {name: rules[name] for name in ("w", "g", "lead")}
-    assert _hoist_whitespace(hoisted, "root", ws) == hoisted
-    assert _hoist_whitespace(rules, "root", "") is rules
+    assert hoist_whitespace(hoisted, "root", ws) == hoisted
+    assert hoist_whitespace(rules, "root", "") is rules
 
 
 NESTED = {
@@ -494,11 +494,11 @@ def _one_odd_slot(value, rng: random.Random) -> str:
 def test_moving_whitespace_into_value_rules_keeps_the_language(llama3_vocab, monkeypatch):
     """The rules with each value's leading whitespace in its own rule accept exactly the documents the rules with
     the whitespace at its callers accept, on documents with whitespace of every kind in every slot."""
-    from constrained import schema
+    from constrained.frontends.json_schema import translate
     from constrained.schema import schema_to_rules
 
     hoisted = schema_to_rules(NESTED, whitespace="flexible", property_order="any")
-    monkeypatch.setattr(schema, "_hoist_whitespace", lambda rules, start, ws: rules)
+    monkeypatch.setattr(translate, "hoist_whitespace", lambda rules, start, ws: rules)
     kept = schema_to_rules(NESTED, whitespace="flexible", property_order="any")
     assert hoisted != kept and sum(body.count(FLEXIBLE_WS_CALL) for body in kept[0].values()) > 4
     grammars = [compile_rules(rules, start, llama3_vocab) for rules, start in (hoisted, kept)]

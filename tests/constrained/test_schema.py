@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from constrained.errors import GrammarTooLargeError, InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
 from constrained import fsm
-from constrained import schema as schema_module
+from constrained.frontends.json_schema import policy, strings
 from constrained.fsm import compile_dfa
 from constrained.schema import schema_to_pattern
 
@@ -788,14 +788,14 @@ def _depth(value) -> int:
 
 
 def _matches_with_deeper_open_values(schema, text: str) -> bool:
-    saved = schema_module.IMPLICIT_EXTRA_DEPTH
-    schema_module.IMPLICIT_EXTRA_DEPTH = 4
+    saved = policy.IMPLICIT_EXTRA_DEPTH
+    policy.IMPLICIT_EXTRA_DEPTH = 4
     try:
         return bool(fullmatcher(schema_to_pattern(schema, any_value_depth=4))(text))
     except GrammarTooLargeError:
         return False
     finally:
-        schema_module.IMPLICIT_EXTRA_DEPTH = saved
+        policy.IMPLICIT_EXTRA_DEPTH = saved
 
 
 def corpus_report(paths) -> dict:
@@ -926,8 +926,8 @@ _KEY_CHARS = st.sampled_from(["a", "b", "é", '"', "\\", "\n", "\x1f", "-", "]",
 def test_string_body_excluding_is_exactly_the_other_strings(names, others):
     """The key complement used for extra properties: a string's JSON spelling (short escapes, \\u00XX for the
     other controls, the spellings json.dumps picks) is in the language exactly when the string is not a name."""
-    dfa = compile_dfa('"' + schema_module._string_body_excluding(tuple(names)) + '"')
-    automaton = compile_dfa('"' + schema_module._excluded_keys_automaton(tuple(names)) + '"')  # the finer rules'
+    dfa = compile_dfa('"' + strings.string_body_excluding(tuple(names)) + '"')
+    automaton = compile_dfa('"' + strings.excluded_keys_automaton(tuple(names)) + '"')  # the finer rules'
     for text in names + others:
         spelled = json.dumps(text, ensure_ascii=False).encode("utf-8")
         escaped = ('"' + "".join("\\u000a" if ch == "\n" else json.dumps(ch, ensure_ascii=False)[1:-1] for ch in text)
@@ -947,11 +947,11 @@ _OTHER_CHARS = st.sampled_from(["a", "b", "-", "é", '"', "\\", "\n", "\x1f"])
 def test_ascii_key_complement_is_the_general_one(names, others):
     """Names of plain ASCII characters (nearly every key) take the smaller complement, one byte class per trie node:
     the same language as the general construction, and exactly the strings that are not names."""
-    trie = schema_module._names_trie(names)
+    trie = strings.names_trie(names)
     fast, general = (compile_dfa('"' + build(trie) + '"') for build in (
-        schema_module._ascii_names_complement, schema_module._names_complement))
+        strings.ascii_names_complement, strings.names_complement))
     assert fsm.difference(fast, general) is None and fsm.difference(general, fast) is None, names
-    assert schema_module._string_body_excluding(tuple(names)) == schema_module._ascii_names_complement(trie)
+    assert strings.string_body_excluding(tuple(names)) == strings.ascii_names_complement(trie)
     for text in names + others + [name + tail for name in names for tail in ("é", "\n", "a")]:
         spelled = json.dumps(text, ensure_ascii=False).encode("utf-8")
         assert fast.accepts(spelled) == (text not in names), (names, text)

@@ -1,0 +1,285 @@
+"""JSON Schema keywords compiled by rewriting them into the keywords the compiler already has, exact or refused.
+
+The walk (`walk.SchemaWalk.flatten`) calls these and flattens what they return as further allOf members:
+
+    not S                 ──negate──►  a schema equivalent to ¬S (negation pushed down to keywords), or refused
+    oneOf overlapping     ──exclusive_branches──►  anyOf of (branch_i ∧ ¬branch_j for the j that may overlap i)
+    if / then / else      ──conjuncts──►  anyOf[ allOf[if, then], allOf[¬if, else] ]
+    dependencies, dependentRequired, dependentSchemas  ──conjuncts──►  anyOf[ {name absent}, {name present ∧ …} ]
+
+Soundness is the rule (what the pattern accepts is valid): a negation is built only from keywords whose
+complement is itself expressible exactly; anything else raises `UnsupportedSchemaError` naming the keyword.
+The negation introduces three internal keywords (``NOT_PATTERN``, ``NOT_STRINGS``, ``NOT_INTEGER``, see
+`vocabulary`) that only the compiler reads; a user schema containing them only gets a smaller language, never a
+larger one.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Callable
+
+from constrained.dialect.json_lexemes import STRING_FORMATS
+from constrained.errors import ConstrainedError, InvalidSchemaError, UnsupportedSchemaError
+from constrained.frontends.json_schema.vocabulary import (
+    FORMAT_ALIASES,
+    INTERNAL_KEYWORDS,
+    KNOWN_UNENFORCED_FORMATS,
+    NOT_INTEGER,
+    NOT_PATTERN,
+    NOT_STRINGS,
+    TYPES,
+)
+
+__all__ = ["negate", "exclusive_branches", "conjuncts"]
+
+# -- not ------------------------------------------------------------------------------------------------------------
+
+_IGNORED_IN_NOT = frozenset(
+    {
+        "title", "description", "examples", "example", "default", "$schema", "$id", "id", "$comment", "$anchor",
+        "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "deprecated", "readOnly", "writeOnly",
+        "contentMediaType", "contentEncoding", "contentSchema", "markdownDescription", "enumDescriptions",
+        "markdownEnumDescriptions", "deprecationMessage", "errorMessage", "defaultSnippets", "discriminator",
+        "externalDocs", "xml", "$defs", "definitions",
+    }
+)
+_MAX_NEGATION_DEPTH = 16
+"""Most nested negations / references one `negate` call follows (a recursive $ref under `not` is refused)."""
+
+
+def _others(*types: str) -> dict | bool:
+    rest = [t for t in TYPES if t not in types]
+    return {"type": rest} if rest else False
+
+
+def _any(parts: list) -> Any:
+    parts = [p for p in parts if p is not False]
+    if any(p is True or p == {} for p in parts):
+        return True
+    if not parts:
+        return False
+    return parts[0] if len(parts) == 1 else {"anyOf": parts}
+
+
+def _all(parts: list) -> Any:
+    parts = [p for p in parts if p is not True and p != {}]
+    if any(p is False for p in parts):
+        return False
+    if not parts:
+        return True
+    return parts[0] if len(parts) == 1 else {"allOf": parts}
+
+
+def _typed(t: str, **keywords: Any) -> dict:
+    return {"type": t, **keywords}
+
+
+def _numeric_enum_complement(values: list) -> list:
+    """Numbers equal to none of ``values``: the open intervals between them (jsonschema compares exactly)."""
+    if not values:
+        return [{"type": "number"}]
+    ordered = sorted(set(values), key=Fraction)
+    parts = [{"type": "number", "exclusiveMaximum": ordered[0]}]
+    for a, b in zip(ordered, ordered[1:]):
+        parts.append({"type": "number", "exclusiveMinimum": a, "exclusiveMaximum": b})
+    parts.append({"type": "number", "exclusiveMinimum": ordered[-1]})
+    return parts
+
+
+def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0) -> Any:
+    """`_negate`, with a malformed keyword value anywhere under the negation (``"maxProperties": ""``) refused as
+    `InvalidSchemaError` naming the negated node, as the compiler refuses it everywhere else."""
+    if depth:
+        return _negate(schema, path, resolve, depth)
+    try:
+        return _negate(schema, path, resolve, 0)
+    except ConstrainedError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
+        raise InvalidSchemaError(path, f"a keyword under the negation has a malformed value "
+                                       f"({type(exc).__name__}: {exc})") from None
+
+
+def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0) -> Any:
+    """A schema whose valid instances are exactly those `schema` rejects (or refused with the keyword at fault).
+
+    ¬(k1 ∧ k2 ∧ …) = ¬k1 ∨ ¬k2 ∨ …, each keyword negated on its own. A keyword that does not apply to a type
+    accepts every value of it, so its negation has values of the types it applies to only (¬maximum: numbers
+    above it; ¬required: objects missing a name).
+    """
+    if depth > _MAX_NEGATION_DEPTH:
+        raise UnsupportedSchemaError(path, "not", "negation nests too deep (a recursive $ref under not?)")
+    if schema is True or schema == {}:
+        return False
+    if schema is False:
+        return True
+    if not isinstance(schema, dict):
+        raise InvalidSchemaError(path, "a schema must be an object or a boolean")
+    s = dict(schema)
+    parts: list = []
+    again = lambda sub, where: negate(sub, where, resolve, depth + 1)  # noqa: E731
+    if s.pop("nullable", None) is True:  # OpenAPI: S ∨ null, so ¬S ∧ ¬null
+        return _all([again(s, path), _others("null")])
+    for key, value in s.items():
+        where = f"{path}/{key}"
+        if key in _IGNORED_IN_NOT or key.startswith("x-"):
+            continue
+        if key == "type":
+            types = set(value if isinstance(value, list) else [value])
+            if "number" in types:
+                parts.append(_others(*types))
+            elif "integer" in types:
+                parts.append(_others(*(types | {"number"})))
+                parts.append({"type": "number", NOT_INTEGER: True})
+            else:
+                parts.append(_others(*types))
+        elif key in ("enum", "const"):
+            values = value if key == "enum" else [value]
+            if not isinstance(values, list):
+                raise InvalidSchemaError(where, "enum must be an array")
+            for v in values:
+                if isinstance(v, (dict, list)) and v not in ({}, []):
+                    raise UnsupportedSchemaError(where, "not", "the complement of an object or array literal")
+            if None not in values:
+                parts.append({"type": "null"})
+            booleans = [b for b in (True, False) if not any(v is b for v in values)]
+            if booleans:
+                parts.append({"type": "boolean", "enum": booleans})
+            numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            parts.extend(_numeric_enum_complement(numbers))
+            strings = [v for v in values if isinstance(v, str)]
+            parts.append({"type": "string", NOT_STRINGS: strings} if strings else {"type": "string"})
+            parts.append({"type": "object", "minProperties": 1} if any(v == {} and isinstance(v, dict) for v in values)
+                         else {"type": "object"})
+            parts.append({"type": "array", "minItems": 1} if any(v == [] and isinstance(v, list) for v in values)
+                         else {"type": "array"})
+        elif key == "minLength":
+            if value > 0:
+                parts.append(_typed("string", maxLength=value - 1))
+        elif key == "maxLength":
+            parts.append(_typed("string", minLength=value + 1))
+        elif key == "pattern":
+            parts.append(_typed("string", **{NOT_PATTERN: [value]}))
+        elif key == "format":
+            if value in STRING_FORMATS or value in FORMAT_ALIASES or value in KNOWN_UNENFORCED_FORMATS:
+                raise UnsupportedSchemaError(where, "not", f"the complement of format {value!r}")
+            continue  # an OpenAPI hint or an unknown format: no value fails it, so its negation adds nothing
+        elif key in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+            if isinstance(value, bool):  # draft-04 flags: read with their partner below
+                continue
+            flip = {"minimum": "exclusiveMaximum", "exclusiveMinimum": "maximum",
+                    "maximum": "exclusiveMinimum", "exclusiveMaximum": "minimum"}[key]
+            partner = {"minimum": "exclusiveMinimum", "maximum": "exclusiveMaximum"}.get(key)
+            if partner and s.get(partner) is True:
+                flip = {"minimum": "maximum", "maximum": "minimum"}[key]
+            parts.append(_typed("number", **{flip: value}))
+        elif key == "multipleOf":
+            raise UnsupportedSchemaError(where, "not", "the complement of multipleOf")
+        elif key == "minItems":
+            if value > 0:
+                parts.append(_typed("array", maxItems=value - 1))
+        elif key == "maxItems":
+            parts.append(_typed("array", minItems=value + 1))
+        elif key == "minProperties":
+            if value > 0:
+                parts.append(_typed("object", maxProperties=value - 1))
+        elif key == "maxProperties":
+            parts.append(_typed("object", minProperties=value + 1))
+        elif key == "uniqueItems":
+            if value:
+                raise UnsupportedSchemaError(where, "not", "the complement of uniqueItems")
+        elif key == "required":
+            parts.extend({"type": "object", "properties": {name: False}} for name in value)
+        elif key == "properties":
+            if not isinstance(value, dict):
+                raise InvalidSchemaError(where, "properties must be an object")
+            for name, sub in value.items():
+                bad = again(sub, f"{where}/{name}")
+                if bad is not False:
+                    parts.append({"type": "object", "required": [name], "properties": {name: bad}})
+        elif key in ("additionalProperties", "items", "additionalItems", "propertyNames", "contains",
+                     "unevaluatedProperties", "unevaluatedItems"):
+            if value is True or value == {} or (key == "items" and "prefixItems" not in s and value == []):
+                continue
+            raise UnsupportedSchemaError(where, "not", f"the complement of {key} (some member violates it)")
+        elif key == "patternProperties":
+            if all(v is True or v == {} for v in value.values()):
+                continue
+            raise UnsupportedSchemaError(where, "not", "the complement of patternProperties")
+        elif key == "prefixItems":
+            raise UnsupportedSchemaError(where, "not", "the complement of prefixItems")
+        elif key == "allOf":
+            parts.append(_any([again(m, f"{where}/{i}") for i, m in enumerate(value)]))
+        elif key == "anyOf":
+            parts.append(_all([again(m, f"{where}/{i}") for i, m in enumerate(value)]))
+        elif key == "oneOf":  # none, or at least two
+            none = _all([again(m, f"{where}/{i}") for i, m in enumerate(value)])
+            pairs = [_all([a, b]) for i, a in enumerate(value) for b in value[i + 1:]]
+            parts.append(_any([none, *pairs]))
+        elif key == "not":
+            parts.append(value)
+        elif key == "$ref":
+            parts.append(again(resolve(value), where))
+        elif key == "if":
+            then, else_ = s.get("then", True), s.get("else", True)
+            parts.append(_any([_all([value, again(then, f"{path}/then")]),
+                               _all([again(value, where), again(else_, f"{path}/else")])]))
+        elif key in ("then", "else"):
+            continue  # read with "if" (alone they mean nothing)
+        elif key in ("dependentRequired", "dependencies", "dependentSchemas"):
+            for name, need in value.items():
+                if isinstance(need, list):
+                    parts.extend({"type": "object", "required": [name], "properties": {r: False}} for r in need)
+                else:
+                    parts.append(_all([{"type": "object", "required": [name]}, again(need, f"{where}/{name}")]))
+        elif key in INTERNAL_KEYWORDS or key in ("$dynamicRef", "$recursiveRef", "minContains", "maxContains"):
+            raise UnsupportedSchemaError(where, "not", f"the complement of {key}")
+        else:
+            continue  # not a keyword: an annotation, it constrains nothing
+    return _any(parts)
+
+
+def exclusive_branches(branches: list, overlapping: list[set[int]], path: str, resolve: Callable[[str], Any]) -> list:
+    """oneOf as a union: branch i, minus every branch j that may overlap it (``overlapping[i]``)."""
+    out = []
+    for i, branch in enumerate(branches):
+        others = [negate(branches[j], f"{path}/oneOf/{j}", resolve) for j in sorted(overlapping[i])]
+        out.append(_all([branch, *others]))
+    return out
+
+
+def conjuncts(node: dict, path: str, resolve: Callable[[str], Any]) -> list[tuple[Any, str]]:
+    """Extra allOf members (schema, path) that express a node's not / if / dependencies keywords."""
+    out: list[tuple[Any, str]] = []
+    if "not" in node:
+        out.append((negate(node["not"], f"{path}/not", resolve), f"{path}/not"))
+    if "if" in node:  # (if ∧ then) ∨ (¬if ∧ else); with then or else true, ¬if is needed only where it matters
+        cond, then, else_ = node["if"], node.get("then", True), node.get("else", True)
+        trivial = lambda x: x is True or x == {}  # noqa: E731
+        where = f"{path}/if"
+        if trivial(then) and trivial(else_):
+            pass
+        elif trivial(then):
+            out.append((_any([cond, else_]), where))
+        elif trivial(else_):
+            out.append((_any([negate(cond, where, resolve), then]), where))
+        else:
+            out.append((_any([_all([cond, then]), _all([negate(cond, where, resolve), else_])]), where))
+    for key in ("dependentRequired", "dependencies", "dependentSchemas"):
+        if key not in node:
+            continue
+        if not isinstance(node[key], dict):
+            raise InvalidSchemaError(f"{path}/{key}", f"{key} must be an object")
+        for name, need in node[key].items():
+            absent = {"properties": {name: False}}
+            if isinstance(need, list):
+                if key == "dependentSchemas" or not all(isinstance(r, str) for r in need):
+                    raise InvalidSchemaError(f"{path}/{key}", f"{key}/{name} must be a schema")
+                present: Any = {"required": [name, *need]}
+            elif key == "dependentRequired":
+                raise InvalidSchemaError(f"{path}/{key}", f"{key}/{name} must be an array of names")
+            else:
+                present = _all([{"required": [name]}, need])
+            out.append((_any([absent, present]), f"{path}/{key}/{name}"))
+    return out
