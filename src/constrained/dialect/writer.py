@@ -25,7 +25,6 @@ __all__ = [
     "rep",
     "one_of",
     "natural_range",
-    "rule_call",
 ]
 
 Pattern = str | None
@@ -132,10 +131,3 @@ def one_of(distinct: list[str]) -> str:
     """Alternatives known to be distinct (a trie node's branches start with distinct characters): `alt` without
     its dedup, for the many small nodes of a key trie."""
     return distinct[0] if len(distinct) == 1 else "(?:" + "|".join(distinct) + ")"
-
-
-def rule_call(name: str, guard: str = "") -> str:
-    """A call of rule ``name``, with a `constrained.pushdown` guard (``once=K``, ``needs=K,...``, ``room=K,...``,
-    ``bound``) or none."""
-    return f"(?&={name}|{guard})" if guard else f"(?&={name})"
-

@@ -20,7 +20,8 @@ import re
 from typing import Any
 
 from constrained.dialect.json_lexemes import UNIT, format_body
-from constrained.dialect.writer import Pattern, alt, cat, escape_literal, rep, rule_call
+from constrained.dialect.writer import Pattern, alt, cat, escape_literal, rep
+from constrained.rules import call as rule_call
 from constrained.errors import GrammarTooLargeError, InvalidSchemaError, UnsupportedSchemaError
 from constrained.frontends.json_schema import policy
 from constrained.frontends.json_schema.flat_nodes import conj, json_text, json_type, pointer_token, type_set, value_key

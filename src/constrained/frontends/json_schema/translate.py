@@ -160,7 +160,7 @@ def open_at_root(schema: Any) -> bool:
 _UNBOUNDED_DEPTH = 1 << 30
 """Rule mode's container depth limit: none (a document's depth is its token budget's business)."""
 _CALLED = re.compile(r"\(\?&=([^)|]+)")
-"""The name of the rule each call in a rule body calls (`writer.rule_call`), guarded or not."""
+"""The name of the rule each call in a rule body calls (`constrained.rules.call`), guarded or not."""
 
 
 def hoist_whitespace(rules: dict[str, str], start: str, ws: str) -> dict[str, str]:

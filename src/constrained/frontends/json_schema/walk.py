@@ -22,7 +22,8 @@ import warnings
 from typing import Any
 
 from constrained.dialect.json_lexemes import FLEXIBLE_WS, SCALAR, STRING
-from constrained.dialect.writer import Pattern, alt, rule_call
+from constrained.dialect.writer import Pattern, alt
+from constrained.rules import call as rule_call
 from constrained.errors import GrammarTooLargeError, InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
 from constrained.frontends.json_schema import rewrites
 from constrained.frontends.json_schema.depth import MAX_SCHEMA_DEPTH, too_deep
