@@ -42,6 +42,7 @@ $(MCP_SERVERS): tests/mcp_servers/package.json tests/mcp_servers/package-lock.js
 	touch $@
 
 test: models $(MCP_SERVERS)
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -m "not slow" -q
 
 fuzz: models

@@ -214,9 +214,7 @@ class ChatModelEngine:
                         max_tokens=max_tokens, sampling=self.sampling, stop_token_ids=self._stop_ids,
                         forced_batching=self.forced_batching and grammar is not None, on_token=on_token,
                         cancel=cancel)
-        timings = result.timings
-        if is_dataclass(timings):
-            timings = asdict(timings)
+        timings = asdict(result.timings) if is_dataclass(result.timings) else result.timings
         return ModelTurn(text=bytes(result.text).decode("utf-8", errors="replace"), n_prompt_tokens=len(prompt),
                          n_output_tokens=len(result.tokens), finish_reason=FinishReason(result.finish_reason),
                          constrained=grammar is not None, seconds=time.perf_counter() - started,

@@ -15,16 +15,13 @@ from typing import Any, Literal
 from constrained.errors import ConstrainedError, GrammarTooLargeError
 from constrained.fsm import compile_dfa
 from constrained.gbnf import gbnf_rule_set
-from constrained.grammar import Grammar, compile_regex, compile_rules
+from constrained.grammar import CompiledGrammar, compile_regex, compile_rules
 from constrained.pushdown import PushdownGrammar
 from constrained.rules import RulePattern, RuleSet
 from constrained.schema import PatternApproximates, schema_to_pattern, schema_to_rules
 from constrained.vocabulary import Vocabulary
 
 __all__ = ["CompiledGrammar", "check_pattern", "compile_gbnf", "compile_grammar", "schema_pattern", "schema_refusal"]
-
-CompiledGrammar = Grammar | PushdownGrammar
-"""What every compile returns: both kinds give a matcher, masks and the same cursor interface."""
 
 Whitespace = Literal["compact", "spaced", "flexible"]
 

@@ -49,7 +49,7 @@ from .llama import ContextOverflowError, LlamaModel, UnrepresentableTextError
 from .sampling import Sampler, SamplingParams
 
 if TYPE_CHECKING:
-    from .matcher import Matcher
+    from .matcher import Cursor
 
 __all__ = ["FinishReason", "DecodeTimings", "DecodeResult", "Generation", "BatchedSequence", "decode", "CancelSignal"]
 
@@ -78,7 +78,7 @@ class BatchedSequence(Protocol):
     """A sequence that decodes in a batch with others (`constrained.batching.Slot`): `decode` hands it the whole
     generation, and its batch runs it, one ``llama_batch`` per step for every sequence at once."""
 
-    def submit(self, prompt_tokens: Sequence[int] | None, *, matcher: Matcher | None, max_tokens: int,
+    def submit(self, prompt_tokens: Sequence[int] | None, *, matcher: Cursor[Any] | None, max_tokens: int,
                sampling: SamplingParams, stop_token_ids: Sequence[int], forced_batching: bool,
                on_token: Callable[[int, bytes], None] | None, cancel: CancelSignal | None) -> Future[DecodeResult]:
         """Queue the generation in the batch; the future holds its result (or the error that ended it)."""
@@ -144,7 +144,7 @@ def decode(
     model: LlamaModel,
     prompt_tokens: Sequence[int] | None,
     *,
-    matcher: Matcher | None = None,
+    matcher: Cursor[Any] | None = None,
     max_tokens: int,
     sampling: SamplingParams = SamplingParams(),
     stop_token_ids: Sequence[int] = (),
@@ -197,7 +197,7 @@ class Generation:
     again, until `finish` is set. Not thread-safe: one driver at a time.
     """
 
-    def __init__(self, model: LlamaModel, pending: Sequence[int], *, matcher: Matcher | None, max_tokens: int,
+    def __init__(self, model: LlamaModel, pending: Sequence[int], *, matcher: Cursor[Any] | None, max_tokens: int,
                  sampling: SamplingParams = SamplingParams(), stop_token_ids: Sequence[int] = (),
                  forced_batching: bool = False, on_token: Callable[[int, bytes], None] | None = None,
                  cancel: CancelSignal | None = None, n_prompt: int | None = None) -> None:
@@ -336,7 +336,7 @@ def _initial_pending(model: LlamaModel, prompt_tokens: Sequence[int] | None) -> 
 
 
 def _stop_before_step(
-    matcher: Matcher | None, cancel: CancelSignal | None, n_appended: int, max_tokens: int
+    matcher: Cursor[Any] | None, cancel: CancelSignal | None, n_appended: int, max_tokens: int
 ) -> FinishReason | None:
     if cancel is not None and cancel.is_set():
         return FinishReason.CANCELLED
@@ -347,7 +347,7 @@ def _stop_before_step(
     return None
 
 
-def _forced_tokens(model: LlamaModel, matcher: Matcher, budget: int) -> list[int]:
+def _forced_tokens(model: LlamaModel, matcher: Cursor[Any], budget: int) -> list[int]:
     """The grammar's forced continuation as canonical tokens, already advanced in the matcher; [] when there is
     none or the matcher refuses the canonical tokenization (then the matcher is rolled back and the caller
     samples one token instead)."""
@@ -370,7 +370,7 @@ def _forced_tokens(model: LlamaModel, matcher: Matcher, budget: int) -> list[int
     return candidates
 
 
-def _heals(model: LlamaModel, matcher: Matcher, last: int) -> bool:
+def _heals(model: LlamaModel, matcher: Cursor[Any], last: int) -> bool:
     """Whether the model should choose the forced run's last token itself (token healing): the grammar also
     allows a longer token that starts with its bytes and runs on into what the model writes next (``":[`` forced,
     ``":["`` possible). Forcing the short one would hand the model a tokenization it never saw in training — it
@@ -411,7 +411,7 @@ class _Clock:
         if self._prompt_done is None:
             self._prompt_done = time.perf_counter()
 
-    def mask(self, matcher: Matcher, scratch: np.ndarray) -> None:
+    def mask(self, matcher: Cursor[Any], scratch: np.ndarray) -> None:
         start = time.perf_counter()
         matcher.apply_mask(scratch)
         self._mask += time.perf_counter() - start

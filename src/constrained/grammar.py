@@ -163,6 +163,11 @@ class Grammar:
 # -- public compilers -----------------------------------------------------------------------------------------------
 
 
+CompiledGrammar = Grammar | PushdownGrammar
+"""What a compile returns: one DFA (`Grammar`) or rules (`PushdownGrammar`); both give a matcher with the same
+cursor interface (`constrained.matcher.Cursor`), masks, ``accepts``, ``precompute`` and ``save``."""
+
+
 def compile_regex(pattern: str, vocab: Vocabulary, *, allow_special: bool = False) -> Grammar:
     """Compile a full-match regex (our dialect, see fsm/regex) against a vocabulary, using both caches.
 
@@ -217,7 +222,7 @@ def compile_json_schema(
     *,
     unknown_keywords: Literal["warn", "error", "annotation"] = "warn",
     property_order: Literal["schema", "any"] = "schema",
-) -> Grammar:
+) -> CompiledGrammar:
     """Compile a JSON Schema (dict or JSON text) to a grammar over ``vocab``.
 
     ``unknown_keywords``: keys that are no JSON Schema keyword are warned about and ignored ("warn") or refused
@@ -275,9 +280,10 @@ def compile_json_schema(
             rules = _rules_for(schema, schema_key, warned=True, fine=True)  # a rule too big for one automaton: smaller
             grammar = compile_rules(rules[0], rules[1], vocab)
         if rules_alias is not None and schema_key in _schema_rules:  # a complete translation (no stray warning)
-            alias = {"format": FORMAT, "rules": grammar.fingerprint, "warnings": list(rules[2]), "fine": rules[3]}
-            grammar.saver = grammar.saver or _RulesSaver(None)
-            grammar.saver.aliases[rules_alias] = json.dumps(alias).encode()
+            entry = {"format": FORMAT, "rules": grammar.fingerprint, "warnings": list(rules[2]), "fine": rules[3]}
+            saver = grammar.saver if isinstance(grammar.saver, _RulesSaver) else _RulesSaver(None)
+            grammar.saver = saver
+            saver.aliases[rules_alias] = json.dumps(entry).encode()
             _live.add(grammar)
         return grammar
 

@@ -102,10 +102,17 @@ def _runs(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class EntrySource(Protocol):
     """What an entry stores of a one-DFA grammar (`constrained.Grammar`)."""
 
-    dfa: DFA
-    vocabulary: Vocabulary
-    pattern: str
-    allow_special: bool
+    @property
+    def dfa(self) -> DFA: ...
+
+    @property
+    def vocabulary(self) -> Vocabulary: ...
+
+    @property
+    def pattern(self) -> str: ...
+
+    @property
+    def allow_special(self) -> bool: ...
 
 
 def encode_entry(
@@ -203,7 +210,7 @@ def _encode_masks(masks: Mapping[int, tuple[np.ndarray, np.ndarray]], vocab_size
 
 
 def open_entry(
-    path: str | Path, vocab: Vocabulary, index_identity: str, on_drop: Callable[[], None] = lambda: None
+    path: str | Path, vocab: Vocabulary, index_identity: str, on_drop: Callable[[], object] = lambda: None
 ) -> Entry | None:
     """The entry at ``path`` if intact and made for ``vocab`` and ``index_identity``; None for anything absent,
     truncated, corrupt or mismatched. ``on_drop`` runs whenever a stored mask later fails its check."""
@@ -213,7 +220,7 @@ def open_entry(
         return None
 
 
-def _open_entry(path: str | Path, vocab: Vocabulary, index_identity: str, on_drop: Callable[[], None]) -> Entry | None:
+def _open_entry(path: str | Path, vocab: Vocabulary, index_identity: str, on_drop: Callable[[], object]) -> Entry | None:
     """One open, two reads (preamble, body); the pool stays on disk until a state is asked for."""
     fd = os.open(path, os.O_RDONLY | _O_BINARY)
     try:
@@ -237,7 +244,7 @@ def _open_entry(path: str | Path, vocab: Vocabulary, index_identity: str, on_dro
 
 def _decode_body(
     body: bytes, header_length: int, vocab: Vocabulary, index_identity: str, pool: PoolFile,
-    on_drop: Callable[[], None],
+    on_drop: Callable[[], object],
 ) -> Entry | None:  # fmt: skip
     """Parse and validate the header and DFA sections of a crc-checked body (masks: on first access)."""
     header = json.loads(body[:header_length])
@@ -310,7 +317,7 @@ class StoredMasks(Mapping[int, tuple[np.ndarray, np.ndarray]]):
     """
 
     def __init__(
-        self, directory: np.ndarray, pool: PoolFile, n_states: int, vocab_size: int, on_drop: Callable[[], None]
+        self, directory: np.ndarray, pool: PoolFile, n_states: int, vocab_size: int, on_drop: Callable[[], object]
     ) -> None:
         self._directory = directory
         self._states = directory[:, 0]

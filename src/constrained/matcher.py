@@ -57,6 +57,18 @@ class Cursor(Generic[Position]):
         """Where an allowed ``token_id`` leads (``mask``: the current one), or ``None``."""
         raise NotImplementedError
 
+    def is_accepting(self) -> bool:
+        """Whether the bytes so far form a complete document (also true after EOS)."""
+        raise NotImplementedError
+
+    def is_terminated(self) -> bool:
+        """EOS consumed, or accepting with nothing but EOS (or nothing at all) allowed."""
+        raise NotImplementedError
+
+    def forced_bytes(self) -> bytes:
+        """The maximal byte string the grammar forces from here (b"" at a choice, acceptance or special)."""
+        raise NotImplementedError
+
     # -- position --------------------------------------------------------------------------------------------------
 
     @property

@@ -336,10 +336,11 @@ class ModelWorker:
             raise _context_error(ContextWindowError(len(prompt), max_tokens, model.n_ctx), request)
         # A slot's engine shares the prefix itself (evaluated once for the batch, kept in this cache); one sequence's
         # prefix is restored here before the turn and saved after it.
-        lone = self.prefix_cache is not None and not isinstance(model, Slot)
+        cache = None if isinstance(model, Slot) else self.prefix_cache
+        lone = cache is not None
         prefix_len = engine.shared_prefix_length(messages, shown, prompt) if lone else 0
-        if lone:
-            self.prefix_cache.restore(model, prompt, prefix_len)
+        if cache is not None:
+            cache.restore(model, prompt, prefix_len)
         reused_before = common_prefix_length(model.tokens, prompt)
         calls_possible = request.calls_possible and tool_choice != "none"
         stream = _TurnStream(job, engine.codec if calls_possible else None, answered)
@@ -362,8 +363,8 @@ class ModelWorker:
                 raise ApiError(500, f"the model failed to evaluate this request: {error}",
                                code="decode_failed") from None
             raise
-        if lone and reused_before < prefix_len:
-            self.prefix_cache.save(model, prompt, prefix_len)
+        if cache is not None and reused_before < prefix_len:
+            cache.save(model, prompt, prefix_len)
         if turn.finish_reason == "cancelled" and not job.stop_hit:
             if job.disconnected.is_set():
                 raise _ClientGone()
