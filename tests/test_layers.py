@@ -90,6 +90,12 @@ def _graph() -> dict[str, set[str]]:
     return {name: {target for target, _, _ in _imports(name) if _ours(target) and target != name} for name in MODULES}
 
 
+def test_the_graph_sees_imports_inside_functions_and_under_type_checking():
+    graph = _graph()
+    assert "constrained.frontends.json_schema.translate" in graph["constrained.grammar"]  # inside functions only
+    assert "constrained.matcher" in graph["constrained.decoding"]  # under TYPE_CHECKING only
+
+
 def test_every_engine_module_has_a_layer():
     assert [name for name in MODULES if name.startswith("constrained") and _layer(name) < 0] == []
 

@@ -1,24 +1,21 @@
 """Constrained decoding for llama.cpp models: a grammar decides which tokens the model may emit next.
 
 Knows nothing of tools or sessions, and of chat templates only what `generate` needs: the GGUF's own template,
-rendered the way llama-cpp-python renders it. The data path, one module per arrow::
+rendered the way llama-cpp-python renders it. Layers, each importing only from those below (docs/architecture.md;
+tests/test_layers.py checks it)::
 
-    GGUF ──vocabulary──► Vocabulary (exact token bytes, EOS, specials)
-    JSON Schema ──schema──► pattern ──regex──► AST ──fsm──► byte DFA ─┐
-                                                                     ├─index──► per-state token masks (C kernel,
-    Vocabulary ──────────────────────────────────────────────────────┘            lazy, cached in memory + disk)
-    JSON Schema ──schema──► rules (when one DFA cannot hold it: recursion, size) ──pushdown──► PushdownGrammar
-    (either way its depth first: schema_depth refuses one past MAX_SCHEMA_DEPTH before any recursive walk)
-    GBNF text ──gbnf──► rules ──pushdown──► PushdownGrammar (compile_gbnf: llama.cpp's grammar format)
-    PushdownGrammar (rules calling rules; compile_rules) ──► PushdownMatcher (the Matcher interface, with a stack)
-    Grammar (grammar: DFA + index, immutable) ──► Matcher (matcher: one sequence, budget-aware closing)
-    Matcher ──► LogitsProcessor (processor: llama-cpp-python hook; completion_kwargs() gives create_completion
-                the processor's own budget)  or  decode (decoding: the own loop over LlamaModel (llama) with
-                Sampler (sampling) and forced-token batching)
-    several Matchers ──► BatchedModel (batching: one llama context, a Slot per sequence, one llama_batch per step
-                for every active generation; decode(slot, ...) from several threads decodes them together)
-    llama_cpp.Llama | LlamaModel + output type + chat messages | prompt ──► generate (structured: GGUF chat
-                template, schema from pydantic / TypeAdapter / JSON Schema) ──► validated objects
+    runtime     processor (LogitsProcessor), serving (RequestGrammar), decoding (decode), batching
+                (BatchedModel, Slot), structured (generate) over llama (LlamaModel) and sampling
+    compile     how an embedded schema or a pattern compiles: one DFA when it holds the language exactly and
+                fits, else rules (schema_pattern, schema_refusal, compile_grammar, compile_gbnf)
+    grammar     Grammar (one DFA + TokenIndex) | pushdown (PushdownGrammar): CompiledGrammar; the caches
+    matcher     Cursor → Matcher, PushdownMatcher (budget-aware closing, masks, rollback)
+    masks       index (TokenIndex), shortcut (string bodies), pushdown_masks
+    frontends   json_schema (schema → pattern or RuleSet), gbnf (GBNF → RuleSet)
+    rules       RuleSet, RulePattern, the call syntax
+    automata    byte DFAs (compile_dfa, operations)       tokens: vocabulary (Vocabulary), trie (TokenTrie)
+    dialect     the pattern language: nodes, parser, writer (escape_literal), json_string, json_lexemes
+    errors      typed errors; the native extensions _kernel, _fsm, _pattern
 
 No submodule shares a name with a public function: ``constrained.generate`` is the function (module
 ``constrained.structured``), ``constrained.decode`` the loop (module ``constrained.decoding``).
@@ -33,6 +30,7 @@ from constrained.batching import BatchDecodeError, BatchedModel, PrefixStore, Sl
 from constrained.compile import (CompiledGrammar, check_pattern, compile_gbnf, compile_grammar, schema_pattern,
                                  schema_refusal)
 from constrained.decoding import CancelSignal, DecodeResult, DecodeTimings, FinishReason, decode
+from constrained.dialect.writer import escape_literal
 from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLanguageError, GbnfSyntaxError,
                                 GrammarError, GrammarTooLargeError, IncompatibleVocabularyError, InvalidSchemaError, MaskError,
                                 RegexSyntaxError, UnknownKeywordWarning, UnsupportedSchemaError)
@@ -96,6 +94,7 @@ __all__ = [
     "compile_regex",
     "compile_rules",
     "decode",
+    "escape_literal",
     "generate",
     "render_chat_prompt",
     "schema_pattern",

@@ -12,13 +12,14 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
+from constrained.automata.dfa import compile_dfa
 from constrained.errors import ConstrainedError, GrammarTooLargeError
-from constrained.fsm import compile_dfa
+from constrained.frontends.json_schema.policy import PatternApproximates
+from constrained.frontends.json_schema.translate import schema_to_pattern, schema_to_rules
 from constrained.gbnf import gbnf_rule_set
 from constrained.grammar import CompiledGrammar, compile_regex, compile_rules
 from constrained.pushdown import PushdownGrammar
 from constrained.rules import RulePattern, RuleSet
-from constrained.schema import PatternApproximates, schema_to_pattern, schema_to_rules
 from constrained.vocabulary import Vocabulary
 
 __all__ = ["CompiledGrammar", "check_pattern", "compile_gbnf", "compile_grammar", "schema_pattern", "schema_refusal"]

@@ -67,7 +67,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from constrained import fsm, grammar_file, pushdown, schema_depth
+from constrained import fsm, grammar_file, pushdown
+from constrained.frontends.json_schema import depth as schema_depth
 from constrained.errors import GrammarTooLargeError, UnknownKeywordWarning
 from constrained.fsm import DFA
 from constrained.grammar_file import FORMAT
@@ -289,7 +290,7 @@ def compile_json_schema(
 
 
 def _open_at_root(schema: Any) -> bool:
-    from constrained.schema import open_at_root
+    from constrained.frontends.json_schema.translate import open_at_root
 
     try:
         return open_at_root(json.loads(schema) if isinstance(schema, str) else schema)
@@ -305,7 +306,7 @@ class _OneDfaCannot(Exception):
 
 
 def _rules_for(schema: Any, key: _SchemaKey, *, warned: bool, fine: bool = False) -> _SchemaRules:
-    from constrained import schema as schema_module
+    from constrained.frontends.json_schema import translate as schema_module
 
     _, whitespace, unknown_keywords, property_order = key
     (rules, start), messages, complete = _translate(
@@ -323,7 +324,7 @@ def _compile_schema_dfa(schema: Any, schema_key: _SchemaKey, vocab: Vocabulary, 
                         ) -> Grammar:
     """`compile_json_schema` through one pattern and its disk alias (``alias_path``, None without a cache);
     `_OneDfaCannot` when one DFA cannot hold it."""
-    from constrained.schema import PatternApproximates
+    from constrained.frontends.json_schema.policy import PatternApproximates
 
     _, whitespace, unknown_keywords, _ = schema_key
     if alias_path is not None:
@@ -360,7 +361,7 @@ def cache_directory() -> Path | None:
 def clear_memory_cache() -> None:
     """Forget every in-memory grammar, pushdown ones included, and the schema compiler's memos (tests, benchmarks;
     the disk cache is untouched)."""
-    from constrained import schema as schema_module
+    from constrained.frontends.json_schema import translate as schema_module
 
     _memory.clear()
     _rule_sets.clear()
@@ -432,7 +433,7 @@ def _schema_pattern(schema: Any, whitespace: str, unknown_keywords: str) -> tupl
     """(pattern, unknown-keyword messages, complete): ``schema_to_pattern`` with its warnings recorded (see
     `_translate`); a schema one pattern could only approximate raises `PatternApproximates` (the caller compiles
     rules instead), and so does a pattern too large, both without re-emitting its warnings (the rules translation warns them)."""
-    from constrained import schema as schema_module
+    from constrained.frontends.json_schema import translate as schema_module
 
     return _translate(schema_module.schema_to_pattern, schema, whitespace=whitespace,
                       unknown_keywords=unknown_keywords, exact=True)  # fmt: skip
@@ -447,8 +448,8 @@ def _translate(translate: Any, schema: Any, **options: Any) -> tuple[Any, tuple[
     re-emitted as they were, and the result is not cached, so its next compile warns again on its own.
     Errors propagate, after re-emitting whatever was warned before them.
     """
-    from constrained import schema as schema_module
     from constrained.frontends.json_schema import walk  # the module whose frames its UnknownKeywordWarnings name
+    from constrained.frontends.json_schema.policy import PatternApproximates
 
     source = os.path.normcase(os.path.abspath(walk.__file__ or ""))
     caught: list[warnings.WarningMessage] = []
@@ -456,7 +457,7 @@ def _translate(translate: Any, schema: Any, **options: Any) -> tuple[Any, tuple[
         with _capture_lock, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = translate(schema, **options)
-    except (GrammarTooLargeError, schema_module.PatternApproximates):
+    except (GrammarTooLargeError, PatternApproximates):
         raise
     except BaseException:
         for record in caught:  # in order, as they would have been warned before the error
@@ -489,15 +490,18 @@ def _emit_unknown_keywords(messages: Sequence[str], stacklevel: int = 3) -> None
 # -- identities and aliases -----------------------------------------------------------------------------------------
 
 
+def _package_sources(*packages: Any) -> list[str]:
+    """Every Python source of ``packages`` (module objects), sorted."""
+    return [str(path) for package in packages for path in sorted(Path(str(package.__file__)).parent.glob("*.py"))]
+
+
 def _compiler_sources() -> list[str]:
     """Every file that decides which pattern a schema becomes and which DFA a pattern becomes."""
-    from constrained import _fsm, _pattern, regex
-    from constrained.dialect import json_lexemes, writer
+    from constrained import _fsm, _pattern, automata, dialect
+    from constrained.dialect import json_lexemes
     from constrained.frontends import json_schema
 
-    front_end = sorted(Path(str(json_schema.__file__)).parent.glob("*.py"))  # constrained/frontends/json_schema/*.py
-    files = [str(path) for path in front_end]
-    files += [str(module.__file__) for module in (writer, json_lexemes, regex, fsm, _pattern, _fsm)]
+    files = _package_sources(json_schema, dialect, automata) + [str(_pattern.__file__), str(_fsm.__file__)]
     formats = json_lexemes.FORMAT_DIR  # constrained/grammars/formats/*.regex: the formats' patterns
     files.extend(str(path) for path in sorted(formats.glob("*")) if path.is_file())
     return files
@@ -505,9 +509,9 @@ def _compiler_sources() -> list[str]:
 
 def _index_sources() -> list[str]:
     """Every file that decides what a DFA state's mask is."""
-    from constrained import _kernel, index
+    from constrained import _kernel, index, shortcut, trie
 
-    return [str(index.__file__), str(_kernel.__file__)]
+    return [str(module.__file__) for module in (index, shortcut, trie, _kernel)]
 
 
 @functools.cache
@@ -518,9 +522,11 @@ def _compiler_identity() -> str:
 @functools.cache
 def _rules_identity() -> str:
     """The sources that turn rules into a `PushdownGrammar`'s tables: the DFA compiler, pushdown and its kernels."""
-    from constrained import _fsm, _kernel, _pattern, index, regex
+    from constrained import (_fsm, _kernel, _pattern, automata, dialect, index, pushdown_masks, rules, shortcut,
+                             trie)
 
-    return _digest_files([str(m.__file__) for m in (regex, fsm, _pattern, _fsm, pushdown, index, _kernel)])
+    modules = (_pattern, _fsm, pushdown, pushdown_masks, rules, index, shortcut, trie, _kernel)
+    return _digest_files(_package_sources(dialect, automata) + [str(m.__file__) for m in modules])
 
 
 @functools.cache

@@ -14,7 +14,7 @@ import pytest
 
 from constrained import fsm, grammar as grammar_module
 from constrained import index as index_module
-from constrained import schema as schema_module
+from constrained.frontends.json_schema import translate as schema_module
 from constrained.errors import IncompatibleVocabularyError, UnknownKeywordWarning, UnsupportedSchemaError
 from constrained.grammar import cache_directory, clear_memory_cache, compile_json_schema, compile_regex
 from constrained.vocabulary import Vocabulary

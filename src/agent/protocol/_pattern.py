@@ -18,26 +18,12 @@ from typing import Any
 
 from agent.protocol._calls import DIALECT_WS, is_carriable_name
 from agent.protocol.base import ToolChoice, ToolChoiceError, ToolNameError, ToolSpec
+from constrained import escape_literal
 
 __all__ = ["ChoiceMode", "envelope_alternatives", "escape", "free_text", "resolve_choice", "special"]
 
-_META = set('\\.*+?()[]{}|^$-/"')
-_NAMED_CONTROLS = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f", "\v": "\\v"}
-
-
-def escape(text: str) -> str:
-    """The dialect pattern matching exactly ``text`` (also valid inside a character class)."""
-    out = []
-    for ch in text:
-        if ch in _META:
-            out.append("\\" + ch)
-        elif ch in _NAMED_CONTROLS:
-            out.append(_NAMED_CONTROLS[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+escape = escape_literal
+"""The dialect pattern matching exactly a text (also valid inside a character class): the engine's one escaper."""
 
 
 def special(name: str) -> str:

@@ -21,7 +21,6 @@ from typing import Any
 
 from constrained.dialect.json_lexemes import UNIT, format_body
 from constrained.dialect.writer import Pattern, alt, cat, escape_literal, rep
-from constrained.rules import call as rule_call
 from constrained.errors import GrammarTooLargeError, InvalidSchemaError, UnsupportedSchemaError
 from constrained.frontends.json_schema import policy
 from constrained.frontends.json_schema.flat_nodes import conj, json_text, json_type, pointer_token, type_set, value_key
@@ -29,6 +28,7 @@ from constrained.frontends.json_schema.keys import KeyFilter, KeyPatterns
 from constrained.frontends.json_schema.members import counted_members, subsequences
 from constrained.frontends.json_schema.numbers import compile_integer, compile_number
 from constrained.frontends.json_schema.policy import PatternApproximates, Whitespace
+from constrained.rules import call as rule_call
 from constrained.frontends.json_schema.strings import (
     excluded_keys_automaton,
     is_wide_lexeme,
@@ -44,6 +44,7 @@ from constrained.frontends.json_schema.vocabulary import (
     TYPES,
     internal_validators,
 )
+from constrained.dialect.json_string import json_string_body_pattern
 from constrained.frontends.json_schema.walk import SchemaWalk
 
 __all__ = ["SchemaCompiler"]
@@ -188,9 +189,8 @@ class SchemaCompiler(SchemaWalk):
             if not isinstance(flat["pattern"], str):
                 raise InvalidSchemaError(path, "pattern must be a string")
             try:
-                from constrained import regex  # noqa: PLC0415 (lazy: the parser only where needed)
 
-                bodies.append(("pattern", regex.json_string_body_pattern(flat["pattern"])))
+                bodies.append(("pattern", json_string_body_pattern(flat["pattern"])))
             except ImportError:
                 raise UnsupportedSchemaError(path, "pattern", "ECMA pattern translation is unavailable") from None
             except UnsupportedSchemaError as err:
@@ -199,9 +199,8 @@ class SchemaCompiler(SchemaWalk):
             if not isinstance(more, str):
                 raise InvalidSchemaError(path, "pattern must be a string")
             try:
-                from constrained import regex  # noqa: PLC0415 (lazy: the parser only where needed)
 
-                bodies.append(("pattern", regex.json_string_body_pattern(more)))
+                bodies.append(("pattern", json_string_body_pattern(more)))
             except UnsupportedSchemaError as err:
                 raise UnsupportedSchemaError(path, "pattern", err.detail) from None
         if "format" in flat:

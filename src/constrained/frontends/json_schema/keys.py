@@ -15,8 +15,13 @@ import functools
 import itertools
 import json
 
+from constrained.automata.dfa import DFA, compile_dfa
+from constrained.automata.operations import automaton, difference, intersection
+from constrained.dialect.json_string import json_char_pattern, json_string_body_pattern
+from constrained.dialect.nodes import ANY_SCALAR
+from constrained.dialect.parser import automaton_text
 from constrained.dialect.writer import escape_literal
-from constrained.errors import UnsupportedSchemaError
+from constrained.errors import EmptyLanguageError, UnsupportedSchemaError
 from constrained.frontends.json_schema.flat_nodes import json_text
 
 __all__ = ["key_regions", "key_others", "KeyPatterns", "KeyFilter"]
@@ -36,43 +41,40 @@ def key_regions(groups: tuple[str, ...], wide: tuple[str, ...], names: tuple[str
     """The keys matching exactly the groups of each non-empty subset of ``groups`` (body patterns) and no listed
     name: (key body pattern, group indices), empty regions left out. A key must match its groups under both
     engines' meanings (``groups``) and the others under neither (``wide``, see `regex.json_string_body_pattern`)."""
-    from constrained import fsm, regex  # noqa: PLC0415 (lazy: the automata only where needed)
 
-    dfas = [fsm.compile_dfa(g) for g in groups]
+    dfas = [compile_dfa(g) for g in groups]
     out = []
     for size in range(1, len(groups) + 1):
         for subset in itertools.combinations(range(len(groups)), size):
             common = dfas[subset[0]]
-            dfa: fsm.DFA | None = common
+            dfa: DFA | None = common
             for i in subset[1:]:
-                dfa = fsm.intersection(common, dfas[i])
+                dfa = intersection(common, dfas[i])
                 if dfa is None:
                     break
                 common = dfa
             excluded = [wide[i] for i in range(len(groups)) if i not in subset] + [_key_literal(n) for n in names]
             if dfa is not None and excluded:
-                dfa = fsm.difference(dfa, fsm.compile_dfa("(?:" + "|".join(excluded) + ")"))
+                dfa = difference(dfa, compile_dfa("(?:" + "|".join(excluded) + ")"))
             if dfa is not None:
-                out.append((regex.automaton_text(fsm.automaton(dfa)), subset))
+                out.append((automaton_text(automaton(dfa)), subset))
     return tuple(out)
 
 
 @functools.lru_cache(maxsize=256)
 def key_others(wide: tuple[str, ...], names: tuple[str, ...]) -> str | None:
     """Canonical key bodies matching no group (``wide`` bodies) and no listed name (None: there are none)."""
-    from constrained import fsm, regex  # noqa: PLC0415 (lazy: the automata only where needed)
 
-    universe = fsm.compile_dfa(regex.json_char_pattern(regex.ANY_SCALAR)[0] + "*")
+    universe = compile_dfa(json_char_pattern(ANY_SCALAR)[0] + "*")
     excluded = list(wide) + [_key_literal(n) for n in names]
-    dfa = fsm.difference(universe, fsm.compile_dfa("(?:" + "|".join(excluded) + ")"))
-    return None if dfa is None else regex.automaton_text(fsm.automaton(dfa))
+    dfa = difference(universe, compile_dfa("(?:" + "|".join(excluded) + ")"))
+    return None if dfa is None else automaton_text(automaton(dfa))
 
 
 class KeyPatterns:
     """One object's patternProperties: key patterns (JSON Schema search semantics) over canonical key bodies."""
 
     def __init__(self, patterns: dict, path: str) -> None:
-        from constrained import fsm, regex  # noqa: PLC0415 (lazy: the automata only where needed)
 
         self.schemas = patterns
         self.bodies: dict[str, str] = {}
@@ -80,15 +82,15 @@ class KeyPatterns:
         """What a key matching a pattern under either engine's meaning may look like (for exclusions)."""
         for pattern in patterns:
             try:
-                self.bodies[pattern] = regex.json_string_body_pattern(pattern)
-                self.wide[pattern] = regex.json_string_body_pattern(pattern, wide=True)
+                self.bodies[pattern] = json_string_body_pattern(pattern)
+                self.wide[pattern] = json_string_body_pattern(pattern, wide=True)
             except UnsupportedSchemaError as err:
                 raise UnsupportedSchemaError(path, "patternProperties", f"{pattern!r}: {err.detail}") from None
         self.dfas = {}
         for pattern, body in self.wide.items():
             try:
-                self.dfas[pattern] = fsm.compile_dfa(body)
-            except fsm.EmptyLanguageError:
+                self.dfas[pattern] = compile_dfa(body)
+            except EmptyLanguageError:
                 continue  # no key matches it
         by_schema: dict[str, list[str]] = {}
         for pattern, sub in patterns.items():
@@ -123,13 +125,12 @@ class KeyFilter:
     """``propertyNames``: the quoted-key language its schema allows (its compiled string pattern, as a DFA)."""
 
     def __init__(self, names_pattern: str | None) -> None:
-        from constrained import fsm  # noqa: PLC0415 (lazy: the automata only where needed)
 
         self.dfa = None
         if names_pattern is not None:
             try:
-                self.dfa = fsm.compile_dfa(names_pattern)
-            except fsm.EmptyLanguageError:
+                self.dfa = compile_dfa(names_pattern)
+            except EmptyLanguageError:
                 self.dfa = None
 
     def allows(self, name: str) -> bool:
@@ -138,12 +139,11 @@ class KeyFilter:
 
     def keys(self, quoted: str) -> str | None:
         """The keys of ``quoted`` (a pattern of quoted keys) that the schema allows, as an automaton; None: none."""
-        from constrained import fsm, regex  # noqa: PLC0415 (lazy: the automata only where needed)
 
         if self.dfa is None:
             return None
         try:
-            both = fsm.intersection(fsm.compile_dfa(quoted), self.dfa)
-        except fsm.EmptyLanguageError:
+            both = intersection(compile_dfa(quoted), self.dfa)
+        except EmptyLanguageError:
             return None
-        return None if both is None else regex.automaton_text(fsm.automaton(both))
+        return None if both is None else automaton_text(automaton(both))

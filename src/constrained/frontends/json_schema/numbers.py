@@ -17,9 +17,12 @@ import math
 from fractions import Fraction
 from typing import Any, Callable
 
+from constrained.automata.dfa import DEAD, DFA, compile_dfa
+from constrained.automata.operations import automaton, intersection
 from constrained.dialect.json_lexemes import FRACTION_DIGITS, INTEGER, INTEGER_DIGITS, NUMBER
+from constrained.dialect.parser import automaton_text
 from constrained.dialect.writer import Pattern, alt, cat, natural_range
-from constrained.errors import ConstrainedError, InvalidSchemaError, UnsupportedSchemaError
+from constrained.errors import ConstrainedError, EmptyLanguageError, InvalidSchemaError, UnsupportedSchemaError
 from constrained.frontends.json_schema.vocabulary import NOT_INTEGER
 
 __all__ = [
@@ -204,14 +207,13 @@ def _threshold(value: Any, key: str, path: str) -> Bound:
 
 def _dfa_and(pattern: str, other: str) -> str | None:
     """The language of both patterns, embedded as an automaton (None: empty)."""
-    from constrained import fsm, regex  # noqa: PLC0415 (lazy: the automata only where needed)
 
     try:
-        a, b = fsm.compile_dfa(pattern), fsm.compile_dfa(other)
-    except fsm.EmptyLanguageError:
+        a, b = compile_dfa(pattern), compile_dfa(other)
+    except EmptyLanguageError:
         return None
-    both = fsm.intersection(a, b)
-    return None if both is None else regex.automaton_text(fsm.automaton(both))
+    both = intersection(a, b)
+    return None if both is None else automaton_text(automaton(both))
 
 
 def _non_integer_texts(int_digits: int) -> str:
@@ -242,14 +244,13 @@ def integer_multiple_pattern(range_pattern: str, n: int, path: str) -> str | Non
     """Integer texts of ``range_pattern`` whose value is a multiple of n (an automaton tracking the remainder)."""
     import numpy as np  # noqa: PLC0415
 
-    from constrained import fsm, regex  # noqa: PLC0415 (lazy: the automata only where needed)
 
     if n == 1:
         return range_pattern
     if n > 100_000:
         raise UnsupportedSchemaError(path, "multipleOf", "a divisor over 100000")
     states = n + 2  # 0 start, 1 after '-', 2 + r: remainder r
-    table = np.full((states, 256), fsm.DEAD, dtype=np.int32)
+    table = np.full((states, 256), DEAD, dtype=np.int32)
     table[0, ord("-")] = 1
     for src in (0, 1):
         for d in range(10):
@@ -259,14 +260,14 @@ def integer_multiple_pattern(range_pattern: str, n: int, path: str) -> str | Non
             table[2 + r, ord("0") + d] = 2 + (r * 10 + d) % n
     accepting = np.zeros(states, dtype=bool)
     accepting[2] = True
-    remainder = fsm.DFA.from_table(table, accepting=accepting, distance=np.zeros(states, dtype=np.int32),
+    remainder = DFA.from_table(table, accepting=accepting, distance=np.zeros(states, dtype=np.int32),
                                    special_names=())
     try:
-        base = fsm.compile_dfa(range_pattern)
-    except fsm.EmptyLanguageError:
+        base = compile_dfa(range_pattern)
+    except EmptyLanguageError:
         return None
-    both = fsm.intersection(base, remainder)
-    return None if both is None else regex.automaton_text(fsm.automaton(both))
+    both = intersection(base, remainder)
+    return None if both is None else automaton_text(automaton(both))
 
 
 _NUMBER_KEYWORDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "multipleOf", NOT_INTEGER)

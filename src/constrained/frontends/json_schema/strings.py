@@ -15,9 +15,14 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
+from constrained.automata.dfa import MAX_DFA_STATES, compile_dfa
+from constrained.automata.operations import automaton, difference, intersection
 from constrained.dialect.json_lexemes import SHORT_ESCAPES, UNIT
+from constrained.dialect.json_string import class_text, json_char_pattern, json_string_body_pattern
+from constrained.dialect.nodes import ANY_SCALAR, normalize_ranges
+from constrained.dialect.parser import automaton_text
 from constrained.dialect.writer import Pattern, alt, class_char, escape_literal, one_of, rep
-from constrained.errors import InvalidSchemaError, UnsupportedSchemaError
+from constrained.errors import EmptyLanguageError, InvalidSchemaError, UnsupportedSchemaError
 
 __all__ = [
     "unit_alternatives",
@@ -141,10 +146,9 @@ def ascii_names_complement(trie: dict) -> str:
 def _ascii_plain_except(chars: str) -> str:
     """A class of the `_ASCII_PLAIN` characters but ``chars``, as ranges (a positive class: generators that sample
     a negated class from all of Unicode, such as hypothesis' ``from_regex``, would almost never hit ASCII)."""
-    from constrained import regex  # noqa: PLC0415 (lazy: the parser only where needed)
 
-    ranges = regex.normalize_ranges([(ord(c), ord(c)) for c in _ASCII_PLAIN.difference(chars)])
-    return regex.class_text(ranges) if ranges else "[^\\x00-\\U0010ffff]"  # every character goes on: none leaves
+    ranges = normalize_ranges([(ord(c), ord(c)) for c in _ASCII_PLAIN.difference(chars)])
+    return class_text(ranges) if ranges else "[^\\x00-\\U0010ffff]"  # every character goes on: none leaves
 
 
 # -- computed string languages (intersections and complements, embedded as automata) ---------------------------------
@@ -157,13 +161,12 @@ def excluded_keys_automaton(names: tuple[str, ...]) -> str:
     DFA has about one state per trie node."""
     if not names:
         return UNIT + "*"
-    from constrained import fsm, regex  # noqa: PLC0415 (lazy: the automata only where needed)
 
     spelled = "|".join("".join(unit_alternatives(ch) for ch in name) for name in names)
-    universe, names_dfa = fsm.compile_dfa(UNIT + "*"), fsm.compile_dfa(spelled)
-    dfa = fsm.difference(universe, names_dfa, max_states=fsm.MAX_DFA_STATES)  # it goes into a rule: a rule's budget
+    universe, names_dfa = compile_dfa(UNIT + "*"), compile_dfa(spelled)
+    dfa = difference(universe, names_dfa, max_states=MAX_DFA_STATES)  # it goes into a rule: a rule's budget
     assert dfa is not None, "finitely many names never exhaust the string bodies"
-    return regex.automaton_text(fsm.automaton(dfa))
+    return automaton_text(automaton(dfa))
 
 
 def _longest(dfa: Any) -> int | None:
@@ -191,14 +194,13 @@ def _longest(dfa: Any) -> int | None:
 def string_language(bodies: tuple[str, ...], lo: int, hi: int | None) -> str | None:
     """A string-body pattern for the intersection of body patterns and a length range (JSON characters); None
     when it is empty. One body whose strings already satisfy the lengths comes back as it is."""
-    from constrained import fsm, regex  # noqa: PLC0415 (lazy: the automata only where needed)
 
     try:
-        dfa = fsm.compile_dfa(bodies[0])
-    except fsm.EmptyLanguageError:
+        dfa = compile_dfa(bodies[0])
+    except EmptyLanguageError:
         return None
     for body in bodies[1:]:
-        both = fsm.intersection(dfa, fsm.compile_dfa(body))
+        both = intersection(dfa, compile_dfa(body))
         if both is None:
             return None
         dfa = both
@@ -208,32 +210,31 @@ def string_language(bodies: tuple[str, ...], lo: int, hi: int | None) -> str | N
     if lo and -(-int(dfa.distance[0]) // 6) >= lo:  # and at most six (\u00xx)
         lo = 0
     if lo or hi is not None:
-        counted = fsm.intersection(dfa, fsm.compile_dfa(rep(UNIT, lo, hi)))
-        return None if counted is None else regex.automaton_text(fsm.automaton(counted))
+        counted = intersection(dfa, compile_dfa(rep(UNIT, lo, hi)))
+        return None if counted is None else automaton_text(automaton(counted))
     if len(bodies) == 1:
         return bodies[0]
-    return regex.automaton_text(fsm.automaton(dfa))
+    return automaton_text(automaton(dfa))
 
 
 def not_pattern_body(patterns: list[str], path: str) -> str | None:
     """String bodies (canonical encoding) that match none of the ECMA patterns under either engine's meaning."""
-    from constrained import fsm, regex  # noqa: PLC0415 (lazy: the automata only where needed)
 
     wide = []
     for p in patterns:
         if not isinstance(p, str):
             raise InvalidSchemaError(path, "pattern must be a string")
         try:
-            wide.append(regex.json_string_body_pattern(p, wide=True))
+            wide.append(json_string_body_pattern(p, wide=True))
         except UnsupportedSchemaError as err:
             raise UnsupportedSchemaError(path, "not", f"pattern {p!r}: {err.detail}") from None
-    universe = fsm.compile_dfa(regex.json_char_pattern(regex.ANY_SCALAR)[0] + "*")
+    universe = compile_dfa(json_char_pattern(ANY_SCALAR)[0] + "*")
     try:
-        matched = fsm.compile_dfa("(?:" + "|".join(wide) + ")")
-    except fsm.EmptyLanguageError:
-        return regex.automaton_text(fsm.automaton(universe))
-    rest = fsm.difference(universe, matched)
-    return None if rest is None else regex.automaton_text(fsm.automaton(rest))
+        matched = compile_dfa("(?:" + "|".join(wide) + ")")
+    except EmptyLanguageError:
+        return automaton_text(automaton(universe))
+    rest = difference(universe, matched)
+    return None if rest is None else automaton_text(automaton(rest))
 
 
 _WIDE_BYTES = 64
@@ -243,7 +244,6 @@ _WIDE_BYTES = 64
 def is_wide_lexeme(lexeme: str) -> bool:
     """Whether a string lexeme has a state where many bytes go on (a URL's, ``\\w+``): the states whose masks walk
     most of the token trie, worth sharing; a narrow one (a date) walks little and is cheaper inline."""
-    from constrained import fsm  # noqa: PLC0415 (lazy: the automata only where needed)
 
-    dfa = fsm.compile_dfa(lexeme)
+    dfa = compile_dfa(lexeme)
     return bool(((dfa.transitions[:, :256] >= 0).sum(axis=1) >= _WIDE_BYTES).any())

@@ -23,12 +23,12 @@ from typing import Any
 
 from constrained.dialect.json_lexemes import FLEXIBLE_WS, SCALAR, STRING
 from constrained.dialect.writer import Pattern, alt
-from constrained.rules import call as rule_call
 from constrained.errors import GrammarTooLargeError, InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
 from constrained.frontends.json_schema import rewrites
 from constrained.frontends.json_schema.depth import MAX_SCHEMA_DEPTH, too_deep
 from constrained.frontends.json_schema.flat_nodes import merge, normalize, provably_disjoint
 from constrained.frontends.json_schema.policy import MAX_PATTERN_CHARS, PatternApproximates, Whitespace
+from constrained.rules import call as rule_call
 from constrained.frontends.json_schema.vocabulary import (
     INTERNAL_KEYWORDS,
     REWRITTEN_KEYWORDS,
