@@ -27,22 +27,22 @@ __all__ = ["CompiledGrammar", "check_pattern", "compile_gbnf", "compile_grammar"
 Whitespace = Literal["compact", "spaced", "flexible"]
 
 
-def schema_pattern(schema: Any, *, whitespace: Whitespace = "compact", rules: str | None = None,
-                   exact: bool = True) -> str:
+def schema_pattern(schema: Any, *, whitespace: Whitespace = "compact", exact: bool = True,
+                   rule_prefix: str | None = None) -> str:
     """The schema as a pattern to embed in a bigger one.
 
-    Without ``rules``: its one-DFA pattern when that holds it (``exact``: exactly; else a recursion may be unrolled
-    to a fixed depth), else (``exact`` only) a `RulePattern` calling its rules. With ``rules`` (a name prefix): always
-    a `RulePattern` under that prefix, for a grammar that is rules anyway. A `RulePattern` compiles with
-    `compile_grammar`, its rules joined with the embedding pattern's."""
-    if rules is None:
+    Without ``rule_prefix``: its one-DFA pattern when that holds it (``exact``: exactly; else a recursion may be
+    unrolled to a fixed depth), else (``exact`` only) a `RulePattern` calling its rules, named ``answer.*``. With
+    ``rule_prefix``: always a `RulePattern` whose rules are named under it, for a grammar that is rules anyway. A
+    `RulePattern` compiles with `compile_grammar`, its rules joined with the embedding pattern's."""
+    if rule_prefix is None:
         try:
             return schema_to_pattern(schema, whitespace=whitespace, exact=exact)
         except (PatternApproximates, GrammarTooLargeError):
             if not exact:
                 raise
-            rules = "answer"
-    return RulePattern(*schema_to_rules(schema, whitespace=whitespace), prefix=rules)
+            rule_prefix = "answer"
+    return RulePattern(*schema_to_rules(schema, whitespace=whitespace), prefix=rule_prefix)
 
 
 def schema_refusal(schema: Any, *, whitespace: Whitespace = "compact") -> ConstrainedError | None:

@@ -204,9 +204,9 @@ def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str, rules: di
     wrote ``"location":"https://…"`` where, spaced as it reads its own calls, it writes ``"location": "New York"``.
 
     With ``rules`` (a dict to fill), each tool's arguments become rules of a pushdown grammar instead
-    (``constrained.schema_pattern`` with ``rules``: a `constrained.RulePattern`) called from an ``envelope`` rule, and the
-    pattern returned is a call of it: many tools then cost one small rule each, not one DFA holding all of them
-    once per place the turn can spell a call (`constrained.compile_grammar`).
+    (``constrained.schema_pattern`` with ``rule_prefix``: a `constrained.RulePattern`) called from an ``envelope``
+    rule, and the pattern returned is a call of it: many tools then cost one small rule each, not one DFA holding
+    all of them once per place the turn can spell a call (`constrained.compile_grammar`).
     """
     from agent.schema import close_for_grammar
     from constrained import RulePattern, call_rule, schema_pattern
@@ -214,7 +214,7 @@ def envelope_alternatives(tools: Sequence[ToolSpec], *, args_key: str, rules: di
     def arguments(schema: dict, i: int) -> str:
         if rules is None:
             return schema_pattern(schema, whitespace="spaced", exact=False)
-        own = schema_pattern(schema, whitespace="spaced", rules=f"args{i}")
+        own = schema_pattern(schema, whitespace="spaced", rule_prefix=f"args{i}")
         assert isinstance(own, RulePattern)
         rules.update(own.rules)
         return str(own)
