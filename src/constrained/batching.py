@@ -54,7 +54,7 @@ from .llama import LlamaModel, ModelStateError
 from .sampling import SamplingParams
 
 if TYPE_CHECKING:
-    from .matcher import Matcher
+    from .matcher import Cursor
     from .vocabulary import Vocabulary
 
 __all__ = ["BatchDecodeError", "BatchedModel", "KVSequence", "PrefixStore", "SharedPrefix", "Slot"]
@@ -259,7 +259,7 @@ class Slot(KVSequence):
 
     # -- decoding ---------------------------------------------------------------------------------------------------
 
-    def submit(self, prompt_tokens: Sequence[int] | None, *, matcher: Matcher | None = None, max_tokens: int,
+    def submit(self, prompt_tokens: Sequence[int] | None, *, matcher: Cursor[Any] | None = None, max_tokens: int,
                sampling: SamplingParams = SamplingParams(), stop_token_ids: Sequence[int] = (),
                forced_batching: bool = False, on_token: Callable[[int, bytes], None] | None = None,
                cancel: CancelSignal | None = None) -> Future[DecodeResult]:

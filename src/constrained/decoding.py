@@ -45,8 +45,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from .errors import MaskError
-from .llama import ContextOverflowError, LlamaModel, UnrepresentableTextError
+from .llama import ContextOverflowError, UnrepresentableTextError
 from .sampling import Sampler, SamplingParams
+from .vocabulary import Vocabulary
 
 if TYPE_CHECKING:
     from .matcher import Cursor
@@ -83,6 +84,44 @@ class BatchedSequence(Protocol):
                on_token: Callable[[int, bytes], None] | None, cancel: CancelSignal | None) -> Future[DecodeResult]:
         """Queue the generation in the batch; the future holds its result (or the error that ended it)."""
         ...
+
+
+class TokenModel(Protocol):
+    """What a `Generation` reads of its model: the vocabulary, the tokenizer and the sequence's KV (its length, its
+    ids, its rollback). A `LlamaModel` and a `constrained.batching.Slot` both offer it."""
+
+    @property
+    def vocabulary(self) -> Vocabulary: ...
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    @property
+    def n_ctx(self) -> int: ...
+
+    @property
+    def n_past(self) -> int: ...
+
+    @property
+    def tokens(self) -> list[int]: ...
+
+    @property
+    def has_logits(self) -> bool: ...
+
+    def tokenize(self, text: str | bytes, *, add_bos: bool = False, special: bool = False) -> list[int]: ...
+
+    def token_bytes(self, token_id: int) -> bytes: ...
+
+    def rollback(self, n_past: int) -> None: ...
+
+
+class EvalModel(TokenModel, Protocol):
+    """A `TokenModel` that `decode` evaluates itself (a `LlamaModel`): ``eval`` the pending ids, then read the
+    ``logits`` after them."""
+
+    def eval(self, ids: Sequence[int]) -> None: ...
+
+    def logits(self) -> np.ndarray: ...
 
 
 class FinishReason(enum.StrEnum):
@@ -141,7 +180,7 @@ class DecodeResult:
 
 
 def decode(
-    model: LlamaModel,
+    model: EvalModel | BatchedSequence,
     prompt_tokens: Sequence[int] | None,
     *,
     matcher: Cursor[Any] | None = None,
@@ -197,7 +236,7 @@ class Generation:
     again, until `finish` is set. Not thread-safe: one driver at a time.
     """
 
-    def __init__(self, model: LlamaModel, pending: Sequence[int], *, matcher: Cursor[Any] | None, max_tokens: int,
+    def __init__(self, model: TokenModel, pending: Sequence[int], *, matcher: Cursor[Any] | None, max_tokens: int,
                  sampling: SamplingParams = SamplingParams(), stop_token_ids: Sequence[int] = (),
                  forced_batching: bool = False, on_token: Callable[[int, bytes], None] | None = None,
                  cancel: CancelSignal | None = None, n_prompt: int | None = None) -> None:
@@ -226,7 +265,7 @@ class Generation:
         self._ready = False
 
     @classmethod
-    def after(cls, model: LlamaModel, prompt_tokens: Sequence[int] | None, **options: Any) -> Generation:
+    def after(cls, model: TokenModel, prompt_tokens: Sequence[int] | None, **options: Any) -> Generation:
         """A generation of ``prompt_tokens`` after what ``model``'s KV holds; with no prompt and no logits for the
         last KV token (after a rollback), that token is taken out of the KV and evaluated again.
 
@@ -252,9 +291,10 @@ class Generation:
             if self.finish is not None or self._ready:
                 break
             # -- a forced continuation, or logits for one sampled token --
-            assert self.matcher is not None or not self._forced_batching
-            new = _forced_tokens(self._model, self.matcher, self.max_tokens - len(self._appended)) \
-                if self._forced_batching else []
+            new: list[int] = []
+            if self._forced_batching:
+                assert self.matcher is not None  # forced batching is on only with a matcher (`__init__`)
+                new = _forced_tokens(self._model, self.matcher, self.max_tokens - len(self._appended))
             if new:
                 self._n_forced += len(new)
                 self._append(new)
@@ -321,7 +361,7 @@ class Generation:
         )
 
 
-def _initial_pending(model: LlamaModel, prompt_tokens: Sequence[int] | None) -> list[int]:
+def _initial_pending(model: TokenModel, prompt_tokens: Sequence[int] | None) -> list[int]:
     """Prompt ids to evaluate first; when continuing without logits, re-evaluate the last KV token."""
     pending = list(prompt_tokens or ())
     if model.n_past + len(pending) > model.n_ctx:
@@ -347,7 +387,7 @@ def _stop_before_step(
     return None
 
 
-def _forced_tokens(model: LlamaModel, matcher: Cursor[Any], budget: int) -> list[int]:
+def _forced_tokens(model: TokenModel, matcher: Cursor[Any], budget: int) -> list[int]:
     """The grammar's forced continuation as canonical tokens, already advanced in the matcher; [] when there is
     none or the matcher refuses the canonical tokenization (then the matcher is rolled back and the caller
     samples one token instead)."""
@@ -370,7 +410,7 @@ def _forced_tokens(model: LlamaModel, matcher: Cursor[Any], budget: int) -> list
     return candidates
 
 
-def _heals(model: LlamaModel, matcher: Cursor[Any], last: int) -> bool:
+def _heals(model: TokenModel, matcher: Cursor[Any], last: int) -> bool:
     """Whether the model should choose the forced run's last token itself (token healing): the grammar also
     allows a longer token that starts with its bytes and runs on into what the model writes next (``":[`` forced,
     ``":["`` possible). Forcing the short one would hand the model a tokenization it never saw in training — it

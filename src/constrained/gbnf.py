@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, NoReturn, Union
 
 from constrained.errors import GbnfSyntaxError
 
@@ -212,7 +212,7 @@ class _Parser:
         line = self.text.count("\n", 0, i) + 1
         return line, i - (self.text.rfind("\n", 0, i) + 1) + 1
 
-    def fail(self, i: int, message: str) -> None:
+    def fail(self, i: int, message: str) -> NoReturn:
         line, column = self.where(i)
         raise GbnfSyntaxError(line, column, message)
 
@@ -320,6 +320,7 @@ class _Parser:
         last: int | None = None
         """Index in items of the symbol a repetition applies to (None: nothing to repeat)."""
         n_prev = 1
+        hi: int | None  # a repetition's maximum (None: unbounded)
         while i < self.n:
             c = self.text[i]
             start = i
@@ -410,7 +411,6 @@ class _Parser:
                 end = self.int_(i)
                 lo = int(self.text[i:end])
                 i = self.space(end, nested)
-                hi: int | None
                 if self.ch(i) == "}":
                     hi = lo
                     i = self.space(i + 1, nested)

@@ -200,7 +200,7 @@ def _encode_masks(masks: Mapping[int, tuple[np.ndarray, np.ndarray]], vocab_size
                 kinds |= _NEXT_RUNS
         stored_ids = np.ascontiguousarray(stored_ids, dtype=_I32)
         stored_next = np.ascontiguousarray(stored_next, dtype=_I32)
-        crc = zlib.crc32(stored_next, zlib.crc32(stored_ids))
+        crc = zlib.crc32(stored_next.data, zlib.crc32(stored_ids.data))  # .data: the bytes, typed as a buffer
         rows.append((int(state), n_allowed, kinds, offset, stored_ids.shape[0], stored_next.shape[0], crc))
         chunks += (stored_ids, stored_next)
         offset += stored_ids.shape[0] + stored_next.shape[0]
@@ -408,7 +408,7 @@ RULES_FORMAT = "ember.rules.v2"
 _RULES_MAGIC = b"EMBERRUL"
 _RULES_PREAMBLE = struct.Struct("<8sIIQI")
 """magic, header length, 0, file size, crc32 of everything after the preamble."""
-_ARRAY_DTYPES = {"i4": _I32, "i8": _I64, "u1": _U8}
+_ARRAY_DTYPES: dict[str, np.dtype[Any]] = {"i4": _I32, "i8": _I64, "u1": _U8}
 
 
 def encode_arrays(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *, runs: Sequence[str] = ()
@@ -416,7 +416,8 @@ def encode_arrays(header: Mapping[str, Any], arrays: Mapping[str, np.ndarray], *
     """A rule-set entry as byte buffers: a JSON header (``header`` plus each array's dtype, shape and offset),
     then the arrays, 8-aligned, little-endian; the int32 arrays named in ``runs`` as run-length pairs (a table's
     rows are long runs of the same target: ~30x fewer bytes). `open_arrays` reads it back."""
-    layout, parts, offset = {}, [], 0
+    layout, offset = {}, 0
+    parts: list[Any] = []  # the arrays and their padding bytes, returned as they are
     for name, array in arrays.items():
         kind = {np.dtype(np.int32): "i4", np.dtype(np.int64): "i8", np.dtype(np.uint8): "u1"}[array.dtype]
         data = np.ascontiguousarray(array, dtype=_ARRAY_DTYPES[kind])

@@ -33,7 +33,7 @@ import numpy as np
 from constrained import _kernel
 from constrained.errors import IncompatibleVocabularyError
 from constrained.fsm import DEAD, DFA
-from constrained.shortcut import Plan, TokenGroups, string_body_shortcut
+from constrained.shortcut import Plan, PlanMemo, TokenGroups, string_body_shortcut
 from constrained.trie import TokenTrie, token_trie
 from constrained.vocabulary import Vocabulary
 
@@ -280,11 +280,11 @@ class StateMask:
             _clear_ids(bits, lookup.listed_ids[~fits], self.vocab_size)
             _set_ids(bits, lookup.listed_ids[fits], self.vocab_size)
         else:
-            over = self.token_bounds(bounds_of) > limit
-            if np.count_nonzero(over) * 2 <= self._count:
-                _clear_ids(bits, self.allowed[over], self.vocab_size)
+            too_far = self.token_bounds(bounds_of) > limit
+            if np.count_nonzero(too_far) * 2 <= self._count:
+                _clear_ids(bits, self.allowed[too_far], self.vocab_size)
             else:
-                bits = _id_bits(self.allowed[~over], self.vocab_size)
+                bits = _id_bits(self.allowed[~too_far], self.vocab_size)
         count = _kernel.or_bits((bits,), bits)
         return StateMask.from_bits(bits, count, self.vocab_size, RestrictedLookup(self))
 
@@ -400,7 +400,7 @@ class TokenIndex:
         self._forced: dict[int, bytes] = {}
         self._stored: Mapping[int, tuple[np.ndarray, np.ndarray]] = masks if masks is not None else {}
         self._shortcut = string_body_shortcut(self.trie)
-        self._plans: dict[int, object] = {}
+        self._plans: PlanMemo = {}
         """State → its plan (or a counted plan proven by an earlier state, built when first asked for)."""
         if preflight:
             self._check_every_state_can_move()

@@ -98,7 +98,7 @@ class PushdownGrammar:
         table_dfa = fsm.DFA.from_classes(symbol_class, classes, accepting=self._top_accept,
                                          distance=np.zeros(self.n_states, dtype=np.int32),
                                          special_names=self.special_names)  # fmt: skip
-        self._table = table_dfa.table
+        self._table: fsm.ClassTable = table_dfa.table
         """The rules' table (the inside DFA's, what the kernels walk) in its class form: never expanded by symbol
         (40k states x 257 symbols for 276 tools; a small grammar's 2 MB were a third of its first mask)."""
         self._refuse_left_recursion()
@@ -198,7 +198,7 @@ class PushdownGrammar:
                 columns.append(-1 - call_index[symbol])
             blocks.append((form.n_states, form.class_table, form.symbol_class, form.accepting, columns))
         (symbol_class, first_symbols, by_class, rule_accept, call_src, which, call_cont,
-         *predecessors) = _kernel.lay_out_rules(blocks, self._width)
+         pred_start, pred) = _kernel.lay_out_rules(blocks, self._width)
         self.guards = tuple(guard_ids)
         """The guard texts the rules' calls carry; a call move's guard is an index into them, -1 for none."""
         which = np.frombuffer(which, dtype=np.int32)
@@ -211,7 +211,7 @@ class PushdownGrammar:
         self._table = fsm.ClassTable(np.frombuffer(by_class, dtype=np.int32).reshape(total, -1),  # `_shortest` cuts it
                                      np.frombuffer(symbol_class, dtype=np.int32))  # fmt: skip
         return (np.frombuffer(first_symbols, dtype=np.int32), call_moves,
-                tuple(np.frombuffer(part, dtype=np.int32) for part in predecessors))
+                (np.frombuffer(pred_start, dtype=np.int32), np.frombuffer(pred, dtype=np.int32)))
 
     def _shortest(self, first_symbols: np.ndarray, call_moves: tuple[np.ndarray, ...],
                   predecessors: tuple[np.ndarray, np.ndarray]) -> None:
@@ -385,17 +385,17 @@ class PushdownGrammar:
             visiting[root] = 1
             path, pending = [root], [iter(edges.get(root, ()))]
             while pending:
-                callee = next(pending[-1], None)
-                if callee is None:
+                next_callee = next(pending[-1], None)
+                if next_callee is None:
                     visiting[path.pop()] = 2
                     pending.pop()
-                elif visiting.get(callee) == 1:
-                    cycle = path[path.index(callee):] + [callee]
+                elif visiting.get(next_callee) == 1:
+                    cycle = path[path.index(next_callee):] + [next_callee]
                     raise GrammarError("left recursion: " + " -> ".join(names[r] for r in cycle))
-                elif callee not in visiting:
-                    visiting[callee] = 1
-                    path.append(callee)
-                    pending.append(iter(edges.get(callee, ())))
+                elif next_callee not in visiting:
+                    visiting[next_callee] = 1
+                    path.append(next_callee)
+                    pending.append(iter(edges.get(next_callee, ())))
 
     # -- the public surface ----------------------------------------------------------------------------------------
 
@@ -540,7 +540,9 @@ class PushdownGrammar:
             disagree = self._table.row(state) != self._table.row(template)
             roots = trie.root_child[np.flatnonzero(disagree)]
             roots = np.sort(roots[roots >= 0]).astype(np.int32)
-            agree = ~disagree[string_body_shortcut(trie).exit_first_byte[plan.exits]]
+            shortcut = string_body_shortcut(trie)
+            assert shortcut is not None  # a plan comes from this trie's shortcut (the index's trie is the same one)
+            agree = ~disagree[shortcut.exit_first_byte[plan.exits]]
             starts = np.concatenate([roots, plan.exit_nodes[agree]]).astype(np.int32)
             start_states = np.concatenate([np.full(roots.shape[0], state, dtype=np.int32),
                                            plan.embedding[plan.exit_state[agree]]]).astype(np.int32)  # fmt: skip
@@ -615,6 +617,7 @@ class PushdownGrammar:
         walk = self._family_walks.get(key)
         if walk is None:
             family = self._family_of(state)
+            assert family is not None  # only states `_closure` deferred, those with a family, are walked as one
             if roots is None and self.special_names:
                 walk = Family.of_masks([(bit, push, callee, *self._inside_of(callee)) for callee, push, bit in family],
                                         self.trie.vocab_size)  # fmt: skip

@@ -143,13 +143,13 @@ def exit_groups(nodes: np.ndarray, states: np.ndarray, node_end: np.ndarray) -> 
         cuts = (np.flatnonzero(states[1:] != states[:-1]) + 1).tolist()
         runs = [(int(states[a]), nodes[a:b]) for a, b in zip([0, *cuts], [*cuts, nodes.shape[0]])]
     groups = []
-    for state, rest in runs:
-        while rest.shape[0]:
-            reach = np.maximum.accumulate(node_end[rest])
-            nested = np.zeros(rest.shape[0], dtype=bool)
-            nested[1:] = rest[1:] < reach[:-1]
-            groups.append((state, np.ascontiguousarray(rest[~nested], dtype=np.int32)))
-            rest = rest[nested]
+    for state, run in runs:
+        while run.shape[0]:
+            reaches = np.maximum.accumulate(node_end[run])
+            inside = np.zeros(run.shape[0], dtype=bool)
+            inside[1:] = run[1:] < reaches[:-1]
+            groups.append((state, np.ascontiguousarray(run[~inside], dtype=np.int32)))
+            run = run[inside]
     return groups
 
 

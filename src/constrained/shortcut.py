@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from constrained.fsm import DFA, ClassTable
     from constrained.trie import TokenTrie
 
-__all__ = ["NOT_PURE", "Plan", "StringBodyShortcut", "TokenGroups", "counted_template", "string_body_shortcut"]
+__all__ = ["NOT_PURE", "Plan", "PlanMemo", "StringBodyShortcut", "TokenGroups", "counted_template", "string_body_shortcut"]
 
 NOT_PURE = 255
 """`StringBodyShortcut.pure_body_state` of a token that leaves the string body."""
@@ -253,11 +253,12 @@ class StringBodyShortcut:
         """
         if memo is None:
             return self._plan(table, state, n_nodes, {})
-        known = memo.get(state, _UNKNOWN)
+        if state not in memo:
+            plan = memo[state] = self._plan(table, state, n_nodes, memo)
+            return plan
+        known = memo[state]
         if isinstance(known, _Counted):
             known = memo[state] = self._counted(known.m, known.embedding)
-        elif known is _UNKNOWN:
-            known = memo[state] = self._plan(table, state, n_nodes, memo)
         return known
 
     def _plan(self, table: ClassTable, state: int, n_nodes: int,
@@ -391,7 +392,8 @@ class _Counted:
     embedding: np.ndarray
 
 
-_UNKNOWN = object()
+PlanMemo = dict[int, "Plan | _Counted | None"]
+"""The plans of one table so far, by state (`StringBodyShortcut.plan`'s ``memo``, kept by its caller)."""
 
 
 _shortcuts: weakref.WeakKeyDictionary[TokenTrie, StringBodyShortcut | None] = weakref.WeakKeyDictionary()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from .batching import BatchedModel, Slot
 from .decoding import DecodeResult, FinishReason, decode
@@ -31,6 +31,7 @@ from .vocabulary import Vocabulary
 
 if TYPE_CHECKING:
     import llama_cpp
+    from llama_cpp.llama_types import ChatCompletionRequestMessage
 
 __all__ = ["ChatTemplateError", "GenerationError", "generate", "render_chat_prompt"]
 
@@ -166,7 +167,7 @@ def render_chat_prompt(model: LlamaModel | llama_cpp.Llama, messages: Sequence[M
 # -- model and prompt ----------------------------------------------------------------------------------------------
 
 
-def _as_llama_model(model: Any) -> LlamaModel:
+def _as_llama_model(model: Any) -> LlamaModel | Slot:
     if isinstance(model, (LlamaModel, Slot)):
         return model  # a Slot offers what generate reads of a LlamaModel, and decode runs it in its batch
     if isinstance(model, BatchedModel):
@@ -195,7 +196,7 @@ _VOCABULARIES: weakref.WeakKeyDictionary[Any, Vocabulary] = weakref.WeakKeyDicti
 """Vocabulary per live ``llama_cpp.Llama`` handed to `generate` (a Vocabulary holds no reference to its Llama)."""
 
 
-def _prompt_ids(model: LlamaModel, prompt: str | None, messages: Sequence[Mapping[str, Any]] | None) -> list[int]:
+def _prompt_ids(model: LlamaModel | Slot, prompt: str | None, messages: Sequence[Mapping[str, Any]] | None) -> list[int]:
     if (prompt is None) == (messages is None):
         raise TypeError("give exactly one of prompt (raw text, used as given) or messages (chat messages, rendered "
                         "with the model's chat template)")
@@ -230,7 +231,7 @@ def _neutral(message: Mapping[str, Any]) -> dict[str, Any]:
     return neutral
 
 
-def _render(model: LlamaModel, messages: Sequence[Mapping[str, Any]]) -> str:
+def _render(model: LlamaModel | Slot, messages: Sequence[Mapping[str, Any]]) -> str:
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     template = model.chat_template
@@ -245,7 +246,9 @@ def _render(model: LlamaModel, messages: Sequence[Mapping[str, Any]]) -> str:
     formatter = Jinja2ChatFormatter(template=template, eos_token=text_of(llm.token_eos()),
                                     bos_token=text_of(llm.token_bos()), add_generation_prompt=True)  # fmt: skip
     try:
-        return formatter(messages=[dict(m) for m in messages]).prompt
+        # Handed on as given: the template reads them; llama-cpp-python's message TypedDicts only describe them.
+        chat = [cast("ChatCompletionRequestMessage", dict(m)) for m in messages]
+        return formatter(messages=chat).prompt
     except Exception as error:  # jinja2 errors and the template's own raise_exception(...) (a ValueError)
         raise ChatTemplateError(model.path.name, f"the chat template refused the messages: {error}") from error
 
