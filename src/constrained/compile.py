@@ -10,11 +10,11 @@ and the server ask here, through the package's public names, and never choose th
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal
+from typing import Any
 
 from constrained.automata.dfa import compile_dfa
 from constrained.errors import ConstrainedError, GrammarTooLargeError
-from constrained.frontends.json_schema.policy import PatternApproximates
+from constrained.frontends.json_schema.policy import PatternApproximates, Whitespace
 from constrained.frontends.json_schema.translate import schema_to_pattern, schema_to_rules
 from constrained.gbnf import gbnf_rule_set
 from constrained.grammar import CompiledGrammar, compile_regex, compile_rules
@@ -23,8 +23,6 @@ from constrained.rules import RulePattern, RuleSet
 from constrained.vocabulary import Vocabulary
 
 __all__ = ["CompiledGrammar", "check_pattern", "compile_gbnf", "compile_grammar", "schema_pattern", "schema_refusal"]
-
-Whitespace = Literal["compact", "spaced", "flexible"]
 
 
 def schema_pattern(schema: Any, *, whitespace: Whitespace = "compact", exact: bool = True,
