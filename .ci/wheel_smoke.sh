@@ -67,16 +67,16 @@ model="$("$ember" models path "$model_name")"
 "$venv_python" - "$work" "$model" <<'EOF'
 import importlib, pkgutil, sys
 import agent, constrained
-from constrained import schema
+from constrained.dialect import json_lexemes
 
 for module in (agent, constrained):
     assert module.__file__.startswith(sys.argv[1] + "/venv/"), f"{module.__name__} imported from {module.__file__}"
     for sub in pkgutil.walk_packages(module.__path__, module.__name__ + "."):  # every module ships and imports
         importlib.import_module(sub.name)
 vocab = constrained.Vocabulary.from_gguf(sys.argv[2])
-for name in schema.STRING_FORMATS:
+for name in json_lexemes.STRING_FORMATS:
     constrained.compile_json_schema({"type": "string", "format": name}, vocab)
-print(f"formats {', '.join(schema.STRING_FORMATS)}: compiled from {schema._FORMAT_DIR}")
+print(f"formats {', '.join(json_lexemes.STRING_FORMATS)}: compiled from {json_lexemes.FORMAT_DIR}")
 EOF
 
 step "ember generate: a \"format\": \"date\" property"
