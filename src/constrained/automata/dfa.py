@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from constrained import _fsm, _kernel, _pattern  # type: ignore[attr-defined]  # native extensions: no stubs
+from constrained import _fsm, _kernel, _pattern
 from constrained.automata.program import MAX_NFA_STATES, Program
 from constrained.dialect.parser import parse
 from constrained.errors import EmptyLanguageError, GrammarTooLargeError
