@@ -332,5 +332,5 @@ def union_masks(masks: Sequence[StateMask], vocab_size: int) -> StateMask:
 
 def _bits_mask(bits: np.ndarray, count: int, vocab_size: int) -> StateMask:
     """A union's mask from its bits, ``count`` of them set (moves go through its parts, so it has no next-state
-    lookup)."""
-    return StateMask.from_bits(bits, count, vocab_size, _NoLookup())  # type: ignore[arg-type]  # never asked: not a full lookup
+    lookup: `_NoLookup` stands in, never asked, hence not a full lookup type)."""
+    return StateMask.from_bits(bits, count, vocab_size, _NoLookup())  # type: ignore[arg-type]
