@@ -34,7 +34,7 @@ from constrained import _kernel
 from constrained.errors import IncompatibleVocabularyError
 from constrained.fsm import DEAD, DFA
 from constrained.shortcut import Plan, PlanMemo, TokenGroups, string_body_shortcut
-from constrained.trie import TokenTrie, token_trie
+from constrained.trie import token_trie
 from constrained.vocabulary import Vocabulary
 
 __all__ = ["NO_IDS", "TERMINAL", "UNREACHABLE", "StateMask", "TokenIndex"]

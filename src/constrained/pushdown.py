@@ -37,30 +37,25 @@ continuation owes with that call's marker in.
 from __future__ import annotations
 
 import array
-import bisect
-import functools
-import hashlib
-import json
-import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 import numpy as np
 
 from constrained import _kernel, fsm
-from constrained.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError, IncompatibleVocabularyError
+from constrained.errors import EmptyLanguageError, GrammarError, IncompatibleVocabularyError
 from constrained.fsm import DEAD
 from constrained.index import TERMINAL, UNREACHABLE, StateMask, TokenIndex, bounds_after, budget_levels
-from constrained.trie import TokenTrie, token_trie
 from constrained.matcher import PushdownMatcher
 from constrained.pushdown_masks import (
     DONE, FAMILY_CAPACITY, CallMoves, Config, ConfigMask, Family, bounded_put, exit_groups, family_buffers,
     root_children, split_markers, subtree_deepest,
 )
-from constrained import rules as rule_syntax
 from constrained.rules import BOUND, CALL_PREFIX, NEEDS, ONCE, Guard, RuleSet, call, parse_guard
+from constrained.rules import callee as rule_callee
 from constrained.shortcut import string_body_shortcut
+from constrained.trie import token_trie
 from constrained.vocabulary import Vocabulary
 
 __all__ = ["PushdownGrammar", "PushdownMatcher"]
@@ -103,8 +98,7 @@ class PushdownGrammar:
         (40k states x 257 symbols for 276 tools; a small grammar's 2 MB were a third of its first mask)."""
         self._refuse_left_recursion()
         self.trie = token_trie(vocab)
-        self._eos = tuple(sorted(vocab.eos_token_ids))
-        self.eos_ids = frozenset(self._eos)
+        self.eos_ids = frozenset(vocab.eos_token_ids)
         """The vocabulary's end-of-sequence token ids."""
         self._index = TokenIndex(table_dfa, vocab, preflight=False, table_checked=True, bits_only=True)
         """Inside masks: the plain index over the whole table (its string-body shortcut, specials, EOS at the end
@@ -150,7 +144,8 @@ class PushdownGrammar:
                 forms[name] = fsm.compile_class_form(body, allow_special=True)
             except EmptyLanguageError:
                 raise GrammarError(f"rule {name!r} matches nothing") from None
-        callees = {s: rule_syntax.callee(s) for form in forms.values() for s in form.special_names if s.startswith(CALL_PREFIX)}
+        callees = {s: rule_callee(s) for form in forms.values() for s in form.special_names
+                   if s.startswith(CALL_PREFIX)}
         undefined = sorted({name for name, _ in callees.values()} - set(rules))
         if undefined:
             raise GrammarError(f"rules call undefined rules {undefined}")
