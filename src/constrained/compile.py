@@ -15,7 +15,6 @@ from typing import Any
 from constrained.automata.dfa import compile_dfa
 from constrained.errors import ConstrainedError, GrammarTooLargeError
 from constrained.frontends.json_schema.policy import PatternApproximates, Whitespace
-from constrained.frontends.json_schema.translate import schema_to_pattern, schema_to_rules
 from constrained.gbnf import gbnf_rule_set
 from constrained.grammar import CompiledGrammar, compile_regex, compile_rules
 from constrained.pushdown import PushdownGrammar
@@ -33,6 +32,8 @@ def schema_pattern(schema: Any, *, whitespace: Whitespace = "compact", exact: bo
     unrolled to a fixed depth), else (``exact`` only) a `RulePattern` calling its rules, named ``answer.*``. With
     ``rule_prefix``: always a `RulePattern` whose rules are named under it, for a grammar that is rules anyway. A
     `RulePattern` compiles with `compile_grammar`, its rules joined with the embedding pattern's."""
+    from constrained.frontends.json_schema.translate import schema_to_pattern, schema_to_rules
+
     if rule_prefix is None:
         try:
             return schema_to_pattern(schema, whitespace=whitespace, exact=exact)
@@ -47,6 +48,8 @@ def schema_refusal(schema: Any, *, whitespace: Whitespace = "compact") -> Constr
     """Why no grammar can hold ``schema`` exactly (an unsupported keyword, an unknown ``format``, an unsatisfiable
     schema, one too large even for rules), or None when one can. No vocabulary is needed: the front end decides.
     Unknown keys are annotations here, warned about by the real compile."""
+    from constrained.frontends.json_schema.translate import schema_to_pattern, schema_to_rules
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -15,31 +15,7 @@ automata and the pattern parser, `constrained.fsm` and `constrained.regex`, wher
     walk         one compilation's state and its walk through schema nodes ($ref, combinators, levels, rules)
     compiler     the values of one flat node: enum, string, integer, number, object, array (`SchemaCompiler`)
     translate    the entry points: `schema_to_pattern`, `schema_to_rules`, `open_at_root`
+
+Nothing is imported here: `grammar` reads `depth` on every schema compile, and the rest loads when a schema is
+first translated.
 """
-
-from constrained.frontends.json_schema.depth import MAX_SCHEMA_DEPTH, check_schema_depth, recursion_room
-from constrained.frontends.json_schema.policy import (
-    IMPLICIT_EXTRA_DEPTH,
-    MAX_PATTERN_CHARS,
-    PatternApproximates,
-    Whitespace,
-)
-from constrained.frontends.json_schema.translate import clear_caches, open_at_root, schema_to_pattern, schema_to_rules
-from constrained.frontends.json_schema.vocabulary import ANNOTATION_KEYWORDS, SUPPORTED_KEYWORDS, UNSUPPORTED_KEYWORDS
-
-__all__ = [
-    "schema_to_pattern",
-    "schema_to_rules",
-    "open_at_root",
-    "clear_caches",
-    "PatternApproximates",
-    "Whitespace",
-    "IMPLICIT_EXTRA_DEPTH",
-    "MAX_PATTERN_CHARS",
-    "MAX_SCHEMA_DEPTH",
-    "check_schema_depth",
-    "recursion_room",
-    "ANNOTATION_KEYWORDS",
-    "SUPPORTED_KEYWORDS",
-    "UNSUPPORTED_KEYWORDS",
-]
