@@ -522,11 +522,10 @@ def _compiler_identity() -> str:
 @functools.cache
 def _rules_identity() -> str:
     """The sources that turn rules into a `PushdownGrammar`'s tables: the DFA compiler, pushdown and its kernels."""
-    from constrained import (_fsm, _kernel, _pattern, automata, dialect, index, pushdown_masks, rules, shortcut,
-                             trie)
+    from constrained import _fsm, _pattern, automata, dialect, pushdown_masks, rules
 
-    modules = (_pattern, _fsm, pushdown, pushdown_masks, rules, index, shortcut, trie, _kernel)
-    return _digest_files(_package_sources(dialect, automata) + [str(m.__file__) for m in modules])
+    modules = (_pattern, _fsm, pushdown, pushdown_masks, rules)
+    return _digest_files(_package_sources(dialect, automata) + [str(m.__file__) for m in modules] + _index_sources())
 
 
 @functools.cache
