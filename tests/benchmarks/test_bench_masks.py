@@ -131,6 +131,11 @@ def test_a_schema_past_the_timeout_is_counted_and_the_run_goes_on(smoke_cases, v
     assert [o.kind for o in outcomes] == [OutcomeKind.TIMEOUT, OutcomeKind.TIMEOUT]
     assert report.summaries["ours"].errors == {"timeout (> 0 s)": 2}
     assert report.summaries["ours"].compiled == 0
+    body = bench_masks.render_report(report)
+    valid = [report.valid_by_case[case.name] for case in smoke_cases[:2]]
+    assert f"- {smoke_cases[0].name} ({valid[0]} valid): timeout (> 0 s)" in body  # each refusal listed
+    assert f"accepts ≥ 99.5 % of every valid instance of the corpus (a refused schema's count as refused): no " \
+           f"(0/{sum(valid)}" in body
 
 
 # -- pure helpers (no model) -----------------------------------------------------------------------------------------
