@@ -18,7 +18,7 @@ MODELS := qwen2.5-coder-0.5b-instruct smollm2-135m-instruct gemma3-270m llama3-v
 
 .PHONY: demo test fuzz bench install models clean
 
-$(STAMP): pyproject.toml setup.py src/constrained/_kernel.c src/constrained/_fsm.c src/constrained/_pattern.c \
+$(STAMP): pyproject.toml setup.py $(wildcard src/constrained/kernel/*.[ch]) src/constrained/_fsm.c src/constrained/_pattern.c \
           src/constrained/_native.h
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3

@@ -1,4 +1,4 @@
-"""Type stub of the native extension (C, built from _kernel.c): its functions take and return numpy arrays and ints."""
+"""Type stub of the native extension (C, built from src/constrained/kernel/): its functions take and return numpy arrays and ints."""
 
 from typing import Any
 
