@@ -44,11 +44,6 @@ TERMINAL = -2
 UNREACHABLE = np.iinfo(np.int32).max // 2
 """UB of a state whose canonical completion no sequence of tokens can spell (the kernel's infinity)."""
 
-_EMPTY_TRIE = (
-    np.zeros(1, dtype=np.int32), np.ones(1, dtype=np.int32), np.zeros(2, dtype=np.int32), np.zeros(0, dtype=np.int32)
-)
-"""node_depth, node_end, tok_start, tok_ids of a root-only trie: `_kernel.check` then validates just a table."""
-
 NO_IDS = np.zeros(0, dtype=np.int32)
 NO_IDS.flags.writeable = False
 
@@ -390,7 +385,7 @@ class TokenIndex:
         self._lock = threading.Lock()
         self._buffers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if not table_checked:  # the kernels trust the table: one C pass (the trie was checked once, when built)
-            _kernel.check(*dfa.table, *_EMPTY_TRIE, 0, self.trie.vocab_size)
+            _kernel.check(*dfa.table)
         self._ub = np.full(dfa.n_states, -1, dtype=np.int32)
         self._next_hop: np.ndarray | None = None
         self._budget_masks: dict[tuple[int, int], StateMask] = {}
@@ -473,10 +468,7 @@ class TokenIndex:
                     self.dfa.table, state, plan, trie, out_ids, out_next, scratch
                 )
             else:
-                count = n_normal = _kernel.walk(
-                    *self.dfa.table, state, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
-                    trie.tok_ids, trie.max_depth, out_ids, out_next, scratch,
-                )  # fmt: skip
+                count = n_normal = _kernel.walk(*self.dfa.table, state, trie.native, out_ids, out_next, scratch)
             ids = out_ids[:count].copy()
             next_states = out_next[:count].copy()
         ids, next_states, extra_ids = self.with_extras(state, ids, next_states)
@@ -575,8 +567,7 @@ class TokenIndex:
             raise RuntimeError(f"DFA state {state} has no canonical hop to acceptance (untrimmed DFA)")
         best = np.empty(length + 1, dtype=np.int32)
         trie = self.trie
-        _kernel.min_tokenization(symbols[:length], trie.node_byte, trie.node_end, trie.tok_start, trie.root_child,
-                                 best)  # fmt: skip
+        _kernel.min_tokenization(symbols[:length], trie.native, best)
         self._ub[chain[:length + 1]] = best
 
     def _canonical_next_hop(self) -> np.ndarray:

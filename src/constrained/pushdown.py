@@ -493,9 +493,7 @@ class PushdownGrammar:
         with self._lock:
             ids, nexts, exit_nodes, exit_states, scratch = self._walk_buffers()
             count, n_exits = _kernel.walk_rule(
-                *self._table, state, self._boundary, roots, trie.node_byte, trie.node_depth,
-                trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, ids, nexts, exit_nodes, exit_states,
-                scratch,
+                *self._table, state, self._boundary, roots, trie.native, ids, nexts, exit_nodes, exit_states, scratch,
             )  # fmt: skip
             return ids[:count].copy(), nexts[:count].copy(), exit_nodes[:n_exits].copy(), exit_states[:n_exits].copy()
 
@@ -548,7 +546,7 @@ class PushdownGrammar:
             _, _, out_nodes, out_states, _ = self._walk_buffers()
             n_exits = _kernel.rule_exits(
                 *self._table, self._boundary, self._reach, starts, np.ascontiguousarray(start_states),
-                trie.node_byte, trie.node_depth, trie.node_end, subtree_deepest(trie), trie.max_depth, out_nodes, out_states,
+                trie.native, subtree_deepest(trie), out_nodes, out_states,
             )  # fmt: skip
             return out_nodes[:n_exits].copy(), out_states[:n_exits].copy()
 
@@ -630,8 +628,7 @@ class PushdownGrammar:
             buffers = self._family_buffers or family_buffers(*FAMILY_CAPACITY)
             while True:
                 count, n_exits = _kernel.walk_family(
-                    *self._table, starts, self._boundary, roots, trie.node_byte, trie.node_depth,
-                    trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, *buffers,
+                    *self._table, starts, self._boundary, roots, trie.native, *buffers,
                 )  # fmt: skip
                 room, exit_room = buffers[0].shape[0], buffers[3].shape[0]
                 if count <= room and n_exits <= exit_room:
@@ -818,7 +815,7 @@ class PushdownGrammar:
         _kernel.completion_bounds(
             *self._table, self._symbol_hop, self._dist,
             self._rule_accept, self._hop_a, self._hop_b,
-            trie.node_byte, trie.node_end, trie.tok_start, trie.root_child, self._ub, states,
+            trie.native, self._ub, states,
         )  # fmt: skip
 
     # -- forced continuation ---------------------------------------------------------------------------------------

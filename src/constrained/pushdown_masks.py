@@ -157,7 +157,7 @@ def exit_groups(nodes: np.ndarray, states: np.ndarray, node_end: np.ndarray) -> 
 def subtree_deepest(trie: TokenTrie) -> np.ndarray:
     """The greatest depth in each node's subtree (the longest token below it, in bytes)."""
     out = np.empty(trie.n_nodes, dtype=np.int32)
-    _kernel.subtree_deepest(trie.node_depth, trie.node_end, out)
+    _kernel.subtree_deepest(trie.native, out)
     return out
 
 

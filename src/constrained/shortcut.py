@@ -187,15 +187,13 @@ class StringBodyShortcut:
         table = np.ascontiguousarray(body.transitions, dtype=np.int32)
         if table.shape[1] != 256 or body.initial != 0 or table.shape[0] >= NOT_PURE:
             raise AssertionError("the string-body automaton must be a small byte DFA starting at state 0")
-        _kernel.check(*body.table, trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth,
-                      trie.vocab_size)  # fmt: skip
+        _kernel.check(*body.table)
         n_body = table.shape[0]
         counted = counted_template(trie.max_depth + 1)  # deep enough never to run out within a token
         ids = np.empty(trie.n_tokens, dtype=np.int32)
         ends = np.empty(trie.n_tokens, dtype=np.int32)
         scratch = np.full(trie.vocab_size, -1, dtype=np.int32)
-        count = _kernel.walk(counted, _EACH_BYTE, 0, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
-                             trie.tok_ids, trie.max_depth, ids, ends, scratch)  # fmt: skip
+        count = _kernel.walk(counted, _EACH_BYTE, 0, trie.native, ids, ends, scratch)
         units, body_state = ends[:count] // n_body, ends[:count] % n_body
         pure_body_state = np.full(trie.vocab_size, NOT_PURE, dtype=np.uint8)
         pure_body_state[ids[:count]] = body_state
@@ -209,8 +207,7 @@ class StringBodyShortcut:
         pure_bits = np.packbits(pure, bitorder="little").view(np.uint32).copy()
         nodes = np.empty(trie.n_nodes, dtype=np.int32)
         states = np.empty(trie.n_nodes, dtype=np.int32)
-        n_exits = _kernel.walk_exits(counted, 256, 0, trie.node_byte, trie.node_depth, trie.node_end, trie.max_depth,
-                                     nodes, states)  # fmt: skip
+        n_exits = _kernel.walk_exits(counted, 256, 0, trie.native, nodes, states)
         depth_one = np.flatnonzero(trie.node_depth == 1)
         ancestor = depth_one[np.searchsorted(depth_one, nodes[:n_exits], side="right") - 1]
         subtree_nodes = np.zeros(256, dtype=np.int64)
@@ -354,8 +351,7 @@ class StringBodyShortcut:
         bits = np.empty_like(plan.pure_bits)
         n_found, count = _kernel.walk_template(
             *table, state, plan.template, plan.embedding, plan.pure_bits,
-            plan.exit_nodes, plan.exit_state, trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start,
-            trie.tok_ids, trie.max_depth, trie.vocab_size, bits, out_ids, out_next, scratch,
+            plan.exit_nodes, plan.exit_state, trie.native, bits, out_ids, out_next, scratch,
         )  # fmt: skip
         return bits, n_found, count
 

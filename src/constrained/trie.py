@@ -1,7 +1,8 @@
 """The token trie of a vocabulary: every normal token's bytes, sorted and flattened in preorder.
 
 What the mask kernels walk (`constrained.index`, `constrained.shortcut`, `constrained.pushdown`): built once per
-vocabulary and shared by every grammar over it.
+vocabulary and shared by every grammar over it. The kernels take it as one object, ``TokenTrie.native`` (a
+`_kernel.Trie`: the arrays below, held and validated once when made), never as loose arrays.
 """
 
 from __future__ import annotations
@@ -16,11 +17,6 @@ from constrained import _kernel
 from constrained.vocabulary import Vocabulary
 
 __all__ = ["TokenTrie", "token_trie"]
-
-_NO_MOVES = (np.full((1, 1), -1, dtype=np.int32), np.zeros(256, dtype=np.int32))
-"""A one-state table in its class form that moves nowhere (-1: the dead state): `_kernel.check` then validates
-just a trie."""
-
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class TokenTrie:
@@ -44,6 +40,8 @@ class TokenTrie:
     """Length in bytes of the longest normal token."""
     vocab_size: int
     """Number of ids in the vocabulary (normal or not)."""
+    native: _kernel.Trie
+    """The same trie as the one object every kernel walk takes (validated when made: the kernels trust it)."""
 
     @classmethod
     def build(cls, vocab: Vocabulary) -> TokenTrie:
@@ -78,11 +76,13 @@ class TokenTrie:
         single_byte[node_byte[depth_one]] = tok_start[depth_one + 1] > tok_start[depth_one]
         for array in (node_byte, node_depth, node_end, tok_start, tok_ids, root_child, single_byte):
             array.flags.writeable = False
-        # validate the trie once (against a one-state table that moves nowhere): the kernels trust it
-        _kernel.check(*_NO_MOVES, node_depth, node_end, tok_start, tok_ids, int(max_depth), len(tokens))
+        # made once, validated once: the kernels trust it
+        native = _kernel.Trie(node_byte, node_depth, node_end, tok_start, tok_ids, root_child, int(max_depth),
+                              len(tokens))  # fmt: skip
         return cls(
             node_byte=node_byte, node_depth=node_depth, node_end=node_end, tok_start=tok_start, tok_ids=tok_ids,
             root_child=root_child, single_byte=single_byte, max_depth=int(max_depth), vocab_size=len(tokens),
+            native=native,
         )  # fmt: skip
 
     @property

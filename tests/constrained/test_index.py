@@ -337,19 +337,34 @@ def test_kernel_check_rejects_tables_and_tries_the_walk_could_not_trust():
     table = np.full((2, 3), DEAD, dtype=np.int32)  # the class form: 3 classes
     symbol_class = np.zeros(256, dtype=np.int32)
     symbol_class[ord("a")], symbol_class[ord("b")] = 1, 2
-    args = (trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, trie.vocab_size)
-    _kernel.check(table, symbol_class, *args)
+    _kernel.check(table, symbol_class)
     table[1, 2] = 2  # target past the last state
     with pytest.raises(ValueError, match="transition"):
-        _kernel.check(table, symbol_class, *args)
+        _kernel.check(table, symbol_class)
     table[1, 2] = 1
     for bad_classes in (symbol_class[:255], np.full(256, 3, dtype=np.int32)):  # too short; a column past the last
         with pytest.raises(ValueError, match="class"):
-            _kernel.check(table, bad_classes, *args)
+            _kernel.check(table, bad_classes)
+    # the trie is checked once, when its kernel object is made
+    arrays = [trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids, trie.root_child]
+    native = _kernel.Trie(*arrays, trie.max_depth, trie.vocab_size)
+    assert (native.n_nodes, native.n_tokens, native.max_depth) == (trie.n_nodes, trie.n_tokens, trie.max_depth)
     bad_end = trie.node_end.copy()
     bad_end[1] = 1  # a subtree that ends before it starts would loop forever
     with pytest.raises(ValueError, match="subtree"):
-        _kernel.check(table, symbol_class, trie.node_depth, bad_end, *args[2:])
+        _kernel.Trie(*arrays[:2], bad_end, *arrays[3:], trie.max_depth, trie.vocab_size)
+    with pytest.raises(ValueError, match="depth"):
+        _kernel.Trie(*arrays, trie.max_depth - 1, trie.vocab_size)  # a node deeper than the bound
+    with pytest.raises(ValueError, match="token id"):
+        _kernel.Trie(*arrays, trie.max_depth, int(trie.tok_ids.max()))  # an id past the vocabulary
+    bad_child = trie.root_child.copy()
+    bad_child[0] = trie.n_nodes
+    with pytest.raises(ValueError, match="root child"):
+        _kernel.Trie(*arrays[:5], bad_child, trie.max_depth, trie.vocab_size)
+    with pytest.raises(ValueError, match="disagree"):
+        _kernel.Trie(*arrays[:3], trie.tok_start[:-1], *arrays[4:], trie.max_depth, trie.vocab_size)
+    with pytest.raises(TypeError):  # the walks take the one object, not loose arrays
+        _kernel.walk(table, symbol_class, 0, trie.node_byte, *arrays[1:])
 
 
 def test_token_index_refuses_a_table_the_kernels_could_not_trust():

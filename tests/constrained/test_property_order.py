@@ -211,8 +211,7 @@ def test_a_family_walk_refuses_a_class_map_out_of_the_table(llama3_vocab):
     for bad in (columns, symbol_class[:255]):
         with pytest.raises(ValueError, match="walk_family"):
             _kernel.walk_family(classes, np.ascontiguousarray(bad), starts, grammar._boundary, pushdown._WHOLE_TRIE,
-                                trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids,
-                                trie.max_depth, *buffers)  # fmt: skip
+                                trie.native, *buffers)  # fmt: skip
 
 
 def test_a_loaded_rule_set_keeps_its_guards(qwen2_vocab):

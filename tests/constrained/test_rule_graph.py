@@ -245,8 +245,8 @@ def test_completion_bounds_refuses_a_class_map_out_of_the_table(qwen_vocab):
         with pytest.raises(ValueError, match="completion_bounds"):
             _kernel.completion_bounds(grammar._table.classes, np.ascontiguousarray(bad), grammar._symbol_hop,
                                       grammar._dist, grammar._rule_accept, grammar._hop_a, grammar._hop_b,
-                                      trie.node_byte, trie.node_end, trie.tok_start, trie.root_child,
-                                      np.full(grammar.n_states, -1, dtype=np.int64), np.zeros(1, np.int32))
+                                      trie.native, np.full(grammar.n_states, -1, dtype=np.int64),
+                                      np.zeros(1, np.int32))  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)

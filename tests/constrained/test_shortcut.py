@@ -29,8 +29,7 @@ def full_walk(index: TokenIndex, state: int) -> tuple[np.ndarray, np.ndarray]:
     ids = np.empty(trie.n_tokens, dtype=np.int32)
     nxt = np.empty(trie.n_tokens, dtype=np.int32)
     scratch = np.full(trie.vocab_size, -1, dtype=np.int32)
-    count = _kernel.walk(*index.dfa.table, state, trie.node_byte, trie.node_depth, trie.node_end,
-                         trie.tok_start, trie.tok_ids, trie.max_depth, ids, nxt, scratch)  # fmt: skip
+    count = _kernel.walk(*index.dfa.table, state, trie.native, ids, nxt, scratch)
     return ids[:count], nxt[:count]
 
 
@@ -154,7 +153,7 @@ def test_walk_template_refuses_maps_states_and_buffers_out_of_range(llama3_vocab
         shortcut.embedding(table._replace(symbol_class=columns), 1)
     with pytest.raises(ValueError, match="sizes"):
         shortcut.embedding(table._replace(symbol_class=columns[:255]), 1)  # fewer than the 256 bytes
-    args = (trie.node_byte, trie.node_depth, trie.node_end, trie.tok_start, trie.tok_ids, trie.max_depth, *out)
+    args = (trie.native, *out)
     hop = fsm.next_hop(dfa)
     chain, symbols = np.empty(dfa.n_states + 1, dtype=np.int32), np.empty(dfa.n_states, dtype=np.int32)
     for bad_columns in (columns, columns[:255]):  # the plain walk and the hop chain read the class form too

@@ -325,8 +325,7 @@ follow_chain(const int32_t *T, Py_ssize_t width, const int32_t *cls, Py_ssize_t 
 }
 
 PyDoc_STRVAR(completion_bounds_doc,
-"completion_bounds(classes, symbol_class, symbol_hop, dist, rule_accept, hop_a, hop_b, node_byte, node_end,\n"
-"                  tok_start, root_child, ub, states) -> None\n\n"
+"completion_bounds(classes, symbol_class, symbol_hop, dist, rule_accept, hop_a, hop_b, trie, ub, states) -> None\n\n"
 "UB of each of `states` (int32) in a pushdown grammar's rule table (n states, in its class form as for `walk`),\n"
 "in one call (a mask asks hundreds of them), filling ub (int64[n], -1 = not known yet) for every\n"
 "state on the way: the fewest tokens of the state's canonical shortest completion, tokenized piecewise -- its\n"
@@ -338,35 +337,35 @@ PyDoc_STRVAR(completion_bounds_doc,
 static PyObject *
 completion_bounds(PyObject *self, PyObject *args)
 {
-    PyObject *o[13];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOO", &o[0], &o[11], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
-                          &o[8], &o[9], &o[10], &o[12])) {
+    PyObject *o[9];
+    TrieObject *trie;
+    if (!PyArg_ParseTuple(args, "OOOOOOOO!OO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &Trie_Type, &trie,
+                          &o[7], &o[8])) {
         return NULL;
     }
-    Py_buffer b[13];
-    const Py_ssize_t sizes[13] = {4, 4, 8, 1, 4, 4, 1, 4, 4, 4, 8, 4, 4};
-    const int wr[13] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0};
-    const char *names[13] = {"by_class", "symbol_hop", "dist", "rule_accept", "hop_a", "hop_b", "node_byte",
-                             "node_end", "tok_start", "root_child", "ub", "symbol_class", "states"};
-    if (get_bufs(o, b, 13, sizes, wr, names) < 0) return NULL;
+    Py_buffer b[9];
+    const Py_ssize_t sizes[9] = {4, 4, 4, 8, 1, 4, 4, 8, 4};
+    const int wr[9] = {0, 0, 0, 0, 0, 0, 0, 1, 0};
+    const char *names[9] = {"by_class", "symbol_class", "symbol_hop", "dist", "rule_accept", "hop_a", "hop_b", "ub",
+                            "states"};
+    if (get_bufs(o, b, 9, sizes, wr, names) < 0) return NULL;
     PyObject *result = NULL;
     int32_t *chain = NULL, *sym = NULL, *best = NULL, *stack = NULL;
     uint8_t *pending = NULL;
-    Py_ssize_t n, width, n_nodes = n_items(&b[6]), n_symbols = n_items(&b[11]), n_asked = n_items(&b[12]);
-    const int32_t *cls = (const int32_t *)b[11].buf, *asked = (const int32_t *)b[12].buf;
-    int bad = !class_form_ok(&b[0], &b[11], &n, &width) || n_items(&b[1]) != n || n_items(&b[2]) != n ||
-              n_items(&b[3]) != n || n_items(&b[4]) != n || n_items(&b[5]) != n || n_items(&b[10]) != n ||
-              n_items(&b[7]) != n_nodes || n_items(&b[8]) != n_nodes + 1 || n_items(&b[9]) != 256;
+    Py_ssize_t n, width, n_symbols = n_items(&b[1]), n_asked = n_items(&b[8]);
+    const int32_t *cls = (const int32_t *)b[1].buf, *asked = (const int32_t *)b[8].buf;
+    int bad = !class_form_ok(&b[0], &b[1], &n, &width) || n_items(&b[2]) != n || n_items(&b[3]) != n ||
+              n_items(&b[4]) != n || n_items(&b[5]) != n || n_items(&b[6]) != n || n_items(&b[7]) != n;
     for (Py_ssize_t k = 0; !bad && k < n_asked; k++) bad = asked[k] < 0 || asked[k] >= n;
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "completion_bounds: inconsistent array sizes, classes or states");
         goto done;
     }
-    const int32_t *T = (const int32_t *)b[0].buf, *hop = (const int32_t *)b[1].buf;
-    const int64_t *dist = (const int64_t *)b[2].buf;
-    const uint8_t *accept = (const uint8_t *)b[3].buf;
-    const int32_t *hop_a = (const int32_t *)b[4].buf, *hop_b = (const int32_t *)b[5].buf;
-    int64_t *ub = (int64_t *)b[10].buf;
+    const int32_t *T = (const int32_t *)b[0].buf, *hop = (const int32_t *)b[2].buf;
+    const int64_t *dist = (const int64_t *)b[3].buf;
+    const uint8_t *accept = (const uint8_t *)b[4].buf;
+    const int32_t *hop_a = (const int32_t *)b[5].buf, *hop_b = (const int32_t *)b[6].buf;
+    int64_t *ub = (int64_t *)b[7].buf;
     chain = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
     sym = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
     best = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
@@ -417,8 +416,7 @@ completion_bounds(PyObject *self, PyObject *args)
                 if (waiting) continue;
                 tail = ub[need[0]] + ub[need[1]];
             }
-            min_tokens(sym, L, (const uint8_t *)b[6].buf, (const int32_t *)b[7].buf, (const int32_t *)b[8].buf,
-                       (const int32_t *)b[9].buf, n_nodes, best);
+            min_tokens(sym, L, trie, best);
             for (Py_ssize_t i = 0; i <= L; i++) {
                 int64_t v = (int64_t)best[i] + tail;
                 ub[chain[i]] = v < INF_TOKENS ? v : INF_TOKENS;
@@ -433,7 +431,7 @@ done:
     free(best);
     free(stack);
     free(pending);
-    release_bufs(b, 13);
+    release_bufs(b, 9);
     return result;
 }
 

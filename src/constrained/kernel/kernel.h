@@ -61,16 +61,36 @@ popcount32(uint32_t x)
     return (int)((x * 0x01010101u) >> 24);
 }
 
+/* ---- the token trie as one object (trie.c) ------------------------------------------------------ */
+
+/* constrained._kernel.Trie: a trie's arrays, held (their buffers stay acquired, and so their pointers valid, for
+ * the object's life) and validated once when it is made, so that every walk takes one object and trusts it:
+ * n_nodes >= 1; the root at depth 0 with end n_nodes and tok_start[0] == 0, tok_start[n_nodes] == n_tokens; every
+ * other node's depth in [1, max_depth] and at most its predecessor's + 1, its end in (i, n_nodes]; tok_start
+ * ascending; token ids in [0, vocab_size); root_child[b] -1 or a depth-1 node. */
+enum { TRIE_NODE_BYTE, TRIE_NODE_DEPTH, TRIE_NODE_END, TRIE_TOK_START, TRIE_TOK_IDS, TRIE_ROOT_CHILD, TRIE_ARRAYS };
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer views[TRIE_ARRAYS]; /* in the order above; each holds a reference to its array */
+    int held;                     /* how many of views are acquired */
+    const uint8_t *node_byte;
+    const int32_t *node_depth, *node_end, *tok_start, *tok_ids, *root_child;
+    Py_ssize_t n_nodes, n_tokens, max_depth, vocab_size;
+} TrieObject;
+
+extern PyTypeObject Trie_Type;
+
 /* ---- lent across concerns ---------------------------------------------------------------------- */
 
 /* best[i] = fewest tokens spelling sym[i..L) (best[L] = 0; INF_TOKENS when none does), by trie prefix lookups
  * (trie.c; graphs.c's completion_bounds tokenizes its chains with it). */
-void min_tokens(const int32_t *sym, Py_ssize_t L, const uint8_t *nb, const int32_t *ne, const int32_t *ts,
-                const int32_t *rc, Py_ssize_t n_nodes, int32_t *best);
+void min_tokens(const int32_t *sym, Py_ssize_t L, const TrieObject *trie, int32_t *best);
 
 /* ---- the Python functions of each concern, NULL-terminated --------------------------------------- */
 
-extern PyMethodDef kernel_trie_methods[];      /* trie.c: build_trie, subtree_deepest, min_tokenization */
+extern PyMethodDef kernel_trie_methods[];      /* trie.c: build_trie, subtree_deepest, min_tokenization (and the
+                                                  Trie type, which module.c adds) */
 extern PyMethodDef kernel_walk_methods[];      /* walks.c: check, walk, walk_rule, rule_exits, walk_family */
 extern PyMethodDef kernel_template_methods[];  /* template.c: walk_exits, template_map, walk_template */
 extern PyMethodDef kernel_bits_methods[];      /* bits.c: bits_to_ids, ids_to_bits, or_bits, apply_* */

@@ -2,9 +2,10 @@
  * searches over a pushdown grammar's rule table. Owns these hot loops and nothing else; one concern per source:
  *
  *   buffers.c   the buffer helpers and table checks every kernel shares (declared in kernel.h)
- *   trie.c      build_trie (token bytes sorted by memcmp, the trie flattened in preorder), subtree_deepest,
- *               min_tokenization (fewest tokens spelling a symbol string, for budget-aware closing)
- *   walks.c     check (validates a table + trie once, so that the walks can trust them), walk (DFA state x trie
+ *   trie.c      build_trie (token bytes sorted by memcmp, the trie flattened in preorder); Trie, the trie as
+ *               one object (its arrays held, validated once when made: what every walk below takes);
+ *               subtree_deepest, min_tokenization (fewest tokens spelling a symbol string, for budget-aware closing)
+ *   walks.c     check (validates a table once, so that the walks can trust it), walk (DFA state x trie
  *               -> every token whose bytes stay alive and the state they lead to; a DEAD transition skips the
  *               whole subtree; tables read in their class form, classes[s, symbol_class[x]]), walk_rule,
  *               rule_exits, walk_family (the same over a pushdown grammar's rule table, stopping at boundaries)
@@ -15,7 +16,7 @@
  *               lay_out_rules (a pushdown grammar's table from its rules' DFAs, and its reverse edges)
  *   graphs.c    shortest_completions, first_class_into, bytes_to_boundary (the rule-table graph searches),
  *               completion_bounds, follow_hops (the token bounds of canonical shortest completions)
- *   module.c    this file: the module, every concern's method table added to it
+ *   module.c    this file: the module, the Trie type and every concern's method table added to it
  */
 #include "kernel.h"
 
@@ -37,6 +38,10 @@ PyInit__kernel(void)
             Py_DECREF(module);
             return NULL;
         }
+    }
+    if (PyModule_AddType(module, &Trie_Type) < 0) {
+        Py_DECREF(module);
+        return NULL;
     }
     return module;
 }

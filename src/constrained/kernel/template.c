@@ -11,55 +11,45 @@ typedef struct {
 } pair_t;
 
 PyDoc_STRVAR(walk_exits_doc,
-"walk_exits(transitions, width, state, node_byte, node_depth, node_end, max_depth, out_nodes, out_states)\n"
-"    -> count\n\n"
-"Walk the preorder trie from `state` of a (small, template) DFA and record every EXIT: a node whose\n"
+"walk_exits(transitions, width, state, trie, out_nodes, out_states) -> count\n\n"
+"Walk the preorder trie (a `Trie`) from `state` of a (small, template) DFA and record every EXIT: a node whose\n"
 "parent's prefix stays alive but whose own byte is dead. out_nodes[k] = the exit node, out_states[k] =\n"
 "the state after its parent's prefix. Output arrays: int32[n_nodes]. Subtrees below exits are skipped.");
 
 static PyObject *
 walk_exits(PyObject *self, PyObject *args)
 {
-    PyObject *o_t, *o_byte, *o_depth, *o_end, *o_nodes, *o_states;
-    Py_ssize_t width, state, max_depth;
-    if (!PyArg_ParseTuple(args, "OnnOOOnOO", &o_t, &width, &state, &o_byte, &o_depth, &o_end, &max_depth,
-                          &o_nodes, &o_states)) {
-        return NULL;
-    }
-    Py_buffer bt, bb, bd, be, bn, bs;
-    Py_buffer *bufs[6] = {&bt, &bb, &bd, &be, &bn, &bs};
-    PyObject *objs[6] = {o_t, o_byte, o_depth, o_end, o_nodes, o_states};
-    const Py_ssize_t sizes[6] = {4, 1, 4, 4, 4, 4};
-    const int wr[6] = {0, 0, 0, 0, 1, 1};
-    const char *names[6] = {"transitions", "node_byte", "node_depth", "node_end", "out_nodes", "out_states"};
-    int got = 0;
+    PyObject *o[3];
+    TrieObject *trie;
+    Py_ssize_t width, state;
+    if (!PyArg_ParseTuple(args, "OnnO!OO", &o[0], &width, &state, &Trie_Type, &trie, &o[1], &o[2])) return NULL;
+    Py_buffer b[3];
+    const Py_ssize_t sizes[3] = {4, 4, 4};
+    const int wr[3] = {0, 1, 1};
+    const char *names[3] = {"transitions", "out_nodes", "out_states"};
+    if (get_bufs(o, b, 3, sizes, wr, names) < 0) return NULL;
     PyObject *result = NULL;
     int32_t *states = NULL;
-    for (; got < 6; got++) {
-        if (get_buf(objs[got], bufs[got], wr[got], sizes[got], names[got]) < 0) goto done;
-    }
-    Py_ssize_t n_states = width > 0 ? n_items(&bt) / width : 0;
-    Py_ssize_t n_nodes = n_items(&bb);
-    if (width < 256 || n_items(&bt) != n_states * width || state < 0 || state >= n_states ||
-        n_items(&bd) != n_nodes || n_items(&be) != n_nodes || n_items(&bn) < n_nodes ||
-        n_items(&bs) < n_nodes || max_depth < 0 || n_nodes < 1) {
+    Py_ssize_t n_states = width > 0 ? n_items(&b[0]) / width : 0;
+    Py_ssize_t n_nodes = trie->n_nodes;
+    if (width < 256 || n_items(&b[0]) != n_states * width || state < 0 || state >= n_states ||
+        n_items(&b[1]) < n_nodes || n_items(&b[2]) < n_nodes) {
         PyErr_SetString(PyExc_ValueError, "walk_exits: inconsistent array sizes");
         goto done;
     }
-    states = (int32_t *)malloc(sizeof(int32_t) * (size_t)(max_depth + 1));
+    states = (int32_t *)malloc(sizeof(int32_t) * (size_t)(trie->max_depth + 1));
     if (!states) {
         PyErr_NoMemory();
         goto done;
     }
-    const int32_t *T = (const int32_t *)bt.buf;
-    const uint8_t *nb = (const uint8_t *)bb.buf;
-    const int32_t *nd = (const int32_t *)bd.buf;
-    const int32_t *ne = (const int32_t *)be.buf;
-    int32_t *on = (int32_t *)bn.buf;
-    int32_t *os = (int32_t *)bs.buf;
+    const int32_t *T = (const int32_t *)b[0].buf;
+    const uint8_t *nb = trie->node_byte;
+    const int32_t *nd = trie->node_depth, *ne = trie->node_end;
+    int32_t *on = (int32_t *)b[1].buf;
+    int32_t *os = (int32_t *)b[2].buf;
     Py_ssize_t count = 0;
     states[0] = (int32_t)state;
-    for (Py_ssize_t i = 1; i < n_nodes;) { /* trie validated by `check` (depth in [1, max_depth]) */
+    for (Py_ssize_t i = 1; i < n_nodes;) { /* trie validated when made (depth in [1, max_depth]) */
         int32_t d = nd[i];
         int32_t ns = T[(Py_ssize_t)states[d - 1] * width + nb[i]];
         if (ns < 0) {
@@ -75,10 +65,7 @@ walk_exits(PyObject *self, PyObject *args)
     result = PyLong_FromSsize_t(count);
 done:
     free(states);
-    while (got > 0) {
-        got--;
-        PyBuffer_Release(bufs[got]);
-    }
+    release_bufs(b, 3);
     return result;
 }
 
@@ -166,9 +153,8 @@ done:
 }
 
 PyDoc_STRVAR(walk_template_doc,
-"walk_template(classes, symbol_class, state, template, map, pure_bits, exit_nodes, exit_tstate, node_byte,\n"
-"              node_depth, node_end, tok_start, tok_ids, max_depth, vocab_size, out_bits, out_ids, out_next,\n"
-"              scratch) -> (n_found, count)\n\n"
+"walk_template(classes, symbol_class, state, template, map, pure_bits, exit_nodes, exit_tstate, trie, out_bits,\n"
+"              out_ids, out_next, scratch) -> (n_found, count)\n\n"
 "`walk(state)` of a DFA in its class form (as for `walk_rule`) as a bitmask, using a template DFA\n"
 "(int32[n_template, 256], start 0; targets past its last row are dead, as in template_map) that embeds at some\n"
 "state t (map = template_map at t: template state -> DFA state). out_bits starts as pure_bits (the tokens\n"
@@ -179,7 +165,8 @@ PyDoc_STRVAR(walk_template_doc,
 "walk_exits), walked from the move on that byte from map[tstate]. Elsewhere tokens are decided the plain way\n"
 "(their pure bits cleared first). Tokens found by walking (none of them kept pure bits) go to out_ids[:n_found]\n"
 "(ascending) with their states in out_next; count = bits set in out_bits. scratch: int32[vocab_size] all\n"
-"-1 (restored). The trie must have passed `check`; everything else that indexes memory is checked here.");
+"-1 (restored), vocab_size = trie.vocab_size. The trie (a `Trie`) was validated when made; everything else\n"
+"that indexes memory is checked here.");
 
 /* Walk the subtree of node x, whose own state is ns, appending (token, state) pairs to found. */
 static Py_ssize_t
@@ -208,20 +195,20 @@ walk_subtree(Py_ssize_t x, int32_t ns, const int32_t *T, Py_ssize_t ncls, const 
 static PyObject *
 walk_template(PyObject *self, PyObject *args)
 {
-    enum { NB = 16 };
+    enum { NB = 11 };
     PyObject *o[NB];
-    Py_ssize_t state, max_depth, vsize;
-    if (!PyArg_ParseTuple(args, "OOnOOOOOOOOOOnnOOOO", &o[0], &o[15], &state, &o[1], &o[2], &o[3], &o[4], &o[5],
-                          &o[6], &o[7], &o[8], &o[9], &o[10], &max_depth, &vsize, &o[11], &o[12], &o[13], &o[14])) {
+    TrieObject *trie;
+    Py_ssize_t state;
+    if (!PyArg_ParseTuple(args, "OOnOOOOOO!OOOO", &o[0], &o[10], &state, &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &Trie_Type, &trie, &o[6], &o[7], &o[8], &o[9])) {
         return NULL;
     }
-    Py_buffer bt, btt, bm, bpb, ben, bet, bb, bd, be, bs, bi, bob, boi, bon, bsc, bsym;
-    Py_buffer *bufs[NB] = {&bt, &btt, &bm, &bpb, &ben, &bet, &bb, &bd, &be, &bs, &bi, &bob, &boi, &bon, &bsc, &bsym};
-    const Py_ssize_t sizes[NB] = {4, 4, 4, 4, 4, 4, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4};
-    const int wr[NB] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0};
-    const char *names[NB] = {"classes", "template", "map", "pure_bits", "exit_nodes", "exit_tstate",
-                             "node_byte", "node_depth", "node_end", "tok_start", "tok_ids", "out_bits", "out_ids",
-                             "out_next", "scratch", "symbol_class"};
+    Py_buffer bt, btt, bm, bpb, ben, bet, bob, boi, bon, bsc, bsym;
+    Py_buffer *bufs[NB] = {&bt, &btt, &bm, &bpb, &ben, &bet, &bob, &boi, &bon, &bsc, &bsym};
+    const Py_ssize_t sizes[NB] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
+    const int wr[NB] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 0};
+    const char *names[NB] = {"classes", "template", "map", "pure_bits", "exit_nodes", "exit_tstate", "out_bits",
+                             "out_ids", "out_next", "scratch", "symbol_class"};
     int got = 0;
     PyObject *result = NULL;
     int32_t *gs = NULL, *bst = NULL, *states = NULL, *sync = NULL;
@@ -232,13 +219,13 @@ walk_template(PyObject *self, PyObject *args)
     }
     Py_ssize_t n_states, ncls, n_tmpl = n_items(&bm);
     int form_ok = class_form_ok(&bt, &bsym, &n_states, &ncls);
-    Py_ssize_t n_nodes = n_items(&bb), n_tok = n_items(&bi), n_exit = n_items(&ben);
+    Py_ssize_t n_nodes = trie->n_nodes, n_tok = trie->n_tokens, n_exit = n_items(&ben);
+    Py_ssize_t max_depth = trie->max_depth, vsize = trie->vocab_size;
     Py_ssize_t n_words = (vsize + 31) / 32;
     if (!form_ok || state < 0 || state >= n_states ||
-        n_items(&btt) != n_tmpl * 256 || n_tmpl < 1 || n_items(&bet) != n_exit || n_items(&bd) != n_nodes ||
-        n_items(&be) != n_nodes || n_items(&bs) != n_nodes + 1 || vsize < 1 || n_items(&bpb) != n_words ||
-        n_items(&bob) != n_words || n_items(&boi) < n_tok || n_items(&bon) < n_tok || n_items(&bsc) != vsize ||
-        max_depth < 0 || n_nodes < 1) {
+        n_items(&btt) != n_tmpl * 256 || n_tmpl < 1 || n_items(&bet) != n_exit || vsize < 1 ||
+        n_items(&bpb) != n_words || n_items(&bob) != n_words || n_items(&boi) < n_tok || n_items(&bon) < n_tok ||
+        n_items(&bsc) != vsize) {
         PyErr_SetString(PyExc_ValueError, "walk_template: inconsistent array sizes");
         goto done;
     }
@@ -246,9 +233,8 @@ walk_template(PyObject *self, PyObject *args)
     const int32_t *sc = (const int32_t *)bsym.buf;
     const uint32_t *pb = (const uint32_t *)bpb.buf;
     const int32_t *en = (const int32_t *)ben.buf, *et = (const int32_t *)bet.buf;
-    const uint8_t *nb = (const uint8_t *)bb.buf;
-    const int32_t *nd = (const int32_t *)bd.buf, *ne = (const int32_t *)be.buf;
-    const int32_t *ts = (const int32_t *)bs.buf, *ti = (const int32_t *)bi.buf;
+    const uint8_t *nb = trie->node_byte;
+    const int32_t *nd = trie->node_depth, *ne = trie->node_end, *ts = trie->tok_start, *ti = trie->tok_ids;
     uint32_t *bits = (uint32_t *)bob.buf;
     int32_t *oid = (int32_t *)boi.buf, *onext = (int32_t *)bon.buf, *scr = (int32_t *)bsc.buf;
     /* vectorized passes: a counted template has ~1,700 rows (430k entries), checked on every call */

@@ -1,9 +1,11 @@
-/* The token trie: building it (build_trie), and what is read off it alone: the deepest node below each node
- * (subtree_deepest) and the fewest tokens that spell a string (min_tokenization). Layout: kernel.h. */
+/* The token trie: building it (build_trie), holding it as one validated object (Trie, the form every walk takes),
+ * and what is read off it alone: the deepest node below each node (subtree_deepest) and the fewest tokens that
+ * spell a string (min_tokenization). Layout: kernel.h. */
 #include "kernel.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <structmember.h>
 
 static const uint8_t *sort_blob;  /* qsort context; build_trie holds the GIL throughout */
 static const int64_t *sort_off;
@@ -130,58 +132,157 @@ done:
     return result;
 }
 
+/* ---- the Trie object ------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(Trie_doc,
+"Trie(node_byte, node_depth, node_end, tok_start, tok_ids, root_child, max_depth, vocab_size)\n\n"
+"A preorder-flattened token trie as one object: the walks take it in place of its arrays. It holds them (each\n"
+"C-contiguous: node_byte uint8[n_nodes], node_depth / node_end int32[n_nodes], tok_start int32[n_nodes + 1],\n"
+"tok_ids int32[n_tokens], root_child int32[256]) and checks them once, here, since the walks trust them: the root\n"
+"at depth 0 ending at n_nodes, every other node's depth in [1, max_depth] and at most its predecessor's + 1, its\n"
+"subtree end in (i, n_nodes], tok_start ascending from 0 to n_tokens, token ids in [0, vocab_size), root_child -1\n"
+"or a depth-1 node. ValueError naming the first violation.");
+
+/* Why the held arrays are not a trie the walks can trust (see kernel.h), or NULL. */
+static const char *
+trie_violation(const TrieObject *t)
+{
+    const int32_t *nd = t->node_depth, *ne = t->node_end, *ts = t->tok_start, *ti = t->tok_ids;
+    Py_ssize_t n = t->n_nodes;
+    if (n < 1 || n > INT32_MAX || t->max_depth < 0 || t->vocab_size < 0 || t->vocab_size > INT32_MAX) {
+        return "trie sizes out of range";
+    }
+    if (nd[0] != 0 || ne[0] != n || ts[0] != 0 || ts[n] != t->n_tokens) return "bad trie root";
+    for (Py_ssize_t i = 1; i < n; i++) {
+        if (nd[i] < 1 || nd[i] > t->max_depth || nd[i] > nd[i - 1] + 1) return "node depth out of range";
+        if (ne[i] <= i || ne[i] > n) return "node subtree end out of range";
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (ts[i] > ts[i + 1]) return "token offsets not ascending";
+    }
+    for (Py_ssize_t k = 0; k < t->n_tokens; k++) {
+        if (ti[k] < 0 || ti[k] >= t->vocab_size) return "token id out of range";
+    }
+    for (int b = 0; b < 256; b++) {
+        int32_t c = t->root_child[b];
+        if (c != -1 && (c < 1 || c >= n || nd[c] != 1)) return "root child not a depth-1 node";
+    }
+    return NULL;
+}
+
+static void
+Trie_dealloc(TrieObject *self)
+{
+    while (self->held > 0) PyBuffer_Release(&self->views[--self->held]);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+Trie_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"node_byte", "node_depth", "node_end", "tok_start", "tok_ids", "root_child",
+                               "max_depth", "vocab_size", NULL};
+    PyObject *o[TRIE_ARRAYS];
+    Py_ssize_t max_depth, vocab_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOOnn:Trie", keywords, &o[0], &o[1], &o[2], &o[3], &o[4],
+                                     &o[5], &max_depth, &vocab_size)) {
+        return NULL;
+    }
+    TrieObject *self = (TrieObject *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    const Py_ssize_t sizes[TRIE_ARRAYS] = {1, 4, 4, 4, 4, 4};
+    const char *names[TRIE_ARRAYS] = {"node_byte", "node_depth", "node_end", "tok_start", "tok_ids", "root_child"};
+    for (; self->held < TRIE_ARRAYS; self->held++) {
+        if (get_buf(o[self->held], &self->views[self->held], 0, sizes[self->held], names[self->held]) < 0) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
+    Py_buffer *v = self->views;
+    self->node_byte = (const uint8_t *)v[TRIE_NODE_BYTE].buf;
+    self->node_depth = (const int32_t *)v[TRIE_NODE_DEPTH].buf;
+    self->node_end = (const int32_t *)v[TRIE_NODE_END].buf;
+    self->tok_start = (const int32_t *)v[TRIE_TOK_START].buf;
+    self->tok_ids = (const int32_t *)v[TRIE_TOK_IDS].buf;
+    self->root_child = (const int32_t *)v[TRIE_ROOT_CHILD].buf;
+    self->n_nodes = n_items(&v[TRIE_NODE_BYTE]);
+    self->n_tokens = n_items(&v[TRIE_TOK_IDS]);
+    self->max_depth = max_depth;
+    self->vocab_size = vocab_size;
+    const char *why = NULL;
+    if (n_items(&v[TRIE_NODE_DEPTH]) != self->n_nodes || n_items(&v[TRIE_NODE_END]) != self->n_nodes ||
+        n_items(&v[TRIE_TOK_START]) != self->n_nodes + 1 || n_items(&v[TRIE_ROOT_CHILD]) != 256) {
+        why = "trie arrays disagree";
+    } else {
+        why = trie_violation(self);
+    }
+    if (why) {
+        PyErr_Format(PyExc_ValueError, "Trie: %s", why);
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static PyMemberDef Trie_members[] = {
+    {"n_nodes", T_PYSSIZET, offsetof(TrieObject, n_nodes), READONLY, "nodes, the root included"},
+    {"n_tokens", T_PYSSIZET, offsetof(TrieObject, n_tokens), READONLY, "tokens in the trie"},
+    {"max_depth", T_PYSSIZET, offsetof(TrieObject, max_depth), READONLY, "the deepest node's depth bound"},
+    {"vocab_size", T_PYSSIZET, offsetof(TrieObject, vocab_size), READONLY, "every token id is below it"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject Trie_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "constrained._kernel.Trie",
+    .tp_basicsize = sizeof(TrieObject),
+    .tp_dealloc = (destructor)Trie_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = Trie_doc,
+    .tp_members = Trie_members,
+    .tp_new = Trie_new,
+};
+
+/* ---- read off the trie alone ----------------------------------------------------------------- */
+
 PyDoc_STRVAR(subtree_deepest_doc,
-"subtree_deepest(node_depth, node_end, out) -> None\n\n"
-"out[i] = the greatest node_depth in the preorder subtree [i, node_end[i]) (int32[n_nodes]).");
+"subtree_deepest(trie, out) -> None\n\n"
+"out[i] = the greatest node depth in the preorder subtree [i, node_end[i]) (int32[n_nodes]).");
 
 static PyObject *
 subtree_deepest(PyObject *self, PyObject *args)
 {
-    PyObject *o_d, *o_e, *o_out;
-    if (!PyArg_ParseTuple(args, "OOO", &o_d, &o_e, &o_out)) return NULL;
-    Py_buffer bd, be, bo;
-    if (get_buf(o_d, &bd, 0, 4, "node_depth") < 0) return NULL;
-    if (get_buf(o_e, &be, 0, 4, "node_end") < 0) {
-        PyBuffer_Release(&bd);
-        return NULL;
-    }
-    if (get_buf(o_out, &bo, 1, 4, "out") < 0) {
-        PyBuffer_Release(&bd);
-        PyBuffer_Release(&be);
-        return NULL;
-    }
-    Py_ssize_t n = n_items(&bd);
-    PyObject *result = NULL;
-    if (n_items(&be) != n || n_items(&bo) != n) {
+    TrieObject *trie;
+    PyObject *o_out;
+    if (!PyArg_ParseTuple(args, "O!O", &Trie_Type, &trie, &o_out)) return NULL;
+    Py_buffer bo;
+    if (get_buf(o_out, &bo, 1, 4, "out") < 0) return NULL;
+    Py_ssize_t n = trie->n_nodes;
+    if (n_items(&bo) != n) {
+        PyBuffer_Release(&bo);
         PyErr_SetString(PyExc_ValueError, "subtree_deepest: inconsistent array sizes");
-    } else {
-        const int32_t *nd = (const int32_t *)bd.buf;
-        const int32_t *ne = (const int32_t *)be.buf;
-        int32_t *out = (int32_t *)bo.buf;
-        for (Py_ssize_t i = n - 1; i >= 0; i--) { /* children come after their parent in preorder */
-            int32_t best = nd[i];
-            for (Py_ssize_t c = i + 1; c < ne[i] && c < n; c = ne[c]) {
-                if (out[c] > best) best = out[c];
-                if (ne[c] <= c) break; /* corrupt trie: never loop */
-            }
-            out[i] = best;
-        }
-        Py_INCREF(Py_None);
-        result = Py_None;
+        return NULL;
     }
-    PyBuffer_Release(&bd);
-    PyBuffer_Release(&be);
+    const int32_t *nd = trie->node_depth, *ne = trie->node_end;
+    int32_t *out = (int32_t *)bo.buf;
+    for (Py_ssize_t i = n - 1; i >= 0; i--) { /* children come after their parent in preorder */
+        int32_t best = nd[i];
+        for (Py_ssize_t c = i + 1; c < ne[i]; c = ne[c]) { /* ends validated: c < ne[c] <= n */
+            if (out[c] > best) best = out[c];
+        }
+        out[i] = best;
+    }
     PyBuffer_Release(&bo);
-    return result;
+    Py_RETURN_NONE;
 }
-
-/* ---- min_tokenization ------------------------------------------------------------------------ */
 
 /* best[i] = fewest tokens spelling sym[i..L) (best[L] = 0; INF_TOKENS when none does). */
 void
-min_tokens(const int32_t *sym, Py_ssize_t L, const uint8_t *nb, const int32_t *ne, const int32_t *ts,
-           const int32_t *rc, Py_ssize_t n_nodes, int32_t *best)
+min_tokens(const int32_t *sym, Py_ssize_t L, const TrieObject *trie, int32_t *best)
 {
+    const uint8_t *nb = trie->node_byte;
+    const int32_t *ne = trie->node_end, *ts = trie->tok_start, *rc = trie->root_child;
+    Py_ssize_t n_nodes = trie->n_nodes;
     best[L] = 0;
     for (Py_ssize_t i = L - 1; i >= 0; i--) {
         int32_t b = INF_TOKENS;
@@ -213,45 +314,30 @@ min_tokens(const int32_t *sym, Py_ssize_t L, const uint8_t *nb, const int32_t *n
 }
 
 PyDoc_STRVAR(min_tokenization_doc,
-"min_tokenization(symbols, node_byte, node_end, tok_start, root_child, best) -> None\n\n"
+"min_tokenization(symbols, trie, best) -> None\n\n"
 "symbols: int32[L] (bytes 0..255; >= 256 = one special token each). Fills best int32[L+1] with\n"
-"best[i] = fewest tokens spelling symbols[i:] (best[L] = 0; unreachable = INT32_MAX/2).\n"
-"root_child: int32[256], the trie node under the root for each byte (-1 if none).");
+"best[i] = fewest tokens spelling symbols[i:] (best[L] = 0; unreachable = INT32_MAX/2).");
 
 static PyObject *
 min_tokenization(PyObject *self, PyObject *args)
 {
-    PyObject *o_sym, *o_byte, *o_end, *o_ts, *o_rc, *o_best;
-    if (!PyArg_ParseTuple(args, "OOOOOO", &o_sym, &o_byte, &o_end, &o_ts, &o_rc, &o_best)) {
+    PyObject *o[2];
+    TrieObject *trie;
+    if (!PyArg_ParseTuple(args, "OO!O", &o[0], &Trie_Type, &trie, &o[1])) return NULL;
+    Py_buffer b[2];
+    const Py_ssize_t sizes[2] = {4, 4};
+    const int wr[2] = {0, 1};
+    const char *names[2] = {"symbols", "best"};
+    if (get_bufs(o, b, 2, sizes, wr, names) < 0) return NULL;
+    Py_ssize_t L = n_items(&b[0]);
+    if (n_items(&b[1]) != L + 1) {
+        release_bufs(b, 2);
+        PyErr_SetString(PyExc_ValueError, "min_tokenization: inconsistent array sizes");
         return NULL;
     }
-    Py_buffer bsym, bb, be, bs, brc, bbest;
-    Py_buffer *bufs[6] = {&bsym, &bb, &be, &bs, &brc, &bbest};
-    PyObject *objs[6] = {o_sym, o_byte, o_end, o_ts, o_rc, o_best};
-    const Py_ssize_t sizes[6] = {4, 1, 4, 4, 4, 4};
-    const int wr[6] = {0, 0, 0, 0, 0, 1};
-    const char *names[6] = {"symbols", "node_byte", "node_end", "tok_start", "root_child", "best"};
-    int got = 0;
-    PyObject *result = NULL;
-    for (; got < 6; got++) {
-        if (get_buf(objs[got], bufs[got], wr[got], sizes[got], names[got]) < 0) goto done;
-    }
-    Py_ssize_t L = n_items(&bsym), n_nodes = n_items(&bb);
-    if (n_items(&bbest) != L + 1 || n_items(&be) != n_nodes || n_items(&bs) != n_nodes + 1 ||
-        n_items(&brc) != 256) {
-        PyErr_SetString(PyExc_ValueError, "min_tokenization: inconsistent array sizes");
-        goto done;
-    }
-    min_tokens((const int32_t *)bsym.buf, L, (const uint8_t *)bb.buf, (const int32_t *)be.buf,
-               (const int32_t *)bs.buf, (const int32_t *)brc.buf, n_nodes, (int32_t *)bbest.buf);
-    Py_INCREF(Py_None);
-    result = Py_None;
-done:
-    while (got > 0) {
-        got--;
-        PyBuffer_Release(bufs[got]);
-    }
-    return result;
+    min_tokens((const int32_t *)b[0].buf, L, trie, (int32_t *)b[1].buf);
+    release_bufs(b, 2);
+    Py_RETURN_NONE;
 }
 
 PyMethodDef kernel_trie_methods[] = {

@@ -1,6 +1,6 @@
 /* The trie walks behind per-state masks: a DFA state (walk) or a pushdown rule state (walk_rule, rule_exits;
- * walk_family for several at once) against the token trie, reading the table in its class form; and `check`, the
- * one pass that validates what these loops trust. */
+ * walk_family for several at once) against a Trie, reading the table in its class form; and `check`, the one pass
+ * that validates what these loops trust of a table (the Trie was validated when made). */
 #include "kernel.h"
 
 #include <stdlib.h>
@@ -89,48 +89,38 @@ emit_tokens(int32_t *oid, int32_t *onext, Py_ssize_t count, const int32_t *ts, c
 }
 
 PyDoc_STRVAR(walk_doc,
-"walk(classes, symbol_class, state, node_byte, node_depth, node_end, tok_start, tok_ids, max_depth,\n"
-"     out_ids, out_next, scratch) -> count\n\n"
-"Walk the preorder trie from DFA `state`; write every token id whose bytes all have live\n"
+"walk(classes, symbol_class, state, trie, out_ids, out_next, scratch) -> count\n\n"
+"Walk the preorder trie (a `Trie`) from DFA `state`; write every token id whose bytes all have live\n"
 "transitions into out_ids[:count] (ascending) and the state reached into out_next[:count].\n"
 "The table in its class form: the state after byte x from s is classes[s, symbol_class[x]] (classes int32\n"
 "[S, n_classes], -1 = dead; symbol_class int32[at least 256], each a column of classes; a table by symbol is\n"
-"its own class form with symbol_class = 0..255). out arrays: int32[len(tok_ids)];\n"
+"its own class form with symbol_class = 0..255). out arrays: int32[at least trie.n_tokens];\n"
 "scratch: int32[V] all -1 (restored on return), V > every token id.");
 
 static PyObject *
 walk(PyObject *self, PyObject *args)
 {
-    PyObject *o_t, *o_sc, *o_byte, *o_depth, *o_end, *o_ts, *o_tid, *o_oid, *o_onext, *o_scr;
-    Py_ssize_t state, max_depth;
-    if (!PyArg_ParseTuple(args, "OOnOOOOOnOOO", &o_t, &o_sc, &state, &o_byte, &o_depth, &o_end, &o_ts,
-                          &o_tid, &max_depth, &o_oid, &o_onext, &o_scr)) {
+    PyObject *o[5];
+    TrieObject *trie;
+    Py_ssize_t state;
+    if (!PyArg_ParseTuple(args, "OOnO!OOO", &o[0], &o[1], &state, &Trie_Type, &trie, &o[2], &o[3], &o[4])) {
         return NULL;
     }
-    Py_buffer bt, bc, bb, bd, be, bs, bi, boi, bon, bsc;
-    Py_buffer *bufs[10] = {&bt, &bc, &bb, &bd, &be, &bs, &bi, &boi, &bon, &bsc};
-    PyObject *objs[10] = {o_t, o_sc, o_byte, o_depth, o_end, o_ts, o_tid, o_oid, o_onext, o_scr};
-    const Py_ssize_t sizes[10] = {4, 4, 1, 4, 4, 4, 4, 4, 4, 4};
-    const int wr[10] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1};
-    const char *names[10] = {"classes", "symbol_class", "node_byte", "node_depth", "node_end", "tok_start",
-                             "tok_ids", "out_ids", "out_next", "scratch"};
-    int got = 0;
+    Py_buffer b[5];
+    const Py_ssize_t sizes[5] = {4, 4, 4, 4, 4};
+    const int wr[5] = {0, 0, 1, 1, 1};
+    const char *names[5] = {"classes", "symbol_class", "out_ids", "out_next", "scratch"};
+    if (get_bufs(o, b, 5, sizes, wr, names) < 0) return NULL;
     PyObject *result = NULL;
     int32_t stack_states[512];
     int32_t *states = stack_states;
-    for (; got < 10; got++) {
-        if (get_buf(objs[got], bufs[got], wr[got], sizes[got], names[got]) < 0) goto done;
-    }
-    const int32_t *T = (const int32_t *)bt.buf;
-    const int32_t *sc = (const int32_t *)bc.buf;
+    const int32_t *T = (const int32_t *)b[0].buf;
+    const int32_t *sc = (const int32_t *)b[1].buf;
     Py_ssize_t n_states, ncls;
-    int form_ok = class_form_ok(&bt, &bc, &n_states, &ncls);
-    Py_ssize_t n_nodes = n_items(&bb);
-    Py_ssize_t n_tok = n_items(&bi);
-    Py_ssize_t vsize = n_items(&bsc);
-    if (!form_ok || state < 0 || state >= n_states ||
-        n_items(&bd) != n_nodes || n_items(&be) != n_nodes || n_items(&bs) != n_nodes + 1 ||
-        n_items(&boi) < n_tok || n_items(&bon) < n_tok || max_depth < 0 || n_nodes < 1) {
+    int form_ok = class_form_ok(&b[0], &b[1], &n_states, &ncls);
+    Py_ssize_t n_nodes = trie->n_nodes, n_tok = trie->n_tokens, max_depth = trie->max_depth;
+    Py_ssize_t vsize = n_items(&b[4]);
+    if (!form_ok || state < 0 || state >= n_states || n_items(&b[2]) < n_tok || n_items(&b[3]) < n_tok) {
         PyErr_SetString(PyExc_ValueError, "walk: inconsistent array sizes");
         goto done;
     }
@@ -141,21 +131,18 @@ walk(PyObject *self, PyObject *args)
             goto done;
         }
     }
-    const uint8_t *nb = (const uint8_t *)bb.buf;
-    const int32_t *nd = (const int32_t *)bd.buf;
-    const int32_t *ne = (const int32_t *)be.buf;
-    const int32_t *ts = (const int32_t *)bs.buf;
-    const int32_t *ti = (const int32_t *)bi.buf;
-    int32_t *oid = (int32_t *)boi.buf;
-    int32_t *onext = (int32_t *)bon.buf;
-    int32_t *scr = (int32_t *)bsc.buf;
+    const uint8_t *nb = trie->node_byte;
+    const int32_t *nd = trie->node_depth, *ne = trie->node_end, *ts = trie->tok_start, *ti = trie->tok_ids;
+    int32_t *oid = (int32_t *)b[2].buf;
+    int32_t *onext = (int32_t *)b[3].buf;
+    int32_t *scr = (int32_t *)b[4].buf;
     Py_ssize_t count = 0;
     int bad = 0;
 
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t d = 0; d <= max_depth; d++) states[d] = (int32_t)state; /* never an unset entry */
     Py_ssize_t i = 1;
-    /* The trie and the table were validated by `check` (index.py calls it once per trie and per DFA), so
+    /* The trie was validated when made (Trie) and the table by `check` (index.py calls it once per DFA), so
      * the hot loop trusts them: depth in [1, max_depth], end in (i, n_nodes], targets in [-1, n_states). */
     while (i < n_nodes) {
         int32_t d = nd[i];
@@ -182,16 +169,13 @@ walk(PyObject *self, PyObject *args)
     result = PyLong_FromSsize_t(count);
 done:
     if (states != stack_states) free(states);
-    while (got > 0) {
-        got--;
-        PyBuffer_Release(bufs[got]);
-    }
+    release_bufs(b, 5);
     return result;
 }
 
 PyDoc_STRVAR(walk_rule_doc,
-"walk_rule(classes, symbol_class, state, boundary, roots, node_byte, node_depth, node_end, tok_start, tok_ids,\n"
-"          max_depth, out_ids, out_next, out_exit_nodes, out_exit_states, scratch) -> (count, n_exits)\n\n"
+"walk_rule(classes, symbol_class, state, boundary, roots, trie, out_ids, out_next, out_exit_nodes,\n"
+"          out_exit_states, scratch) -> (count, n_exits)\n\n"
 "`walk` over the subtrees of the trie nodes `roots` (int32, ascending, none inside another's subtree; [0] = the\n"
 "whole trie), each from `state`, for a pushdown grammar's combined rule table in its class form (the state\n"
 "after byte x from s is classes[s, symbol_class[x]]; classes int32 [n_states, n_classes], symbol_class int32\n"
@@ -204,48 +188,39 @@ PyDoc_STRVAR(walk_rule_doc,
 static PyObject *
 walk_rule(PyObject *self, PyObject *args)
 {
-    PyObject *o[14];
-    Py_ssize_t state, max_depth;
-    if (!PyArg_ParseTuple(args, "OOnOOOOOOOnOOOOO", &o[0], &o[13], &state, &o[1], &o[12], &o[2], &o[3], &o[4],
-                          &o[5], &o[6], &max_depth, &o[7], &o[8], &o[9], &o[10], &o[11])) {
+    PyObject *o[9];
+    TrieObject *trie;
+    Py_ssize_t state;
+    if (!PyArg_ParseTuple(args, "OOnOOO!OOOOO", &o[0], &o[1], &state, &o[2], &o[3], &Trie_Type, &trie, &o[4], &o[5],
+                          &o[6], &o[7], &o[8])) {
         return NULL;
     }
-    Py_buffer b[14];
-    const Py_ssize_t sizes[14] = {4, 1, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
-    const int wr[14] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0};
-    const char *names[14] = {"classes", "boundary", "node_byte", "node_depth", "node_end", "tok_start",
-                             "tok_ids", "out_ids", "out_next", "out_exit_nodes", "out_exit_states", "scratch",
-                             "roots", "symbol_class"};
-    int got = 0;
+    Py_buffer b[9];
+    const Py_ssize_t sizes[9] = {4, 4, 1, 4, 4, 4, 4, 4, 4};
+    const int wr[9] = {0, 0, 0, 0, 1, 1, 1, 1, 1};
+    const char *names[9] = {"classes", "symbol_class", "boundary", "roots", "out_ids", "out_next", "out_exit_nodes",
+                            "out_exit_states", "scratch"};
+    if (get_bufs(o, b, 9, sizes, wr, names) < 0) return NULL;
     PyObject *result = NULL;
     int32_t *states = NULL;
-    for (; got < 14; got++) {
-        if (get_buf(o[got], &b[got], wr[got], sizes[got], names[got]) < 0) goto done;
-    }
     const int32_t *T = (const int32_t *)b[0].buf;
-    const uint8_t *bd = (const uint8_t *)b[1].buf;
-    const uint8_t *nb = (const uint8_t *)b[2].buf;
-    const int32_t *nd = (const int32_t *)b[3].buf;
-    const int32_t *ne = (const int32_t *)b[4].buf;
-    const int32_t *ts = (const int32_t *)b[5].buf;
-    const int32_t *ti = (const int32_t *)b[6].buf;
-    int32_t *oid = (int32_t *)b[7].buf;
-    int32_t *onext = (int32_t *)b[8].buf;
-    int32_t *xnode = (int32_t *)b[9].buf;
-    int32_t *xstate = (int32_t *)b[10].buf;
-    int32_t *scr = (int32_t *)b[11].buf;
-    const int32_t *roots = (const int32_t *)b[12].buf;
-    const int32_t *sc = (const int32_t *)b[13].buf;
+    const int32_t *sc = (const int32_t *)b[1].buf;
+    const uint8_t *bd = (const uint8_t *)b[2].buf;
+    const int32_t *roots = (const int32_t *)b[3].buf;
+    int32_t *oid = (int32_t *)b[4].buf;
+    int32_t *onext = (int32_t *)b[5].buf;
+    int32_t *xnode = (int32_t *)b[6].buf;
+    int32_t *xstate = (int32_t *)b[7].buf;
+    int32_t *scr = (int32_t *)b[8].buf;
+    const uint8_t *nb = trie->node_byte;
+    const int32_t *nd = trie->node_depth, *ne = trie->node_end, *ts = trie->tok_start, *ti = trie->tok_ids;
     Py_ssize_t n_states, ncls;
-    int form_ok = class_form_ok(&b[0], &b[13], &n_states, &ncls);
-    Py_ssize_t n_nodes = n_items(&b[2]);
-    Py_ssize_t n_tok = n_items(&b[6]);
-    Py_ssize_t vsize = n_items(&b[11]);
-    Py_ssize_t n_roots = n_items(&b[12]);
-    int bad = !form_ok || state < 0 || state >= n_states ||
-              n_items(&b[1]) != n_states || n_items(&b[3]) != n_nodes || n_items(&b[4]) != n_nodes ||
-              n_items(&b[5]) != n_nodes + 1 || n_items(&b[7]) < n_tok || n_items(&b[8]) < n_tok ||
-              n_items(&b[9]) < n_nodes || n_items(&b[10]) < n_nodes || max_depth < 0 || n_nodes < 1;
+    int form_ok = class_form_ok(&b[0], &b[1], &n_states, &ncls);
+    Py_ssize_t n_nodes = trie->n_nodes, n_tok = trie->n_tokens, max_depth = trie->max_depth;
+    Py_ssize_t vsize = n_items(&b[8]);
+    Py_ssize_t n_roots = n_items(&b[3]);
+    int bad = !form_ok || state < 0 || state >= n_states || n_items(&b[2]) != n_states || n_items(&b[4]) < n_tok ||
+              n_items(&b[5]) < n_tok || n_items(&b[6]) < n_nodes || n_items(&b[7]) < n_nodes;
     for (Py_ssize_t k = 0; !bad && k < n_roots; k++) {  /* disjoint subtrees: each token is found at most once */
         bad = roots[k] < 0 || roots[k] >= n_nodes || (k > 0 && roots[k] < ne[roots[k - 1]]);
     }
@@ -260,7 +235,7 @@ walk_rule(PyObject *self, PyObject *args)
     }
     Py_ssize_t count = 0, n_exits = 0;
     Py_BEGIN_ALLOW_THREADS
-    /* trie and table validated by `check` (see `walk`): depth in [1, max_depth], targets in [-1, n_states) */
+    /* trie validated when made, table by `check` (see `walk`): depth in [1, max_depth], targets in [-1, n_states) */
     for (Py_ssize_t k = 0; k < n_roots; k++) {
         int32_t root = roots[k];
         states[nd[root]] = (int32_t)state;
@@ -294,16 +269,13 @@ walk_rule(PyObject *self, PyObject *args)
     result = Py_BuildValue("nn", count, n_exits);
 done:
     free(states);
-    while (got > 0) {
-        got--;
-        PyBuffer_Release(&b[got]);
-    }
+    release_bufs(b, 9);
     return result;
 }
 
 PyDoc_STRVAR(rule_exits_doc,
-"rule_exits(classes, symbol_class, boundary, reach, starts, start_states, node_byte, node_depth, node_end,\n"
-"           deepest, max_depth, out_exit_nodes, out_exit_states) -> n_exits\n\n"
+"rule_exits(classes, symbol_class, boundary, reach, starts, start_states, trie, deepest, out_exit_nodes,\n"
+"           out_exit_states) -> n_exits\n\n"
 "(The table in its class form, as for `walk_rule`.) "
 "The exits of `walk_rule` (nodes with children whose state is a boundary) in the subtrees rooted AT each\n"
 "starts[k] (the node itself included), walked from start_states[k] at its parent. A subtree is skipped when its\n"
@@ -313,44 +285,37 @@ PyDoc_STRVAR(rule_exits_doc,
 static PyObject *
 rule_exits(PyObject *self, PyObject *args)
 {
-    PyObject *o[12];
-    Py_ssize_t max_depth;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOnOO", &o[0], &o[11], &o[1], &o[9], &o[2], &o[3], &o[4], &o[5], &o[6],
-                          &o[10], &max_depth, &o[7], &o[8])) {
+    PyObject *o[9];
+    TrieObject *trie;
+    if (!PyArg_ParseTuple(args, "OOOOOOO!OOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &Trie_Type, &trie, &o[6],
+                          &o[7], &o[8])) {
         return NULL;
     }
-    Py_buffer b[12];
-    const Py_ssize_t sizes[12] = {4, 1, 4, 4, 1, 4, 4, 4, 4, 4, 4, 4};
-    const int wr[12] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0};
-    const char *names[12] = {"classes", "boundary", "starts", "start_states", "node_byte", "node_depth",
-                             "node_end", "out_exit_nodes", "out_exit_states", "reach", "deepest",
-                             "symbol_class"};
-    int got = 0;
+    Py_buffer b[9];
+    const Py_ssize_t sizes[9] = {4, 4, 1, 4, 4, 4, 4, 4, 4};
+    const int wr[9] = {0, 0, 0, 0, 0, 0, 0, 1, 1};
+    const char *names[9] = {"classes", "symbol_class", "boundary", "reach", "starts", "start_states", "deepest",
+                            "out_exit_nodes", "out_exit_states"};
+    if (get_bufs(o, b, 9, sizes, wr, names) < 0) return NULL;
     PyObject *result = NULL;
     int32_t *states = NULL;
-    for (; got < 12; got++) {
-        if (get_buf(o[got], &b[got], wr[got], sizes[got], names[got]) < 0) goto done;
-    }
     const int32_t *T = (const int32_t *)b[0].buf;
-    const uint8_t *bd = (const uint8_t *)b[1].buf;
-    const int32_t *st = (const int32_t *)b[2].buf;
-    const int32_t *ss = (const int32_t *)b[3].buf;
-    const uint8_t *nb = (const uint8_t *)b[4].buf;
-    const int32_t *nd = (const int32_t *)b[5].buf;
-    const int32_t *ne = (const int32_t *)b[6].buf;
+    const int32_t *sc = (const int32_t *)b[1].buf;
+    const uint8_t *bd = (const uint8_t *)b[2].buf;
+    const int32_t *reach = (const int32_t *)b[3].buf;
+    const int32_t *st = (const int32_t *)b[4].buf;
+    const int32_t *ss = (const int32_t *)b[5].buf;
+    const int32_t *deepest = (const int32_t *)b[6].buf;
     int32_t *xnode = (int32_t *)b[7].buf;
     int32_t *xstate = (int32_t *)b[8].buf;
-    const int32_t *reach = (const int32_t *)b[9].buf;
-    const int32_t *deepest = (const int32_t *)b[10].buf;
-    const int32_t *sc = (const int32_t *)b[11].buf;
+    const uint8_t *nb = trie->node_byte;
+    const int32_t *nd = trie->node_depth, *ne = trie->node_end;
     Py_ssize_t n_states, ncls;
-    int form_ok = class_form_ok(&b[0], &b[11], &n_states, &ncls);
-    Py_ssize_t n_nodes = n_items(&b[4]);
-    Py_ssize_t n_starts = n_items(&b[2]);
-    if (!form_ok || n_items(&b[1]) != n_states ||
-        n_items(&b[9]) != n_states || n_items(&b[10]) != n_nodes ||
-        n_items(&b[3]) != n_starts || n_items(&b[5]) != n_nodes || n_items(&b[6]) != n_nodes ||
-        n_items(&b[7]) < n_nodes || n_items(&b[8]) < n_nodes || max_depth < 0 || n_nodes < 1) {
+    int form_ok = class_form_ok(&b[0], &b[1], &n_states, &ncls);
+    Py_ssize_t n_nodes = trie->n_nodes, max_depth = trie->max_depth;
+    Py_ssize_t n_starts = n_items(&b[4]);
+    if (!form_ok || n_items(&b[2]) != n_states || n_items(&b[3]) != n_states || n_items(&b[6]) != n_nodes ||
+        n_items(&b[5]) != n_starts || n_items(&b[7]) < n_nodes || n_items(&b[8]) < n_nodes) {
         PyErr_SetString(PyExc_ValueError, "rule_exits: inconsistent array sizes");
         goto done;
     }
@@ -394,17 +359,13 @@ rule_exits(PyObject *self, PyObject *args)
     result = PyLong_FromSsize_t(n_exits);
 done:
     free(states);
-    while (got > 0) {
-        got--;
-        PyBuffer_Release(&b[got]);
-    }
+    release_bufs(b, 9);
     return result;
 }
 
 PyDoc_STRVAR(walk_family_doc,
-"walk_family(class_table, symbol_class, starts, boundary, roots, node_byte, node_depth, node_end, tok_start,\n"
-"            tok_ids, max_depth, out_member, out_ids, out_next, out_exit_member, out_exit_nodes, out_exit_states)\n"
-"            -> (count, n_exits)\n\n"
+"walk_family(class_table, symbol_class, starts, boundary, roots, trie, out_member, out_ids, out_next,\n"
+"            out_exit_member, out_exit_nodes, out_exit_states) -> (count, n_exits)\n\n"
 "`walk_rule` from each of several states (`starts`, int32: the first states of an object's members) below the\n"
 "same `roots`, in one pass over the trie: a node is visited while some member is still alive there, so members\n"
 "whose keys part after a byte or two cost that byte or two, not a walk each. The table is read in its class form\n"
@@ -417,40 +378,33 @@ PyDoc_STRVAR(walk_family_doc,
 static PyObject *
 walk_family(PyObject *self, PyObject *args)
 {
-    PyObject *o[15];
-    PyObject *o_symbol_class;
-    Py_ssize_t max_depth;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOnOOOOOO", &o[0], &o_symbol_class, &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
-                          &o[7], &o[8], &max_depth, &o[9], &o[10], &o[11], &o[12], &o[13], &o[14])) {
+    PyObject *o[11];
+    TrieObject *trie;
+    if (!PyArg_ParseTuple(args, "OOOOOO!OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &Trie_Type, &trie, &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &o[10])) {
         return NULL;
     }
-    Py_buffer b[15], sc_buf;
-    const Py_ssize_t sizes[15] = {4, 4, 1, 4, 1, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4};
-    const int wr[15] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
-    const char *names[15] = {"class_table", "starts", "boundary", "roots", "node_byte", "node_depth", "node_end",
-                             "tok_start", "tok_ids", "out_member", "out_ids", "out_next", "out_exit_member",
-                             "out_exit_nodes", "out_exit_states"};
-    if (get_buf(o_symbol_class, &sc_buf, 0, 4, "symbol_class") < 0) return NULL;
-    if (get_bufs(o, b, 15, sizes, wr, names) < 0) {
-        PyBuffer_Release(&sc_buf);
-        return NULL;
-    }
+    Py_buffer b[11];
+    const Py_ssize_t sizes[11] = {4, 4, 4, 1, 4, 4, 4, 4, 4, 4, 4};
+    const int wr[11] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1};
+    const char *names[11] = {"class_table", "symbol_class", "starts", "boundary", "roots", "out_member", "out_ids",
+                             "out_next", "out_exit_member", "out_exit_nodes", "out_exit_states"};
+    if (get_bufs(o, b, 11, sizes, wr, names) < 0) return NULL;
     PyObject *result = NULL;
     int32_t *alive = NULL;
-    const int32_t *T = (const int32_t *)b[0].buf, *starts = (const int32_t *)b[1].buf;
-    const uint8_t *bd = (const uint8_t *)b[2].buf, *nb = (const uint8_t *)b[4].buf;
-    const int32_t *roots = (const int32_t *)b[3].buf, *nd = (const int32_t *)b[5].buf, *ne = (const int32_t *)b[6].buf;
-    const int32_t *ts = (const int32_t *)b[7].buf, *ti = (const int32_t *)b[8].buf;
-    int32_t *omember = (int32_t *)b[9].buf, *oid = (int32_t *)b[10].buf, *onext = (int32_t *)b[11].buf;
-    int32_t *xmember = (int32_t *)b[12].buf, *xnode = (int32_t *)b[13].buf, *xstate = (int32_t *)b[14].buf;
-    const int32_t *sc = (const int32_t *)sc_buf.buf;
-    Py_ssize_t n_states, width, m = n_items(&b[1]); /* width: classes per state */
-    int form_ok = class_form_ok(&b[0], &sc_buf, &n_states, &width);
-    Py_ssize_t n_roots = n_items(&b[3]), n_nodes = n_items(&b[4]);
-    Py_ssize_t cap = n_items(&b[10]), x_cap = n_items(&b[13]);
-    int bad = !form_ok || n_items(&b[2]) != n_states || n_nodes < 1 || n_items(&b[5]) != n_nodes || n_items(&b[6]) != n_nodes || n_items(&b[7]) != n_nodes + 1 ||
-              n_items(&b[9]) != cap || n_items(&b[11]) != cap || n_items(&b[12]) != x_cap ||
-              n_items(&b[14]) != x_cap || max_depth < 0;
+    const int32_t *T = (const int32_t *)b[0].buf, *sc = (const int32_t *)b[1].buf, *starts = (const int32_t *)b[2].buf;
+    const uint8_t *bd = (const uint8_t *)b[3].buf;
+    const int32_t *roots = (const int32_t *)b[4].buf;
+    int32_t *omember = (int32_t *)b[5].buf, *oid = (int32_t *)b[6].buf, *onext = (int32_t *)b[7].buf;
+    int32_t *xmember = (int32_t *)b[8].buf, *xnode = (int32_t *)b[9].buf, *xstate = (int32_t *)b[10].buf;
+    const uint8_t *nb = trie->node_byte;
+    const int32_t *nd = trie->node_depth, *ne = trie->node_end, *ts = trie->tok_start, *ti = trie->tok_ids;
+    Py_ssize_t n_states, width, m = n_items(&b[2]); /* width: classes per state */
+    int form_ok = class_form_ok(&b[0], &b[1], &n_states, &width);
+    Py_ssize_t n_roots = n_items(&b[4]), n_nodes = trie->n_nodes, max_depth = trie->max_depth;
+    Py_ssize_t cap = n_items(&b[6]), x_cap = n_items(&b[9]);
+    int bad = !form_ok || n_items(&b[3]) != n_states || n_items(&b[5]) != cap || n_items(&b[7]) != cap ||
+              n_items(&b[8]) != x_cap || n_items(&b[10]) != x_cap;
     for (Py_ssize_t k = 0; !bad && k < m; k++) bad = starts[k] < 0 || starts[k] >= n_states;
     for (Py_ssize_t k = 0; !bad && k < n_roots; k++) {  /* disjoint subtrees: each token is found at most once */
         bad = roots[k] < 0 || roots[k] >= n_nodes || (k > 0 && roots[k] < ne[roots[k - 1]]);
@@ -468,8 +422,8 @@ walk_family(PyObject *self, PyObject *args)
     }
     Py_ssize_t count = 0, n_exits = 0, stride = 2 * m + 1;
     Py_BEGIN_ALLOW_THREADS
-    /* trie validated by `check` (see `walk`): depth in [1, max_depth]; the class table's targets are in
-     * [-1, n_states) by construction, or checked where a stored one is adopted (pushdown `_adopt`) */
+    /* trie validated when made: depth in [1, max_depth]; the class table's targets are in [-1, n_states) by
+     * construction, or checked where a stored one is adopted (pushdown `_adopt`) */
     for (Py_ssize_t k = 0; k < n_roots; k++) {
         int32_t root = roots[k];
         int32_t *top = alive + (Py_ssize_t)nd[root] * stride;
@@ -514,71 +468,45 @@ walk_family(PyObject *self, PyObject *args)
     result = Py_BuildValue("nn", count, n_exits);
 done:
     free(alive);
-    release_bufs(b, 15);
-    PyBuffer_Release(&sc_buf);
+    release_bufs(b, 11);
     return result;
 }
 
 PyDoc_STRVAR(check_doc,
-"check(classes, symbol_class, node_depth, node_end, tok_start, tok_ids, max_depth, vocab_size) -> None\n\n"
-"Validate what `walk` trusts: the class form (as for `walk`), every transition in [-1, n_states), every node's\n"
-"depth in [1, max_depth]\n"
-"and no deeper than its parent + 1, subtree ends in (i, n_nodes], CSR offsets ascending within tok_ids,\n"
-"token ids in [0, vocab_size). Raises ValueError naming the first violation.");
+"check(classes, symbol_class) -> None\n\n"
+"Validate what the walks trust of a table (a trie is validated when its `Trie` is made): the class form (as for\n"
+"`walk`) and every transition in [-1, n_states). Raises ValueError naming the first violation.");
 
 static PyObject *
 check(PyObject *self, PyObject *args)
 {
-    PyObject *o_t, *o_c, *o_d, *o_e, *o_s, *o_i;
-    Py_ssize_t max_depth, vsize;
-    if (!PyArg_ParseTuple(args, "OOOOOOnn", &o_t, &o_c, &o_d, &o_e, &o_s, &o_i, &max_depth, &vsize)) return NULL;
-    Py_buffer bt, bc, bd, be, bs, bi;
-    Py_buffer *bufs[6] = {&bt, &bc, &bd, &be, &bs, &bi};
-    PyObject *objs[6] = {o_t, o_c, o_d, o_e, o_s, o_i};
-    const char *names[6] = {"classes", "symbol_class", "node_depth", "node_end", "tok_start", "tok_ids"};
-    int got = 0;
-    PyObject *result = NULL;
+    PyObject *o[2];
+    if (!PyArg_ParseTuple(args, "OO", &o[0], &o[1])) return NULL;
+    Py_buffer b[2];
+    const Py_ssize_t sizes[2] = {4, 4};
+    const int wr[2] = {0, 0};
+    const char *names[2] = {"classes", "symbol_class"};
+    if (get_bufs(o, b, 2, sizes, wr, names) < 0) return NULL;
     const char *why = NULL;
-    for (; got < 6; got++) {
-        if (get_buf(objs[got], bufs[got], 0, 4, names[got]) < 0) goto done;
-    }
     Py_ssize_t n_states, ncls;
-    int form_ok = class_form_ok(&bt, &bc, &n_states, &ncls);
-    Py_ssize_t n_nodes = n_items(&bd), n_tok = n_items(&bi);
-    const int32_t *T = (const int32_t *)bt.buf, *nd = (const int32_t *)bd.buf, *ne = (const int32_t *)be.buf;
-    const int32_t *ts = (const int32_t *)bs.buf, *ti = (const int32_t *)bi.buf;
-    if (!form_ok) why = "classes is not [n_states, n_classes] with a class in range for each of >= 256 symbols";
-    else if (n_nodes < 1 || n_items(&be) != n_nodes || n_items(&bs) != n_nodes + 1) why = "trie arrays disagree";
-    else if (nd[0] != 0 || ne[0] != n_nodes || ts[0] != 0 || ts[n_nodes] != n_tok) why = "bad trie root";
-    if (!why) { /* one branch-free (vectorizable) pass: the smallest and largest target */
+    if (!class_form_ok(&b[0], &b[1], &n_states, &ncls)) {
+        why = "classes is not [n_states, n_classes] with a class in range for each of >= 256 symbols";
+    } else { /* one branch-free (vectorizable) pass: the smallest and largest target */
+        const int32_t *T = (const int32_t *)b[0].buf;
         int32_t lo = 0, hi = 0;
-        Py_ssize_t n_t = n_items(&bt);
+        Py_ssize_t n_t = n_items(&b[0]);
         for (Py_ssize_t k = 0; k < n_t; k++) {
             lo = T[k] < lo ? T[k] : lo;
             hi = T[k] > hi ? T[k] : hi;
         }
         if (n_t && (lo < -1 || hi >= n_states)) why = "transition target out of range";
     }
-    for (Py_ssize_t i = 1; !why && i < n_nodes; i++) {
-        if (nd[i] < 1 || nd[i] > max_depth || nd[i] > nd[i - 1] + 1) why = "node depth out of range";
-        else if (ne[i] <= i || ne[i] > n_nodes) why = "node subtree end out of range";
-        else if (ts[i] > ts[i + 1]) why = "token offsets not ascending";
-    }
-    for (Py_ssize_t k = 0; !why && k < n_tok; k++) {
-        if (ti[k] < 0 || ti[k] >= vsize) why = "token id out of range";
-    }
+    release_bufs(b, 2);
     if (why) {
         PyErr_Format(PyExc_ValueError, "check: %s", why);
-        goto done;
+        return NULL;
     }
-    Py_INCREF(Py_None);
-    result = Py_None;
-done:
-    while (got > 0) {
-        got--;
-        PyBuffer_Release(bufs[got]);
-    }
-    return result;
+    Py_RETURN_NONE;
 }
 
 PyMethodDef kernel_walk_methods[] = {
