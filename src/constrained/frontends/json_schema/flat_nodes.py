@@ -28,6 +28,7 @@ from constrained.frontends.json_schema.vocabulary import (
     NOT_PATTERN,
     NOT_STRINGS,
     RULE_REF,
+    SOME_MEMBER,
     TYPES,
 )
 
@@ -176,7 +177,8 @@ def type_set(flat: dict) -> set[str]:
 
 
 def provably_disjoint(f: dict, g: dict) -> bool:
-    """True when no JSON value can satisfy both flat nodes (type sets, enums, or a const discriminator)."""
+    """True when no JSON value can satisfy both flat nodes: type sets, enums, or, for objects only, a name one
+    requires that the other forbids, or a name both require with provably disjoint value schemas."""
     if "enum" in f and "enum" in g:
         if not {value_key(v) for v in f["enum"]} & {value_key(v) for v in g["enum"]}:
             return True
@@ -184,21 +186,75 @@ def provably_disjoint(f: dict, g: dict) -> bool:
     if not common:
         return True
     if common == {"object"}:
-        for name in set(f.get("required", [])) & set(g.get("required", [])):
-            vf, vg = _choices(f.get("properties", {}).get(name)), _choices(g.get("properties", {}).get(name))
-            if vf is not None and vg is not None and not vf & vg:
+        if any(_forbids(g, name) for name in _names(f, "required")) or any(_forbids(f, name)
+                                                                          for name in _names(g, "required")):
+            return True
+        for name in set(_names(f, "required")) & set(_names(g, "required")):
+            if _values_disjoint(_listed(f, name), _listed(g, name)):
                 return True
     return False
 
 
-def _choices(sub: Any) -> set[str] | None:
-    if not isinstance(sub, dict):
+def _names(flat: dict, key: str) -> list:
+    names = flat.get(key, [])
+    return [n for n in names if isinstance(n, str)] if isinstance(names, (list, dict)) else []
+
+
+def _listed(flat: dict, name: str) -> Any:
+    """The schema ``properties`` gives a name (None: not listed, or not read here)."""
+    props = flat.get("properties")
+    return props.get(name) if isinstance(props, dict) else None
+
+
+def _forbids(flat: dict, name: str) -> bool:
+    """Whether the node surely rejects an object with member ``name``: properties[name] is false, or
+    additionalProperties is false and neither properties nor a patternProperties key could take the name."""
+    props = flat.get("properties", {})
+    if not isinstance(props, dict):
+        return False
+    if name in props:
+        return props[name] is False
+    if flat.get("additionalProperties") is not False:
+        return False
+    patterns = flat.get("patternProperties", {})
+    return isinstance(patterns, dict) and all(isinstance(p, str) and _surely_misses(p, name) for p in patterns)
+
+
+def _surely_misses(pattern: str, name: str) -> bool:
+    """A pattern with no regex syntax (a literal) that the name does not contain; False when unsure."""
+    return not any(c in pattern for c in "\\^$.|?*+()[]{}") and pattern not in name
+
+
+def _values_disjoint(a: Any, b: Any) -> bool:
+    """Two value schemas (of a listed name) no value satisfies both of, judged on their own type/const/enum."""
+    if a is False or b is False:
+        return True
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    ea, eb, ta, tb = _literals(a), _literals(b), _types(a), _types(b)
+    if ta is not None and tb is not None and not ta & tb:
+        return True
+    for literals, types, others in ((ea, tb, eb), (eb, ta, ea)):
+        if literals is not None:
+            keep = {value_key(v) for v in literals if types is None or json_type(v) in types}
+            if not (keep if others is None else keep & {value_key(v) for v in others}):
+                return True
+    return False
+
+
+def _literals(schema: dict) -> list | None:
+    """The values ``const``/``enum`` allow (const alone when both: a superset), None: any."""
+    if "const" in schema:
+        return [schema["const"]]
+    return schema["enum"] if isinstance(schema.get("enum"), list) else None
+
+
+def _types(schema: dict) -> set[str] | None:
+    names = schema.get("type")
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not all(n in ALL_TYPE_NAMES for n in names):
         return None
-    if "const" in sub:
-        return {value_key(sub["const"])}
-    if isinstance(sub.get("enum"), list):
-        return {value_key(v) for v in sub["enum"]}
-    return None
+    return type_set({"type": names})
 
 
 def conj(a: Any, b: Any) -> Any:
@@ -242,7 +298,7 @@ def merge(a: dict, b: dict, path: str) -> dict | None:
             out[key] = [v for v in av if value_key(v) in keep]
         elif key == "uniqueItems":
             out[key] = bool(av) or bool(bv)
-        elif key in (NOT_PATTERN, NOT_STRINGS, ALL_PATTERNS):
+        elif key in (NOT_PATTERN, NOT_STRINGS, ALL_PATTERNS, SOME_MEMBER):
             out[key] = list(av) + [v for v in bv if v not in av]
         elif key == "pattern" and isinstance(av, str) and isinstance(bv, str) and av != bv:
             more = list(out.get(ALL_PATTERNS, ()))

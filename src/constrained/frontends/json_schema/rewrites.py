@@ -9,8 +9,8 @@ The walk (`walk.SchemaWalk.flatten`) calls these and flattens what they return a
 
 Soundness is the rule (what the pattern accepts is valid): a negation is built only from keywords whose
 complement is itself expressible exactly; anything else raises `UnsupportedSchemaError` naming the keyword.
-The negation introduces three internal keywords (``NOT_PATTERN``, ``NOT_STRINGS``, ``NOT_INTEGER``, see
-`vocabulary`) that only the compiler reads; a user schema containing them only gets a smaller language, never a
+The negation introduces internal keywords (``NOT_PATTERN``, ``NOT_STRINGS``, ``NOT_INTEGER``, ``SOME_MEMBER``,
+see `vocabulary`) that only the compiler reads; a user schema containing them only gets a smaller language, never a
 larger one.
 """
 
@@ -28,6 +28,7 @@ from constrained.frontends.json_schema.vocabulary import (
     NOT_INTEGER,
     NOT_PATTERN,
     NOT_STRINGS,
+    SOME_MEMBER,
     TYPES,
 )
 
@@ -87,6 +88,24 @@ def _numeric_enum_complement(values: list) -> list:
     return parts
 
 
+def _not_object_literals(literals: list[dict], where: str, again: Callable[[Any, str], Any]) -> Any:
+    """Objects equal to none of ``literals``: for each, one missing a key, with a key outside it, or with a key
+    whose value differs."""
+    differs = []
+    for literal in literals:
+        if not literal:
+            differs.append({"minProperties": 1})
+            continue
+        ways: list = [{"properties": {name: False}} for name in literal]
+        ways.append({SOME_MEMBER: [[{"type": "string", NOT_STRINGS: list(literal)}, True]]})
+        for name, v in literal.items():
+            other = again({"const": v}, f"{where}/{name}")
+            if other is not False:
+                ways.append({"required": [name], "properties": {name: other}})
+        differs.append(_any(ways))
+    return _all([{"type": "object"}, *differs])
+
+
 def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0) -> Any:
     """`_negate`, with a malformed keyword value anywhere under the negation (``"maxProperties": ""``) refused as
     `InvalidSchemaError` naming the negated node, as the compiler refuses it everywhere else."""
@@ -139,8 +158,8 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             if not isinstance(values, list):
                 raise InvalidSchemaError(where, "enum must be an array")
             for v in values:
-                if isinstance(v, (dict, list)) and v not in ({}, []):
-                    raise UnsupportedSchemaError(where, "not", "the complement of an object or array literal")
+                if isinstance(v, list) and v != []:
+                    raise UnsupportedSchemaError(where, "not", "the complement of an array literal")
             if None not in values:
                 parts.append({"type": "null"})
             booleans = [b for b in (True, False) if not any(v is b for v in values)]
@@ -150,8 +169,7 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             parts.extend(_numeric_enum_complement(numbers))
             strings = [v for v in values if isinstance(v, str)]
             parts.append({"type": "string", NOT_STRINGS: strings} if strings else {"type": "string"})
-            parts.append({"type": "object", "minProperties": 1} if any(v == {} and isinstance(v, dict) for v in values)
-                         else {"type": "object"})
+            parts.append(_not_object_literals([v for v in values if isinstance(v, dict)], where, again))
             parts.append({"type": "array", "minItems": 1} if any(v == [] and isinstance(v, list) for v in values)
                          else {"type": "array"})
         elif key == "minLength":
@@ -198,15 +216,33 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
                 bad = again(sub, f"{where}/{name}")
                 if bad is not False:
                     parts.append({"type": "object", "required": [name], "properties": {name: bad}})
-        elif key in ("additionalProperties", "items", "additionalItems", "propertyNames", "contains",
-                     "unevaluatedProperties", "unevaluatedItems"):
+        elif key == "additionalProperties":  # some member neither listed nor matched whose value fails it
+            bad = again(value, where)
+            if bad is not False:
+                listed, matched = s.get("properties", {}), s.get("patternProperties", {})
+                if not isinstance(listed, dict) or not isinstance(matched, dict):
+                    raise InvalidSchemaError(path, "properties and patternProperties must be objects")
+                keys: dict = {"type": "string"}
+                if listed:
+                    keys[NOT_STRINGS] = list(listed)
+                if matched:
+                    keys[NOT_PATTERN] = list(matched)
+                parts.append({"type": "object", SOME_MEMBER: [[keys, bad]]})
+        elif key == "patternProperties":  # some member matching a pattern whose value fails its schema
+            if not isinstance(value, dict):
+                raise InvalidSchemaError(where, "patternProperties must be an object")
+            for pattern, sub in value.items():
+                bad = again(sub, f"{where}/{pattern}")
+                if bad is not False:
+                    parts.append({"type": "object", SOME_MEMBER: [[{"type": "string", "pattern": pattern}, bad]]})
+        elif key == "propertyNames":  # some key fails it
+            bad = _all([{"type": "string"}, again(value, where)])
+            if bad is not False:
+                parts.append({"type": "object", SOME_MEMBER: [[bad, True]]})
+        elif key in ("items", "additionalItems", "contains", "unevaluatedProperties", "unevaluatedItems"):
             if value is True or value == {} or (key == "items" and "prefixItems" not in s and value == []):
                 continue
             raise UnsupportedSchemaError(where, "not", f"the complement of {key} (some member violates it)")
-        elif key == "patternProperties":
-            if all(v is True or v == {} for v in value.values()):
-                continue
-            raise UnsupportedSchemaError(where, "not", "the complement of patternProperties")
         elif key == "prefixItems":
             raise UnsupportedSchemaError(where, "not", "the complement of prefixItems")
         elif key == "allOf":

@@ -270,7 +270,7 @@ class SchemaWalk:
             if key in node:
                 branches = [self.flatten(m, f"{path}/{key}/{i}", trail) for i, m in enumerate(self.schema_list(node, key, path))]
                 if key == "oneOf":
-                    overlapping = self.overlapping(branches)
+                    overlapping = self.overlapping(branches, conjuncts[0][0][0])
                     if any(overlapping):  # exactly one: each branch minus the branches it may overlap
                         members = self.schema_list(node, key, path)
                         resolve = functools.partial(self.resolve_for_negation, path=path)
@@ -368,12 +368,20 @@ class SchemaWalk:
                 raise InvalidSchemaError(path, f"$ref {target} does not resolve")
         return node
 
-    def overlapping(self, branches: list[list[Flat]]) -> list[set[int]]:
+    def overlapping(self, branches: list[list[Flat]], base: dict) -> list[set[int]]:
         """For each oneOf branch, the other branches it is not provably disjoint from (exclusivity must be
-        enforced against them: `rewrites.exclusive_branches`)."""
+        enforced against them: `rewrites.exclusive_branches`). Judged within ``base`` (the node's own keywords,
+        which every branch meets: a sibling ``type: object`` leaves the branches only objects to share)."""
+        def within(flat: dict) -> dict:
+            try:
+                merged = merge(base, flat, "#")
+            except UnsupportedSchemaError:
+                return flat
+            return {"type": []} if merged is None else merged
+
         out: list[set[int]] = [set() for _ in branches]
         for (i, bi), (j, bj) in itertools.combinations(enumerate(branches), 2):
-            if not all(provably_disjoint(f, g) for f, _, _ in bi for g, _, _ in bj):
+            if not all(provably_disjoint(within(f), within(g)) for f, _, _ in bi for g, _, _ in bj):
                 out[i].add(j)
                 out[j].add(i)
         return out
