@@ -41,6 +41,7 @@ __all__ = [
     "json_type",
     "type_set",
     "provably_disjoint",
+    "forbids_name",
     "conj",
     "merge",
 ]
@@ -186,7 +187,7 @@ def provably_disjoint(f: dict, g: dict) -> bool:
     if not common:
         return True
     if common == {"object"}:
-        if any(_forbids(g, name) for name in _names(f, "required")) or any(_forbids(f, name)
+        if any(forbids_name(g, name) for name in _names(f, "required")) or any(forbids_name(f, name)
                                                                           for name in _names(g, "required")):
             return True
         for name in set(_names(f, "required")) & set(_names(g, "required")):
@@ -206,7 +207,7 @@ def _listed(flat: dict, name: str) -> Any:
     return props.get(name) if isinstance(props, dict) else None
 
 
-def _forbids(flat: dict, name: str) -> bool:
+def forbids_name(flat: dict, name: str) -> bool:
     """Whether the node surely rejects an object with member ``name``: properties[name] is false, or
     additionalProperties is false and neither properties nor a patternProperties key could take the name."""
     props = flat.get("properties", {})

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from constrained.dialect.json_lexemes import STRING_FORMATS
 from constrained.errors import ConstrainedError, InvalidSchemaError, UnsupportedSchemaError
+from constrained.frontends.json_schema.flat_nodes import forbids_name
 from constrained.frontends.json_schema.vocabulary import (
     FORMAT_ALIASES,
     INTERNAL_KEYWORDS,
@@ -106,13 +107,15 @@ def _not_object_literals(literals: list[dict], where: str, again: Callable[[Any,
     return _all([{"type": "object"}, *differs])
 
 
-def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0) -> Any:
+def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0,
+           within: list[dict] | None = None) -> Any:
     """`_negate`, with a malformed keyword value anywhere under the negation (``"maxProperties": ""``) refused as
-    `InvalidSchemaError` naming the negated node, as the compiler refuses it everywhere else."""
+    `InvalidSchemaError` naming the negated node, as the compiler refuses it everywhere else. ``within``: flat nodes
+    the instance meets one of (a oneOf branch): a member name they all forbid needs no negated value."""
     if depth:
         return _negate(schema, path, resolve, depth)
     try:
-        return _negate(schema, path, resolve, 0)
+        return _negate(schema, path, resolve, 0, within)
     except ConstrainedError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
@@ -120,7 +123,8 @@ def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0
                                        f"({type(exc).__name__}: {exc})") from None
 
 
-def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0) -> Any:
+def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0,
+            within: list[dict] | None = None) -> Any:
     """A schema whose valid instances are exactly those `schema` rejects (or refused with the keyword at fault).
 
     ¬(k1 ∧ k2 ∧ …) = ¬k1 ∨ ¬k2 ∨ …, each keyword negated on its own. A keyword that does not apply to a type
@@ -213,6 +217,8 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             if not isinstance(value, dict):
                 raise InvalidSchemaError(where, "properties must be an object")
             for name, sub in value.items():
+                if within and all(forbids_name(f, name) for f in within):
+                    continue  # {name present ∧ …} meets none of them
                 bad = again(sub, f"{where}/{name}")
                 if bad is not False:
                     parts.append({"type": "object", "required": [name], "properties": {name: bad}})
@@ -276,11 +282,14 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
     return _any(parts)
 
 
-def exclusive_branches(branches: list, overlapping: list[set[int]], path: str, resolve: Callable[[str], Any]) -> list:
-    """oneOf as a union: branch i, minus every branch j that may overlap it (``overlapping[i]``)."""
+def exclusive_branches(branches: list, overlapping: list[set[int]], path: str, resolve: Callable[[str], Any],
+                       contexts: list[list[dict]] | None = None) -> list:
+    """oneOf as a union: branch i, minus every branch j that may overlap it (``overlapping[i]``); ``contexts[i]``:
+    branch i's flat nodes, within which a part of ¬branch j that they surely exclude is left out."""
     out = []
     for i, branch in enumerate(branches):
-        others = [negate(branches[j], f"{path}/oneOf/{j}", resolve) for j in sorted(overlapping[i])]
+        within = contexts[i] if contexts else None
+        others = [negate(branches[j], f"{path}/oneOf/{j}", resolve, within=within) for j in sorted(overlapping[i])]
         out.append(_all([branch, *others]))
     return out
 
