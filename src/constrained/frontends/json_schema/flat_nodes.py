@@ -179,7 +179,7 @@ def type_set(flat: dict) -> set[str]:
 
 def provably_disjoint(f: dict, g: dict) -> bool:
     """True when no JSON value can satisfy both flat nodes: type sets, enums, or, for objects only, a name one
-    requires that the other forbids, or a name both require with provably disjoint value schemas."""
+    requires whose value schemas in the two are provably disjoint (the other forbids it: false)."""
     if "enum" in f and "enum" in g:
         if not {value_key(v) for v in f["enum"]} & {value_key(v) for v in g["enum"]}:
             return True
@@ -187,12 +187,10 @@ def provably_disjoint(f: dict, g: dict) -> bool:
     if not common:
         return True
     if common == {"object"}:
-        if any(forbids_name(g, name) for name in _names(f, "required")) or any(forbids_name(f, name)
-                                                                          for name in _names(g, "required")):
-            return True
-        for name in set(_names(f, "required")) & set(_names(g, "required")):
-            if _values_disjoint(_listed(f, name), _listed(g, name)):
-                return True
+        for one, other in ((f, g), (g, f)):
+            for name in _names(one, "required"):
+                if _values_disjoint(_member_schema(one, name), _member_schema(other, name)):
+                    return True
     return False
 
 
@@ -201,10 +199,17 @@ def _names(flat: dict, key: str) -> list:
     return [n for n in names if isinstance(n, str)] if isinstance(names, (list, dict)) else []
 
 
-def _listed(flat: dict, name: str) -> Any:
-    """The schema ``properties`` gives a name (None: not listed, or not read here)."""
-    props = flat.get("properties")
-    return props.get(name) if isinstance(props, dict) else None
+def _member_schema(flat: dict, name: str) -> Any:
+    """The schema a member ``name`` meets: its ``properties`` entry, else ``additionalProperties`` where no
+    patternProperties may apply (None: not read here)."""
+    props = flat.get("properties", {})
+    if not isinstance(props, dict):
+        return None
+    if name in props:
+        return props[name]
+    if forbids_name(flat, name):
+        return False
+    return None if "patternProperties" in flat else flat.get("additionalProperties", True)
 
 
 def forbids_name(flat: dict, name: str) -> bool:
