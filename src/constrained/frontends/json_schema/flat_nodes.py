@@ -12,10 +12,10 @@ import json
 import math
 import warnings
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 from constrained.dialect.json_lexemes import STRING_FORMATS
-from constrained.errors import InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
+from constrained.errors import ConstrainedError, InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
 from constrained.frontends.json_schema.vocabulary import (
     ALL_PATTERNS,
     ALL_TYPE_NAMES,
@@ -177,9 +177,10 @@ def type_set(flat: dict) -> set[str]:
     return types | {"integer"} if "number" in types else types
 
 
-def provably_disjoint(f: dict, g: dict) -> bool:
+def provably_disjoint(f: dict, g: dict, resolve: Callable[[str], Any] | None = None, depth: int = 0) -> bool:
     """True when no JSON value can satisfy both flat nodes: type sets, enums, or, for objects only, a name one
-    requires whose value schemas in the two are provably disjoint (the other forbids it: false)."""
+    requires whose value schemas in the two are provably disjoint (the other forbids it: false; ``resolve``
+    follows a value's ``$ref``, a few levels down)."""
     if "enum" in f and "enum" in g:
         if not {value_key(v) for v in f["enum"]} & {value_key(v) for v in g["enum"]}:
             return True
@@ -189,7 +190,7 @@ def provably_disjoint(f: dict, g: dict) -> bool:
     if common == {"object"}:
         for one, other in ((f, g), (g, f)):
             for name in _names(one, "required"):
-                if _values_disjoint(_member_schema(one, name), _member_schema(other, name)):
+                if _values_disjoint(_member_schema(one, name), _member_schema(other, name), resolve, depth):
                     return True
     return False
 
@@ -231,8 +232,10 @@ def _surely_misses(pattern: str, name: str) -> bool:
     return not any(c in pattern for c in "\\^$.|?*+()[]{}") and pattern not in name
 
 
-def _values_disjoint(a: Any, b: Any) -> bool:
-    """Two value schemas (of a listed name) no value satisfies both of, judged on their own type/const/enum."""
+def _values_disjoint(a: Any, b: Any, resolve: Callable[[str], Any] | None, depth: int) -> bool:
+    """Two value schemas (of a listed name) no value satisfies both of, judged on their own type/const/enum, then
+    (``resolve`` given) as objects: each a superset of what it allows (a ``$ref``'s target, combinators left out)."""
+    a, b = _target(a, resolve, depth), _target(b, resolve, depth)
     if a is False or b is False:
         return True
     if not isinstance(a, dict) or not isinstance(b, dict):
@@ -245,7 +248,30 @@ def _values_disjoint(a: Any, b: Any) -> bool:
             keep = {value_key(v) for v in literals if types is None or json_type(v) in types}
             if not (keep if others is None else keep & {value_key(v) for v in others}):
                 return True
-    return False
+    if resolve is None or depth >= _MAX_DISJOINT_DEPTH or ea is not None or eb is not None:
+        return False
+    view = {"type": canonical_types(ta)} if ta is not None else {}
+    other = {"type": canonical_types(tb)} if tb is not None else {}
+    for flat, schema in ((view, a), (other, b)):
+        flat.update((k, schema[k]) for k in ("properties", "required", "additionalProperties", "patternProperties")
+                    if k in schema)
+    return provably_disjoint(view, other, resolve, depth + 1)
+
+
+_MAX_DISJOINT_DEPTH = 4
+"""Most levels of nested values `provably_disjoint` looks into."""
+
+
+def _target(schema: Any, resolve: Callable[[str], Any] | None, depth: int) -> Any:
+    """A schema, or the target of its ``$ref`` (a superset: the siblings only narrow it), followed a few times."""
+    for _ in range(_MAX_DISJOINT_DEPTH):
+        if resolve is None or not isinstance(schema, dict) or not isinstance(schema.get("$ref"), str):
+            return schema
+        try:
+            schema = resolve(schema["$ref"])
+        except ConstrainedError:
+            return None
+    return None
 
 
 def _literals(schema: dict) -> list | None:

@@ -384,9 +384,10 @@ class SchemaWalk:
         """For each oneOf branch, the other branches it is not provably disjoint from (exclusivity must be
         enforced against them: `rewrites.exclusive_branches`). Judged within ``base`` (the node's own keywords,
         which every branch meets: a sibling ``type: object`` leaves the branches only objects to share)."""
+        resolve = functools.partial(self.resolve_for_negation, path="#")
         out: list[set[int]] = [set() for _ in branches]
         for (i, bi), (j, bj) in itertools.combinations(enumerate(branches), 2):
-            if not all(provably_disjoint(within(base, f), within(base, g)) for f, _, _ in bi for g, _, _ in bj):
+            if not all(provably_disjoint(within(base, f), within(base, g), resolve) for f, _, _ in bi for g, _, _ in bj):
                 out[i].add(j)
                 out[j].add(i)
         return out
