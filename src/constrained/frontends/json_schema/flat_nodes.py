@@ -300,14 +300,41 @@ def conj(a: Any, b: Any) -> Any:
     return a if a == b else {"allOf": [a, b]}
 
 
+def _merge_keyed(a: dict, b: dict, path: str) -> dict:
+    """properties / patternProperties / additionalProperties of two allOf members, one of them with patterns, as
+    one node's. Exact where no additionalProperties meets the other's keys (a key's schemas then do not depend on
+    which patterns it matches): both open (every listed name and pattern of either, schemas conj'ed), or one side
+    whose names and patterns are all the other's, which alone has additionalProperties. Refused otherwise."""
+    pa, pb = a.get("properties", {}), b.get("properties", {})
+    qa, qb = a.get("patternProperties", {}), b.get("patternProperties", {})
+    xa, xb = a.get("additionalProperties", True), b.get("additionalProperties", True)
+    if not all(isinstance(x, dict) for x in (pa, pb, qa, qb)):
+        raise InvalidSchemaError(path, "properties and patternProperties must be objects")
+    open_a, open_b = xa is True or xa == {}, xb is True or xb == {}
+    if not ((open_a and open_b) or (open_b and set(pb) <= set(pa) and set(qb) <= set(qa))
+            or (open_a and set(pa) <= set(pb) and set(qa) <= set(qb))):
+        raise UnsupportedSchemaError(path, "patternProperties", "allOf members with patternProperties and "
+                                     "additionalProperties that meets the other member's keys cannot be merged")
+    out: dict = {}
+    props = {name: conj(pa.get(name, True), pb.get(name, True)) for name in [*pa, *(n for n in pb if n not in pa)]}
+    patterns = {p: conj(qa.get(p, True), qb.get(p, True)) for p in [*qa, *(q for q in qb if q not in qa)]}
+    if props:
+        out["properties"] = props
+    if patterns:
+        out["patternProperties"] = patterns
+    if not (open_a and open_b):
+        out["additionalProperties"] = xb if open_a else xa
+    return out
+
+
 def merge(a: dict, b: dict, path: str) -> dict | None:
     """Structural intersection of two flat nodes (allOf); None when provably unsatisfiable."""
     assert not ((RULE_REF in a and b) or (RULE_REF in b and a)), "inline_calls expands a call that meets siblings"
     keywords = ("properties", "additionalProperties", "patternProperties")
+    keyed = None
     if (("patternProperties" in a or "patternProperties" in b) and any(k in a for k in keywords)
             and any(k in b for k in keywords) and any(value_key(a.get(k)) != value_key(b.get(k)) for k in keywords)):
-        raise UnsupportedSchemaError(path, "patternProperties", "allOf members with patternProperties and other "
-                                     "property keywords cannot be merged")
+        keyed = _merge_keyed(a, b, path)
     out = dict(a)
     for key, bv in b.items():
         if key not in out:
@@ -339,11 +366,13 @@ def merge(a: dict, b: dict, path: str) -> dict | None:
             out[key] = bool(av) or bool(bv)
         elif key == "propertyNames":
             out[key] = conj(av, bv)
-        elif key in ("properties", "additionalProperties", "items", "prefixItems"):
+        elif key in ("properties", "additionalProperties", "patternProperties", "items", "prefixItems"):
             continue  # merged below, together
         elif value_key(av) != value_key(bv):
             raise UnsupportedSchemaError(path, key, "allOf members disagree and cannot be intersected")
-    if any(k in a or k in b for k in ("properties", "additionalProperties")):
+    if keyed is not None:
+        out.update(keyed)
+    elif any(k in a or k in b for k in ("properties", "additionalProperties")):
         pa, pb = a.get("properties", {}), b.get("properties", {})
         xa, xb = a.get("additionalProperties", True), b.get("additionalProperties", True)
         props = {name: conj(pa.get(name, xa), pb.get(name, xb)) for name in list(pa) + [n for n in pb if n not in pa]}
