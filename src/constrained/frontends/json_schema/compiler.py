@@ -413,6 +413,7 @@ class SchemaCompiler(SchemaWalk):
                      also: Any = True) -> Pattern:
         """An extra member: a key of ``quoted``, its value under ``sub`` (None: implicit extras, shallower
         open-ended values) and ``also``."""
+        value: Pattern
         if sub is None and (also is True or also == {}):
             budget = min(policy.IMPLICIT_EXTRA_DEPTH, self.any_value_depth)
             value = self.any_value(depth, budget, where)
