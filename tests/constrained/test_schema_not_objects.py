@@ -10,6 +10,7 @@ objects one key away from the literal) is accepted exactly when jsonschema says 
 from __future__ import annotations
 
 import json
+import pathlib
 import random
 
 import pytest
@@ -237,3 +238,41 @@ def test_pattern_properties_beside_additional_properties_of_the_other_member_are
         schema_to_pattern({"allOf": [{"properties": {"a": {}}, "additionalProperties": False},
                                      {"patternProperties": {"^x": {}}}]})
     assert err.value.keyword == "patternProperties"
+
+
+CORPUS = pathlib.Path("/work/shared/corpus/maskbench-dev")
+NEWLY_COMPILED = [
+    "Github_hard---o79008", "Github_trivial---o83137", "Github_ultra---o41081", "Github_ultra---o65421",
+    "JsonSchemaStore---dart-test", "JsonSchemaStore---ubuntu-server-autoinstall", "Snowplow---sp_311_Normalized",
+    "Synthesized---draft2019_09_valid_patternProperties_id19_subschema1_not_2",
+    "Synthesized---draft2019_09_valid_properties_id8_subschema1_not_2",
+]
+"""Dev-corpus schemas refused before the object negations, the patternProperties merge and the disjointness by
+names."""
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason="maskbench-dev corpus absent")
+@pytest.mark.filterwarnings("ignore::constrained.errors.UnknownKeywordWarning")
+@pytest.mark.parametrize("name", NEWLY_COMPILED)
+def test_newly_compiled_corpus_schemas_are_exact_on_their_tests(qwen2_vocab, name):
+    """Any property order: the corpus's valid instances are accepted, its invalid ones refused, and random
+    documents validate."""
+    doc = json.loads((CORPUS / f"{name}.json").read_text(encoding="utf-8"))
+    rules, start = schema_to_rules(doc["schema"], whitespace="compact", property_order="any",
+                                   unknown_keywords="annotation")
+    grammar = compile_rules(rules, start, qwen2_vocab)
+    validator = oracle(doc["schema"])
+    for test in doc["tests"]:
+        text = json.dumps(test["data"], ensure_ascii=False, separators=(",", ":")).encode()
+        assert grammar.accepts(text) == test["valid"], (name, text[:200])
+    rng = random.Random(name)
+    for _ in range(3):
+        matcher, text = grammar.matcher(max_tokens=400), b""
+        while not matcher.is_terminated():
+            token_id = rng.choice(matcher.allowed_token_ids().tolist())
+            assert matcher.advance(token_id)
+            if token_id in qwen2_vocab.eos_token_ids:
+                break
+            text += qwen2_vocab.tokens[token_id]
+        errors = [e.message for e in validator.iter_errors(json.loads(text))]
+        assert not errors, (name, text[:300], errors[:3])
