@@ -54,6 +54,8 @@ __all__ = ["SchemaCompiler"]
 
 _MAX_WITNESS_CHOICES = 64
 """Most alternatives `SchemaCompiler.witnessed_object` writes (each choice of witnesses among the listed names)."""
+_MAX_COUNTED_WAYS = 512
+"""Most gap-count combinations `SchemaCompiler.counted_witnesses` writes for one order of witnesses."""
 _MAX_WITNESSES = 3
 """Most `SOME_MEMBER` entries one object's extra members must witness (their claims are the 2^n - 1 subsets)."""
 
@@ -393,9 +395,12 @@ class SchemaCompiler(SchemaWalk):
         if claims is not None:
             if not claims:
                 return None
+            assert extra_pattern is not None  # the claims are extra members
             if max_p is not None or min_p > n_required + 1:  # a witness is one member beyond the required ones
-                raise UnsupportedSchemaError(path, "minProperties" if max_p is None else "maxProperties",
-                                             "counting members beside a member that must witness a negation")
+                with_claims = functools.partial(self.members_body, claims=claims)
+                counted = functools.partial(self.counted_witnesses, extra_pattern, claims, path)
+                body, _ = counted_members(members, extra_pattern, self.sep, min_p, max_p, with_claims, path, counted)
+                return self.container(r"\{", r"\}", body, False)
             if self.any_order and members:
                 return self.any_order_object(members, extra_pattern, claims)
             body, can_be_empty = self.members_body(members, extra_pattern, claims)
@@ -460,6 +465,42 @@ class SchemaCompiler(SchemaWalk):
                     text += (f"(?:{extra}{sep})*{claims[bits]}" if j == 0 and not leading
                              else f"(?:{sep}{extra})*{sep}{claims[bits]}")
                 ways.append(text + f"(?:{sep}{extra})*")
+        return alt(ways)
+
+    def counted_witnesses(self, extra: str, claims: dict[int, str], path: str, started: bool, need: int,
+                          room: int | None) -> Pattern:
+        """`witnessed_extras` with between ``need`` and ``room`` extra members in all (behind a separator each if
+        ``started``): for each order of a partition's claims, the plain extras around them counted gap by gap."""
+        sep, full = self.sep, (1 << max(claims).bit_length()) - 1
+        top = max(need, room or 0)
+        ways: list[Pattern] = []
+
+        def gaps(order: tuple[int, ...], k: int, lo: int, hi: int | None, first: bool) -> Pattern:
+            """The plain extras before claim k then the rest (k = len(order): the last run), lo to hi of them."""
+            if k == len(order):
+                return None if hi is not None and hi < lo else rep(f"{sep}{extra}", lo, hi)
+            unit = f"{extra}{sep}" if first else f"{sep}{extra}"
+            claim = claims[order[k]] if first else f"{sep}{claims[order[k]]}"
+            if hi is None and lo == 0:
+                rest = gaps(order, k + 1, 0, None, False)
+                return None if rest is None else f"(?:{unit})*{claim}{rest}"
+            options: list[Pattern] = []
+            for count in range((lo if hi is None else hi) + 1):
+                more = hi is None and count == lo  # the count reached: any number more, here or after
+                rest = gaps(order, k + 1, 0 if more else max(lo - count, 0), None if hi is None else hi - count,
+                            False)
+                if rest is not None:
+                    options.append(rep(unit, count, None if more else count) + claim + rest)
+            return alt(options)
+
+        for blocks in _partitions(full):
+            if not set(blocks) <= set(claims) or (room is not None and room < len(blocks)):
+                continue
+            if (top + 1) ** len(blocks) > _MAX_COUNTED_WAYS:
+                raise UnsupportedSchemaError(path, "maxProperties", "counting members around that many witnesses")
+            for order in itertools.permutations(blocks):
+                lo, hi = max(need - len(order), 0), None if room is None else room - len(order)
+                ways.append(gaps(order, 0, lo, hi, not started))
         return alt(ways)
 
     def any_order_object(self, members: list[tuple[str, str, bool]], extra: str | None,
