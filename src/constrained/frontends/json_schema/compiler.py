@@ -56,7 +56,7 @@ _MAX_WITNESS_CHOICES = 64
 """Most alternatives `SchemaCompiler.witnessed_object` writes (each choice of witnesses among the listed names)."""
 _MAX_COUNTED_WAYS = 512
 """Most gap-count combinations `SchemaCompiler.counted_witnesses` writes for one order of witnesses."""
-_MAX_WITNESSES = 3
+_MAX_WITNESSES = 4
 """Most `SOME_MEMBER` entries one object's extra members must witness (their claims are the 2^n - 1 subsets)."""
 
 
