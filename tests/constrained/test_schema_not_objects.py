@@ -260,7 +260,7 @@ NEWLY_COMPILED = [
     "Github_hard---o79008", "Github_trivial---o83137", "Github_ultra---o41081", "Github_ultra---o65421",
     "JsonSchemaStore---dart-test", "JsonSchemaStore---ubuntu-server-autoinstall", "Snowplow---sp_311_Normalized",
     "Synthesized---draft2019_09_valid_patternProperties_id19_subschema1_not_2",
-    "Synthesized---draft2019_09_valid_properties_id8_subschema1_not_2",
+    "Synthesized---draft2019_09_valid_properties_id8_subschema1_not_2", "Handwritten---object10",
 ]
 """Dev-corpus schemas refused before the object negations, the patternProperties merge and the disjointness by
 names."""
