@@ -180,7 +180,8 @@ def test_unenforceable_pattern_properties_are_refused_with_a_reason() -> None:
     many = {"type": "object", "patternProperties": {f"^{c}": {"maxLength": i} for i, c in enumerate("abcdefg")}}
     with pytest.raises(UnsupportedSchemaError, match="distinct schemas"):
         schema_to_pattern(many)
-    merged = {"allOf": [{"patternProperties": {"^a": {"type": "integer"}}}, {"properties": {"b": {}}}]}
+    merged = {"allOf": [{"patternProperties": {"^a": {"type": "integer"}}},
+                        {"properties": {"b": {}}, "additionalProperties": False}]}  # it would meet "a…" keys
     with pytest.raises(UnsupportedSchemaError) as err:
         schema_to_pattern(merged)
     assert err.value.keyword == "patternProperties"

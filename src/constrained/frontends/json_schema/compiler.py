@@ -15,6 +15,8 @@ value kinds here. Every keyword of a node is honoured or refused; numeric bounds
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import re
 from typing import Any
@@ -41,6 +43,7 @@ from constrained.frontends.json_schema.vocabulary import (
     NOT_PATTERN,
     NOT_STRINGS,
     RULE_REF,
+    SOME_MEMBER,
     TYPES,
     internal_validators,
 )
@@ -48,6 +51,30 @@ from constrained.dialect.json_string import json_string_body_pattern
 from constrained.frontends.json_schema.walk import SchemaWalk
 
 __all__ = ["SchemaCompiler"]
+
+_MAX_WITNESS_CHOICES = 64
+"""Most alternatives `SchemaCompiler.witnessed_object` writes (each choice of witnesses among the listed names)."""
+_MAX_COUNTED_WAYS = 512
+"""Most gap-count combinations `SchemaCompiler.counted_witnesses` writes for one order of witnesses."""
+_MAX_WITNESSES = 4
+"""Most `SOME_MEMBER` entries one object's extra members must witness (their claims are the 2^n - 1 subsets)."""
+
+
+def _partitions(bits: int) -> list[tuple[int, ...]]:
+    """The set partitions of a bit set, each a tuple of blocks (bit sets)."""
+    if not bits:
+        return [()]
+    low = bits & -bits
+    rest = bits ^ low
+    out = []
+    sub = rest
+    while True:  # the block holding the lowest bit: it and any subset of the rest
+        for more in _partitions(rest ^ sub):
+            out.append((low | sub, *more))
+        if not sub:
+            break
+        sub = (sub - 1) & rest
+    return out
 
 _COUNTED_CHARS = 2_048
 """Rule mode: a string whose length may vary by more than this many characters counts them in rules
@@ -259,9 +286,54 @@ class SchemaCompiler(SchemaWalk):
 
     def compile_object(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
         """An object value: its listed members, the keys of ``patternProperties`` and ``additionalProperties``, the
-        ``propertyNames`` filter, the member counts."""
+        ``propertyNames`` filter, the member counts, the members that must witness ``SOME_MEMBER``."""
         if self.too_deep(depth, path):
             return None
+        if flat.get(SOME_MEMBER):
+            return self.witnessed_object(flat, path, depth, trail)
+        return self.object_members(flat, path, depth, trail, [])
+
+    def witnessed_object(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
+        """``SOME_MEMBER``: each [K, V] is met by a listed name in K (then required, its value also under V) or by
+        an extra member (`object_members`' witnesses): one alternative per choice."""
+        entries = flat[SOME_MEMBER]
+        if not isinstance(entries, list) or not all(isinstance(e, list) and len(e) == 2 for e in entries):
+            raise InvalidSchemaError(path, f"{SOME_MEMBER} must be a list of [keys, value] schemas")
+        base = {k: v for k, v in flat.items() if k != SOME_MEMBER}
+        props, required = base.get("properties", {}), base.get("required", [])
+        if not isinstance(props, dict) or not isinstance(required, list):
+            raise InvalidSchemaError(path, "properties must be an object and required an array")
+        names = list(props) + [r for r in required if r not in props and isinstance(r, str)]
+        key_patterns = KeyPatterns(base["patternProperties"], path) if "patternProperties" in base else None
+        filters = [self.key_language(keys, f"{path}/{SOME_MEMBER}/{i}", trail) for i, (keys, _) in enumerate(entries)]
+        options = [[n for n in names if f.allows(n)] + [None] for f in filters]
+        if math.prod(len(o) for o in options) > _MAX_WITNESS_CHOICES:
+            raise UnsupportedSchemaError(path, "not", "too many ways to choose the members that witness negations")
+        parts: list[Pattern] = []
+        for choice in itertools.product(*options):
+            listed, needed = dict(props), list(required)
+            witnesses = []
+            for (keys, value), f, name in zip(entries, filters, choice):
+                if name is None:
+                    witnesses.append((keys, value))
+                    continue
+                if name not in listed:  # the schema it had as an unlisted key, patterns conj'ed later as before
+                    matched = key_patterns is not None and key_patterns.matching(name)
+                    listed[name] = True if matched else base.get("additionalProperties", True)
+                listed[name] = conj(listed[name], value)
+                needed += [name] if name not in needed else []
+            variant = {**base, "properties": listed, "required": needed} if listed else base
+            parts.append(self.object_members(variant, path, depth, trail, witnesses))
+        return alt(parts)
+
+    def key_language(self, keys: Any, where: str, trail: tuple[str, ...]) -> KeyFilter:
+        """A schema for keys as the quoted-key language it allows (its string values)."""
+        flats = self.flatten({"allOf": [keys, {"type": "string"}]}, where, trail)
+        return KeyFilter(alt([self.compile_flat(f, fpath, 0, ftrail, keys) for f, fpath, ftrail in flats]))
+
+    def object_members(self, flat: dict, path: str, depth: int, trail: tuple[str, ...],
+                       witnesses: list[tuple[Any, Any]]) -> Pattern:
+        """`compile_object` of a node, with ``witnesses`` ([K, V] each) to be met by extra members."""
         props = flat.get("properties", {})
         required = flat.get("required", [])
         if not isinstance(props, dict):
@@ -297,35 +369,42 @@ class SchemaCompiler(SchemaWalk):
             except UnsupportedSchemaError as err:
                 raise UnsupportedSchemaError(sub_path, "properties", err.detail) from None
             members.append((f"{key}{self.colon}{value}", name, name in required))
-        extra_pattern = None
-        extras: list[Pattern] = []
+        regions: list[tuple[str, Any, str]] = []  # (quoted keys, value schema or None: implicit, path)
         if key_patterns is not None:
             for keys, schemas in key_patterns.regions(names):
                 sub = True
                 for pattern in schemas:
                     sub = conj(sub, key_patterns.schemas[pattern])
-                value = self.compile(sub, f"{path}/patternProperties/{pointer_token(schemas[0])}", depth, trail)
                 quoted: Pattern = f'"{keys}"' if key_filter is None else key_filter.keys(f'"{keys}"')
-                if value is not None and quoted is not None:
-                    extras.append(f'{quoted}{self.colon}{value}')
-        if extra is not False:
-            if "additionalProperties" in flat:
-                value = self.compile(extra, f"{path}/additionalProperties", depth, trail)
-            else:  # implicit extras are frequent and rarely wanted: shallower open-ended values
-                budget = min(policy.IMPLICIT_EXTRA_DEPTH, self.any_value_depth)
-                value = self.any_value(depth, budget, f"{path}/additionalProperties")
-            if value is not None:
-                others = (key_patterns.others(names) if key_patterns is not None else
-                          excluded_keys_automaton(tuple(names)) if self.fine else string_body_excluding(tuple(names)))
-                quoted = (None if others is None else f'"{others}"' if key_filter is None
-                          else key_filter.keys(f'"{others}"'))
                 if quoted is not None:
-                    extras.append(f'{quoted}{self.colon}{value}')
-        extra_pattern = alt(extras)
+                    regions.append((quoted, sub, f"{path}/patternProperties/{pointer_token(schemas[0])}"))
+        if extra is not False:
+            others = (key_patterns.others(names) if key_patterns is not None else
+                      excluded_keys_automaton(tuple(names)) if self.fine else string_body_excluding(tuple(names)))
+            quoted = (None if others is None else f'"{others}"' if key_filter is None
+                      else key_filter.keys(f'"{others}"'))
+            if quoted is not None:
+                regions.append((quoted, extra if "additionalProperties" in flat else None,
+                                f"{path}/additionalProperties"))
+        extra_pattern = alt([self.extra_member(keys, sub, where, depth, trail) for keys, sub, where in regions])
+        claims = self.witness_claims(regions, witnesses, path, depth, trail)
         min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
         n_required = sum(1 for m in members if m[2])
         if max_p is not None and n_required > max_p:
             return None
+        if claims is not None:
+            if not claims:
+                return None
+            assert extra_pattern is not None  # the claims are extra members
+            if max_p is not None or min_p > n_required + 1:  # a witness is one member beyond the required ones
+                with_claims = functools.partial(self.members_body, claims=claims)
+                counted = functools.partial(self.counted_witnesses, extra_pattern, claims, path)
+                body, _ = counted_members(members, extra_pattern, self.sep, min_p, max_p, with_claims, path, counted)
+                return self.container(r"\{", r"\}", body, False)
+            if self.any_order and members:
+                return self.any_order_object(members, extra_pattern, claims)
+            body, can_be_empty = self.members_body(members, extra_pattern, claims)
+            return self.container(r"\{", r"\}", body, can_be_empty)
         if min_p > n_required or (max_p is not None and (extra_pattern is not None or len(members) > max_p)):
             body, can_be_empty = counted_members(members, extra_pattern, self.sep, min_p, max_p,
                                                  self.members_body, path)
@@ -335,7 +414,97 @@ class SchemaCompiler(SchemaWalk):
         body, can_be_empty = self.members_body(members, extra_pattern)
         return self.container(r"\{", r"\}", body, can_be_empty)
 
-    def any_order_object(self, members: list[tuple[str, str, bool]], extra: str | None) -> str:
+    def extra_member(self, quoted: str, sub: Any, where: str, depth: int, trail: tuple[str, ...],
+                     also: Any = True) -> Pattern:
+        """An extra member: a key of ``quoted``, its value under ``sub`` (None: implicit extras, shallower
+        open-ended values) and ``also``."""
+        value: Pattern
+        if sub is None and (also is True or also == {}):
+            budget = min(policy.IMPLICIT_EXTRA_DEPTH, self.any_value_depth)
+            value = self.any_value(depth, budget, where)
+        else:
+            value = self.compile(conj(True if sub is None else sub, also), where, depth, trail)
+        return None if value is None else f"{quoted}{self.colon}{value}"
+
+    def witness_claims(self, regions: list[tuple[str, Any, str]], witnesses: list[tuple[Any, Any]], path: str,
+                       depth: int, trail: tuple[str, ...]) -> dict[int, str] | None:
+        """For each non-empty set T of ``witnesses`` (bits), the extra members that witness all of T at once
+        (key in every K, value under every V); None: no witnesses."""
+        if not witnesses:
+            return None
+        if len(witnesses) > _MAX_WITNESSES:
+            raise UnsupportedSchemaError(path, "not", f"more than {_MAX_WITNESSES} extra members that must "
+                                         "witness negations")
+        claims: dict[int, str] = {}
+        for bits in range(1, 1 << len(witnesses)):
+            chosen = [w for i, w in enumerate(witnesses) if bits >> i & 1]
+            keys = self.key_language({"allOf": [k for k, _ in chosen]}, f"{path}/{SOME_MEMBER}", trail)
+            value = functools.reduce(conj, [v for _, v in chosen], True)
+            found = []
+            for quoted, sub, where in regions:
+                narrowed = keys.keys(quoted)
+                if narrowed is not None:
+                    found.append(self.extra_member(narrowed, sub, where, depth, trail, value))
+            claim = alt(found)
+            if claim is not None:
+                claims[bits] = claim
+        full = (1 << len(witnesses)) - 1
+        return claims if any(set(p) <= set(claims) for p in _partitions(full)) else {}
+
+    def witnessed_extras(self, extra: str, claims: dict[int, str], leading: bool) -> Pattern:
+        """Extra members in a row (behind a separator if ``leading``), one of them witnessing each set of a
+        partition of the witnesses, in some order."""
+        sep, full = self.sep, max(claims).bit_length()
+        ways = []
+        for blocks in _partitions((1 << full) - 1):
+            if not set(blocks) <= set(claims):
+                continue
+            for order in itertools.permutations(blocks):
+                text = ""
+                for j, bits in enumerate(order):
+                    text += (f"(?:{extra}{sep})*{claims[bits]}" if j == 0 and not leading
+                             else f"(?:{sep}{extra})*{sep}{claims[bits]}")
+                ways.append(text + f"(?:{sep}{extra})*")
+        return alt(ways)
+
+    def counted_witnesses(self, extra: str, claims: dict[int, str], path: str, started: bool, need: int,
+                          room: int | None) -> Pattern:
+        """`witnessed_extras` with between ``need`` and ``room`` extra members in all (behind a separator each if
+        ``started``): for each order of a partition's claims, the plain extras around them counted gap by gap."""
+        sep, full = self.sep, (1 << max(claims).bit_length()) - 1
+        top = max(need, room or 0)
+        ways: list[Pattern] = []
+
+        def gaps(order: tuple[int, ...], k: int, lo: int, hi: int | None, first: bool) -> Pattern:
+            """The plain extras before claim k then the rest (k = len(order): the last run), lo to hi of them."""
+            if k == len(order):
+                return None if hi is not None and hi < lo else rep(f"{sep}{extra}", lo, hi)
+            unit = f"{extra}{sep}" if first else f"{sep}{extra}"
+            claim = claims[order[k]] if first else f"{sep}{claims[order[k]]}"
+            if hi is None and lo == 0:
+                rest = gaps(order, k + 1, 0, None, False)
+                return None if rest is None else f"(?:{unit})*{claim}{rest}"
+            options: list[Pattern] = []
+            for count in range((lo if hi is None else hi) + 1):
+                more = hi is None and count == lo  # the count reached: any number more, here or after
+                rest = gaps(order, k + 1, 0 if more else max(lo - count, 0), None if hi is None else hi - count,
+                            False)
+                if rest is not None:
+                    options.append(rep(unit, count, None if more else count) + claim + rest)
+            return alt(options)
+
+        for blocks in _partitions(full):
+            if not set(blocks) <= set(claims) or (room is not None and room < len(blocks)):
+                continue
+            if (top + 1) ** len(blocks) > _MAX_COUNTED_WAYS:
+                raise UnsupportedSchemaError(path, "maxProperties", "counting members around that many witnesses")
+            for order in itertools.permutations(blocks):
+                lo, hi = max(need - len(order), 0), None if room is None else room - len(order)
+                ways.append(gaps(order, 0, lo, hi, not started))
+        return alt(ways)
+
+    def any_order_object(self, members: list[tuple[str, str, bool]], extra: str | None,
+                         claims: dict[int, str] | None = None) -> str:
         """An object whose members come in any order, each listed one at most once, the required ones all in, as a
         call of its own rule (its markers must be its own: `constrained.pushdown`'s guarded calls)::
 
@@ -350,6 +519,8 @@ class SchemaCompiler(SchemaWalk):
         assert self.rules is not None
         name = f"object{len(self.rules)}"
         n = len(members)
+        claims = claims or {}
+        marker = {bits: n + i for i, bits in enumerate(claims)}  # a claim of witnesses, called once
         listed = ",".join(map(str, range(n)))
         lead, separator_body = (self.ws, f"{self.ws},") if self.sep == f"{self.ws},{self.ws}" else ("", self.sep)
         for shared, body in (("obj.s", separator_body), ("obj.c", rf"{self.ws}\}}")):
@@ -358,18 +529,26 @@ class SchemaCompiler(SchemaWalk):
         for k, (pattern, _, _) in enumerate(members):
             self.rules[f"{name}.m{k}"] = lead + pattern
             alternatives.append(rule_call(f"{name}.m{k}", f"once={k}"))
+        for bits, claim in claims.items():
+            self.rules[f"{name}.m{marker[bits]}"] = lead + claim
+            alternatives.append(rule_call(f"{name}.m{marker[bits]}", f"once={marker[bits]}"))
         if extra is not None:
             self.rules[f"{name}.x"] = lead + extra
             alternatives.append(rule_call(f"{name}.x"))
         required = [k for k, (_, _, is_required) in enumerate(members) if is_required]
-        close = rule_call("obj.c", f"needs={','.join(map(str, required))}" if required else "")
-        if required:
-            first, *rest = required
+        ways = [[marker[b] for b in blocks] for blocks in _partitions((1 << max(claims).bit_length()) - 1)
+                if set(blocks) <= set(claims)] if claims else [[]]
+        ways.sort(key=len)
+        close = "|".join(rule_call("obj.c", f"needs={','.join(map(str, required + way))}" if required + way else "")
+                         for way in ways)
+        chain = required + ways[0]  # what the budget counts on: the required members, the fewest witnesses
+        if chain:
+            first, *rest = chain
             owed = "".join(rule_call("obj.s", f"once={k}") + rule_call(f"{name}.m{k}", f"once={k}") for k in rest)
             self.rules[f"{name}.b0"] = rule_call(f"{name}.m{first}", f"once={first}") + owed + rule_call("obj.c")
             self.rules[f"{name}.b"] = rule_call("obj.s", f"once={first}") + self.rules[f"{name}.b0"]
-        close_empty = close + ("|" + rule_call(f"{name}.b0", "bound") if required else "")
-        close_after = close + ("|" + rule_call(f"{name}.b", "bound") if required else "")
+        close_empty = close + ("|" + rule_call(f"{name}.b0", "bound") if chain else "")
+        close_after = close + ("|" + rule_call(f"{name}.b", "bound") if chain else "")
         separator = rule_call("obj.s", "" if extra is not None else f"room={listed}")
         member = f"(?:{'|'.join(alternatives)})"
         self.rules[name] = rf"\{{(?:{close_empty}|{member}(?:{separator}{member})*(?:{close_after}))"
@@ -382,10 +561,15 @@ class SchemaCompiler(SchemaWalk):
         return KeyFilter(alt([self.compile_flat(f, fpath, 0, ftrail, flat["propertyNames"])
                               for f, fpath, ftrail in flats]))
 
-    def members_body(self, members: list[tuple[str, str, bool]], extra: str | None) -> tuple[Pattern, bool]:
-        """Comma-joined members in schema order: required always, optional ones optional, extras last."""
+    def members_body(self, members: list[tuple[str, str, bool]], extra: str | None,
+                     claims: dict[int, str] | None = None) -> tuple[Pattern, bool]:
+        """Comma-joined members in schema order: required always, optional ones optional, extras last (with
+        ``claims``: extras that witness every `SOME_MEMBER` entry, `witnessed_extras`)."""
         sep = self.sep
         extras_tail = f"(?:{sep}{extra})*" if extra else ""
+        if claims:
+            assert extra is not None
+            extras_tail = f"(?:{self.witnessed_extras(extra, claims, True)})"
         first_required = next((i for i, m in enumerate(members) if m[2]), None)
         if first_required is not None:
             head = "".join(f"(?:{p}{sep})?" for p, _, _ in members[:first_required]) + members[first_required][0]
@@ -393,6 +577,10 @@ class SchemaCompiler(SchemaWalk):
             return head + tail + extras_tail, False
         parts = [p for p, _, _ in members]
         listed = (self.subsequence_rules(parts) if self.fine else subsequences(parts, sep)) if members else None
+        if claims:
+            assert extra is not None
+            alone = self.witnessed_extras(extra, claims, False)
+            return alt([None if listed is None else f"(?:{listed}){extras_tail}", alone]), False
         first = alt([listed, extra])
         return (None if first is None else first + extras_tail), True
 

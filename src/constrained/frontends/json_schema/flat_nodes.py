@@ -12,10 +12,10 @@ import json
 import math
 import warnings
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 from constrained.dialect.json_lexemes import STRING_FORMATS
-from constrained.errors import InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
+from constrained.errors import ConstrainedError, InvalidSchemaError, UnknownKeywordWarning, UnsupportedSchemaError
 from constrained.frontends.json_schema.vocabulary import (
     ALL_PATTERNS,
     ALL_TYPE_NAMES,
@@ -28,6 +28,7 @@ from constrained.frontends.json_schema.vocabulary import (
     NOT_PATTERN,
     NOT_STRINGS,
     RULE_REF,
+    SOME_MEMBER,
     TYPES,
 )
 
@@ -40,6 +41,7 @@ __all__ = [
     "json_type",
     "type_set",
     "provably_disjoint",
+    "forbids_name",
     "conj",
     "merge",
 ]
@@ -175,8 +177,10 @@ def type_set(flat: dict) -> set[str]:
     return types | {"integer"} if "number" in types else types
 
 
-def provably_disjoint(f: dict, g: dict) -> bool:
-    """True when no JSON value can satisfy both flat nodes (type sets, enums, or a const discriminator)."""
+def provably_disjoint(f: dict, g: dict, resolve: Callable[[str], Any] | None = None, depth: int = 0) -> bool:
+    """True when no JSON value can satisfy both flat nodes: type sets, enums, or, for objects only, a name one
+    requires whose value schemas in the two are provably disjoint (the other forbids it: false; ``resolve``
+    follows a value's ``$ref``, a few levels down)."""
     if "enum" in f and "enum" in g:
         if not {value_key(v) for v in f["enum"]} & {value_key(v) for v in g["enum"]}:
             return True
@@ -184,21 +188,105 @@ def provably_disjoint(f: dict, g: dict) -> bool:
     if not common:
         return True
     if common == {"object"}:
-        for name in set(f.get("required", [])) & set(g.get("required", [])):
-            vf, vg = _choices(f.get("properties", {}).get(name)), _choices(g.get("properties", {}).get(name))
-            if vf is not None and vg is not None and not vf & vg:
-                return True
+        for one, other in ((f, g), (g, f)):
+            for name in _names(one, "required"):
+                if _values_disjoint(_member_schema(one, name), _member_schema(other, name), resolve, depth):
+                    return True
     return False
 
 
-def _choices(sub: Any) -> set[str] | None:
-    if not isinstance(sub, dict):
+def _names(flat: dict, key: str) -> list:
+    names = flat.get(key, [])
+    return [n for n in names if isinstance(n, str)] if isinstance(names, (list, dict)) else []
+
+
+def _member_schema(flat: dict, name: str) -> Any:
+    """The schema a member ``name`` meets: its ``properties`` entry, else ``additionalProperties`` where no
+    patternProperties may apply (None: not read here)."""
+    props = flat.get("properties", {})
+    if not isinstance(props, dict):
         return None
-    if "const" in sub:
-        return {value_key(sub["const"])}
-    if isinstance(sub.get("enum"), list):
-        return {value_key(v) for v in sub["enum"]}
+    if name in props:
+        return props[name]
+    if forbids_name(flat, name):
+        return False
+    return None if "patternProperties" in flat else flat.get("additionalProperties", True)
+
+
+def forbids_name(flat: dict, name: str) -> bool:
+    """Whether the node surely rejects an object with member ``name``: properties[name] is false, or
+    additionalProperties is false and neither properties nor a patternProperties key could take the name."""
+    props = flat.get("properties", {})
+    if not isinstance(props, dict):
+        return False
+    if name in props:
+        return props[name] is False
+    if flat.get("additionalProperties") is not False:
+        return False
+    patterns = flat.get("patternProperties", {})
+    return isinstance(patterns, dict) and all(isinstance(p, str) and _surely_misses(p, name) for p in patterns)
+
+
+def _surely_misses(pattern: str, name: str) -> bool:
+    """A pattern with no regex syntax (a literal) that the name does not contain; False when unsure."""
+    return not any(c in pattern for c in "\\^$.|?*+()[]{}") and pattern not in name
+
+
+def _values_disjoint(a: Any, b: Any, resolve: Callable[[str], Any] | None, depth: int) -> bool:
+    """Two value schemas (of a listed name) no value satisfies both of, judged on their own type/const/enum, then
+    (``resolve`` given) as objects: each a superset of what it allows (a ``$ref``'s target, combinators left out)."""
+    a, b = _target(a, resolve, depth), _target(b, resolve, depth)
+    if a is False or b is False:
+        return True
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    ea, eb, ta, tb = _literals(a), _literals(b), _types(a), _types(b)
+    if ta is not None and tb is not None and not ta & tb:
+        return True
+    for literals, types, others in ((ea, tb, eb), (eb, ta, ea)):
+        if literals is not None:
+            keep = {value_key(v) for v in literals if types is None or json_type(v) in types}
+            if not (keep if others is None else keep & {value_key(v) for v in others}):
+                return True
+    if resolve is None or depth >= _MAX_DISJOINT_DEPTH or ea is not None or eb is not None:
+        return False
+    view = {"type": canonical_types(ta)} if ta is not None else {}
+    other = {"type": canonical_types(tb)} if tb is not None else {}
+    for flat, schema in ((view, a), (other, b)):
+        flat.update((k, schema[k]) for k in ("properties", "required", "additionalProperties", "patternProperties")
+                    if k in schema)
+    return provably_disjoint(view, other, resolve, depth + 1)
+
+
+_MAX_DISJOINT_DEPTH = 4
+"""Most levels of nested values `provably_disjoint` looks into."""
+
+
+def _target(schema: Any, resolve: Callable[[str], Any] | None, depth: int) -> Any:
+    """A schema, or the target of its ``$ref`` (a superset: the siblings only narrow it), followed a few times."""
+    for _ in range(_MAX_DISJOINT_DEPTH):
+        if resolve is None or not isinstance(schema, dict) or not isinstance(schema.get("$ref"), str):
+            return schema
+        try:
+            schema = resolve(schema["$ref"])
+        except ConstrainedError:
+            return None
     return None
+
+
+def _literals(schema: dict) -> list | None:
+    """The values ``const``/``enum`` allow (const alone when both: a superset), None: any."""
+    if "const" in schema:
+        return [schema["const"]]
+    return schema["enum"] if isinstance(schema.get("enum"), list) else None
+
+
+def _types(schema: dict) -> set[str] | None:
+    names = schema.get("type")
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not all(n in ALL_TYPE_NAMES for n in names):
+        return None
+    return type_set({"type": names})
 
 
 def conj(a: Any, b: Any) -> Any:
@@ -212,14 +300,41 @@ def conj(a: Any, b: Any) -> Any:
     return a if a == b else {"allOf": [a, b]}
 
 
+def _merge_keyed(a: dict, b: dict, path: str) -> dict:
+    """properties / patternProperties / additionalProperties of two allOf members, one of them with patterns, as
+    one node's. Exact where no additionalProperties meets the other's keys (a key's schemas then do not depend on
+    which patterns it matches): both open (every listed name and pattern of either, schemas conj'ed), or one side
+    whose names and patterns are all the other's, which alone has additionalProperties. Refused otherwise."""
+    pa, pb = a.get("properties", {}), b.get("properties", {})
+    qa, qb = a.get("patternProperties", {}), b.get("patternProperties", {})
+    xa, xb = a.get("additionalProperties", True), b.get("additionalProperties", True)
+    if not all(isinstance(x, dict) for x in (pa, pb, qa, qb)):
+        raise InvalidSchemaError(path, "properties and patternProperties must be objects")
+    open_a, open_b = xa is True or xa == {}, xb is True or xb == {}
+    if not ((open_a and open_b) or (open_b and set(pb) <= set(pa) and set(qb) <= set(qa))
+            or (open_a and set(pa) <= set(pb) and set(qa) <= set(qb))):
+        raise UnsupportedSchemaError(path, "patternProperties", "allOf members with patternProperties and "
+                                     "additionalProperties that meets the other member's keys cannot be merged")
+    out: dict = {}
+    props = {name: conj(pa.get(name, True), pb.get(name, True)) for name in [*pa, *(n for n in pb if n not in pa)]}
+    patterns = {p: conj(qa.get(p, True), qb.get(p, True)) for p in [*qa, *(q for q in qb if q not in qa)]}
+    if props:
+        out["properties"] = props
+    if patterns:
+        out["patternProperties"] = patterns
+    if not (open_a and open_b):
+        out["additionalProperties"] = xb if open_a else xa
+    return out
+
+
 def merge(a: dict, b: dict, path: str) -> dict | None:
     """Structural intersection of two flat nodes (allOf); None when provably unsatisfiable."""
     assert not ((RULE_REF in a and b) or (RULE_REF in b and a)), "inline_calls expands a call that meets siblings"
     keywords = ("properties", "additionalProperties", "patternProperties")
+    keyed = None
     if (("patternProperties" in a or "patternProperties" in b) and any(k in a for k in keywords)
             and any(k in b for k in keywords) and any(value_key(a.get(k)) != value_key(b.get(k)) for k in keywords)):
-        raise UnsupportedSchemaError(path, "patternProperties", "allOf members with patternProperties and other "
-                                     "property keywords cannot be merged")
+        keyed = _merge_keyed(a, b, path)
     out = dict(a)
     for key, bv in b.items():
         if key not in out:
@@ -242,7 +357,7 @@ def merge(a: dict, b: dict, path: str) -> dict | None:
             out[key] = [v for v in av if value_key(v) in keep]
         elif key == "uniqueItems":
             out[key] = bool(av) or bool(bv)
-        elif key in (NOT_PATTERN, NOT_STRINGS, ALL_PATTERNS):
+        elif key in (NOT_PATTERN, NOT_STRINGS, ALL_PATTERNS, SOME_MEMBER):
             out[key] = list(av) + [v for v in bv if v not in av]
         elif key == "pattern" and isinstance(av, str) and isinstance(bv, str) and av != bv:
             more = list(out.get(ALL_PATTERNS, ()))
@@ -251,11 +366,13 @@ def merge(a: dict, b: dict, path: str) -> dict | None:
             out[key] = bool(av) or bool(bv)
         elif key == "propertyNames":
             out[key] = conj(av, bv)
-        elif key in ("properties", "additionalProperties", "items", "prefixItems"):
+        elif key in ("properties", "additionalProperties", "patternProperties", "items", "prefixItems"):
             continue  # merged below, together
         elif value_key(av) != value_key(bv):
             raise UnsupportedSchemaError(path, key, "allOf members disagree and cannot be intersected")
-    if any(k in a or k in b for k in ("properties", "additionalProperties")):
+    if keyed is not None:
+        out.update(keyed)
+    elif any(k in a or k in b for k in ("properties", "additionalProperties")):
         pa, pb = a.get("properties", {}), b.get("properties", {})
         xa, xb = a.get("additionalProperties", True), b.get("additionalProperties", True)
         props = {name: conj(pa.get(name, xa), pb.get(name, xb)) for name in list(pa) + [n for n in pb if n not in pa]}

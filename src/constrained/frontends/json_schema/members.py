@@ -61,11 +61,13 @@ def subsequences(parts: list[str], sep: str) -> str:
 
 def counted_members(members: list[tuple[str, str, bool]], extra: str | None, sep: str, lo: int, hi: int | None,
                     members_body: Callable[[list, str | None], tuple[str | None, bool]], path: str,
+                    extras: Callable[[bool, int, int | None], str | None] | None = None,
                     ) -> tuple[str | None, bool]:
     """`members_body` with between lo and hi members present: (body pattern, whether the object may be empty).
 
     Members keep schema order, required ones always present; the count is tracked while walking them (a state per
-    count still open), then extras make up the rest. Refused when the states would copy members too often.
+    count still open), then extras make up the rest (``extras(started, need, room)``: their pattern when they are
+    more than any number of ``extra``, e.g. witnesses). Refused when the states would copy members too often.
     """
     n = len(members)
     if (n + 1) * (max(lo, hi or 0) + 1) > 4096:
@@ -80,6 +82,9 @@ def counted_members(members: list[tuple[str, str, bool]], extra: str | None, sep
                 return "" if can_empty else None
             return f"(?:{body})?" if can_empty else body
         text = "".join(f"{sep}{p}" if req else f"(?:{sep}{p})?" for p, _, req in members[i:])
+        if extras is not None:
+            rest = extras(True, 0, None)
+            return None if rest is None else text + rest
         return text + (f"(?:{sep}{extra})*" if extra else "")
 
     def go(i: int, started: bool, need: int, room: int | None) -> str | None:
@@ -92,7 +97,9 @@ def counted_members(members: list[tuple[str, str, bool]], extra: str | None, sep
             return memo[key]
         if i == n:
             need = max(need, 0)
-            if extra is None:
+            if extras is not None:
+                out = extras(started, need, room)
+            elif extra is None:
                 out = "" if need == 0 else None
             elif started:
                 out = rep(f"{sep}{extra}", need, room) if room != 0 else ("" if need == 0 else None)

@@ -9,8 +9,8 @@ The walk (`walk.SchemaWalk.flatten`) calls these and flattens what they return a
 
 Soundness is the rule (what the pattern accepts is valid): a negation is built only from keywords whose
 complement is itself expressible exactly; anything else raises `UnsupportedSchemaError` naming the keyword.
-The negation introduces three internal keywords (``NOT_PATTERN``, ``NOT_STRINGS``, ``NOT_INTEGER``, see
-`vocabulary`) that only the compiler reads; a user schema containing them only gets a smaller language, never a
+The negation introduces internal keywords (``NOT_PATTERN``, ``NOT_STRINGS``, ``NOT_INTEGER``, ``SOME_MEMBER``,
+see `vocabulary`) that only the compiler reads; a user schema containing them only gets a smaller language, never a
 larger one.
 """
 
@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from constrained.dialect.json_lexemes import STRING_FORMATS
 from constrained.errors import ConstrainedError, InvalidSchemaError, UnsupportedSchemaError
+from constrained.frontends.json_schema.flat_nodes import forbids_name
 from constrained.frontends.json_schema.vocabulary import (
     FORMAT_ALIASES,
     INTERNAL_KEYWORDS,
@@ -28,6 +29,7 @@ from constrained.frontends.json_schema.vocabulary import (
     NOT_INTEGER,
     NOT_PATTERN,
     NOT_STRINGS,
+    SOME_MEMBER,
     TYPES,
 )
 
@@ -87,13 +89,33 @@ def _numeric_enum_complement(values: list) -> list:
     return parts
 
 
-def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0) -> Any:
+def _not_object_literals(literals: list[dict], where: str, again: Callable[[Any, str], Any]) -> Any:
+    """Objects equal to none of ``literals``: for each, one missing a key, with a key outside it, or with a key
+    whose value differs."""
+    differs = []
+    for literal in literals:
+        if not literal:
+            differs.append({"minProperties": 1})
+            continue
+        ways: list = [{"properties": {name: False}} for name in literal]
+        ways.append({SOME_MEMBER: [[{"type": "string", NOT_STRINGS: list(literal)}, True]]})
+        for name, v in literal.items():
+            other = again({"const": v}, f"{where}/{name}")
+            if other is not False:
+                ways.append({"required": [name], "properties": {name: other}})
+        differs.append(_any(ways))
+    return _all([{"type": "object"}, *differs])
+
+
+def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0,
+           within: list[dict] | None = None) -> Any:
     """`_negate`, with a malformed keyword value anywhere under the negation (``"maxProperties": ""``) refused as
-    `InvalidSchemaError` naming the negated node, as the compiler refuses it everywhere else."""
+    `InvalidSchemaError` naming the negated node, as the compiler refuses it everywhere else. ``within``: flat nodes
+    the instance meets one of (a oneOf branch): a member name they all forbid needs no negated value."""
     if depth:
         return _negate(schema, path, resolve, depth)
     try:
-        return _negate(schema, path, resolve, 0)
+        return _negate(schema, path, resolve, 0, within)
     except ConstrainedError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
@@ -101,7 +123,8 @@ def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0
                                        f"({type(exc).__name__}: {exc})") from None
 
 
-def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0) -> Any:
+def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0,
+            within: list[dict] | None = None) -> Any:
     """A schema whose valid instances are exactly those `schema` rejects (or refused with the keyword at fault).
 
     ¬(k1 ∧ k2 ∧ …) = ¬k1 ∨ ¬k2 ∨ …, each keyword negated on its own. A keyword that does not apply to a type
@@ -139,8 +162,8 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             if not isinstance(values, list):
                 raise InvalidSchemaError(where, "enum must be an array")
             for v in values:
-                if isinstance(v, (dict, list)) and v not in ({}, []):
-                    raise UnsupportedSchemaError(where, "not", "the complement of an object or array literal")
+                if isinstance(v, list) and v != []:
+                    raise UnsupportedSchemaError(where, "not", "the complement of an array literal")
             if None not in values:
                 parts.append({"type": "null"})
             booleans = [b for b in (True, False) if not any(v is b for v in values)]
@@ -150,8 +173,7 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             parts.extend(_numeric_enum_complement(numbers))
             strings = [v for v in values if isinstance(v, str)]
             parts.append({"type": "string", NOT_STRINGS: strings} if strings else {"type": "string"})
-            parts.append({"type": "object", "minProperties": 1} if any(v == {} and isinstance(v, dict) for v in values)
-                         else {"type": "object"})
+            parts.append(_not_object_literals([v for v in values if isinstance(v, dict)], where, again))
             parts.append({"type": "array", "minItems": 1} if any(v == [] and isinstance(v, list) for v in values)
                          else {"type": "array"})
         elif key == "minLength":
@@ -195,18 +217,38 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             if not isinstance(value, dict):
                 raise InvalidSchemaError(where, "properties must be an object")
             for name, sub in value.items():
+                if within and all(forbids_name(f, name) for f in within):
+                    continue  # {name present ∧ …} meets none of them
                 bad = again(sub, f"{where}/{name}")
                 if bad is not False:
                     parts.append({"type": "object", "required": [name], "properties": {name: bad}})
-        elif key in ("additionalProperties", "items", "additionalItems", "propertyNames", "contains",
-                     "unevaluatedProperties", "unevaluatedItems"):
+        elif key == "additionalProperties":  # some member neither listed nor matched whose value fails it
+            bad = again(value, where)
+            if bad is not False:
+                listed, matched = s.get("properties", {}), s.get("patternProperties", {})
+                if not isinstance(listed, dict) or not isinstance(matched, dict):
+                    raise InvalidSchemaError(path, "properties and patternProperties must be objects")
+                keys: dict = {"type": "string"}
+                if listed:
+                    keys[NOT_STRINGS] = list(listed)
+                if matched:
+                    keys[NOT_PATTERN] = list(matched)
+                parts.append({"type": "object", SOME_MEMBER: [[keys, bad]]})
+        elif key == "patternProperties":  # some member matching a pattern whose value fails its schema
+            if not isinstance(value, dict):
+                raise InvalidSchemaError(where, "patternProperties must be an object")
+            for pattern, sub in value.items():
+                bad = again(sub, f"{where}/{pattern}")
+                if bad is not False:
+                    parts.append({"type": "object", SOME_MEMBER: [[{"type": "string", "pattern": pattern}, bad]]})
+        elif key == "propertyNames":  # some key fails it
+            bad = _all([{"type": "string"}, again(value, where)])
+            if bad is not False:
+                parts.append({"type": "object", SOME_MEMBER: [[bad, True]]})
+        elif key in ("items", "additionalItems", "contains", "unevaluatedProperties", "unevaluatedItems"):
             if value is True or value == {} or (key == "items" and "prefixItems" not in s and value == []):
                 continue
             raise UnsupportedSchemaError(where, "not", f"the complement of {key} (some member violates it)")
-        elif key == "patternProperties":
-            if all(v is True or v == {} for v in value.values()):
-                continue
-            raise UnsupportedSchemaError(where, "not", "the complement of patternProperties")
         elif key == "prefixItems":
             raise UnsupportedSchemaError(where, "not", "the complement of prefixItems")
         elif key == "allOf":
@@ -240,11 +282,14 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
     return _any(parts)
 
 
-def exclusive_branches(branches: list, overlapping: list[set[int]], path: str, resolve: Callable[[str], Any]) -> list:
-    """oneOf as a union: branch i, minus every branch j that may overlap it (``overlapping[i]``)."""
+def exclusive_branches(branches: list, overlapping: list[set[int]], path: str, resolve: Callable[[str], Any],
+                       contexts: list[list[dict]] | None = None) -> list:
+    """oneOf as a union: branch i, minus every branch j that may overlap it (``overlapping[i]``); ``contexts[i]``:
+    branch i's flat nodes, within which a part of ¬branch j that they surely exclude is left out."""
     out = []
     for i, branch in enumerate(branches):
-        others = [negate(branches[j], f"{path}/oneOf/{j}", resolve) for j in sorted(overlapping[i])]
+        within = contexts[i] if contexts else None
+        others = [negate(branches[j], f"{path}/oneOf/{j}", resolve, within=within) for j in sorted(overlapping[i])]
         out.append(_all([branch, *others]))
     return out
 

@@ -23,6 +23,7 @@ __all__ = [
     "ALL_PATTERNS",
     "NOT_STRINGS",
     "NOT_INTEGER",
+    "SOME_MEMBER",
     "INTERNAL_KEYWORDS",
     "REWRITTEN_KEYWORDS",
     "internal_validators",
@@ -96,7 +97,11 @@ NOT_INTEGER = "$ember:notInteger"
 ALL_PATTERNS = "$ember:allPatterns"
 """Internal: a list of further ECMA patterns a string must match besides ``pattern`` (allOf members whose patterns
 differ: the string languages are intersected)."""
-INTERNAL_KEYWORDS = frozenset({NOT_PATTERN, NOT_STRINGS, NOT_INTEGER, ALL_PATTERNS})
+SOME_MEMBER = "$ember:someMember"
+"""Internal: a list of [K, V] pairs (schemas): for each, an object must have a member whose key is valid under K
+and whose value is valid under V (what ``not`` leaves of additionalProperties, patternProperties, propertyNames and
+object literals)."""
+INTERNAL_KEYWORDS = frozenset({NOT_PATTERN, NOT_STRINGS, NOT_INTEGER, ALL_PATTERNS, SOME_MEMBER})
 """Read by the compiler; `flat_nodes.merge` unites the list-valued ones."""
 
 
@@ -136,7 +141,15 @@ def internal_validators() -> dict[str, Any]:
             if float(instance).is_integer():
                 yield jsonschema.ValidationError(f"{instance!r} is integer-valued")
 
-    return {NOT_STRINGS: not_strings, NOT_PATTERN: not_pattern, NOT_INTEGER: not_integer, ALL_PATTERNS: all_patterns}
+    def some_member(validator: Any, pairs: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, dict):
+            for keys, values in pairs:
+                if not any(validator.evolve(schema=keys).is_valid(k) and validator.evolve(schema=values).is_valid(v)
+                           for k, v in instance.items()):
+                    yield jsonschema.ValidationError(f"no member of {instance!r} is a witness of {keys!r}: {values!r}")
+
+    return {NOT_STRINGS: not_strings, NOT_PATTERN: not_pattern, NOT_INTEGER: not_integer, ALL_PATTERNS: all_patterns,
+            SOME_MEMBER: some_member}
 
 
 REWRITTEN_KEYWORDS = frozenset({"not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas"})

@@ -57,6 +57,16 @@ Flat = tuple[dict, str, tuple[str, ...]]
 """A flat node, the path it came from, and the trail of ``$ref`` targets (``|``: a container) that led to it."""
 
 
+def within(base: dict, flat: dict) -> dict:
+    """``flat`` met with ``base`` (the flat node as it stands beside its siblings); as it is where they cannot be
+    merged, a node of no type where they are disjoint."""
+    try:
+        merged = merge(base, flat, "#")
+    except UnsupportedSchemaError:
+        return flat
+    return {"type": []} if merged is None else merged
+
+
 class SchemaWalk:
     """One compilation: the root (for $ref), the whitespace policy, the depth limits, and the walk through schema
     nodes; a subclass (`compiler.SchemaCompiler`) gives `compile_flat`, the patterns of one flat node's values."""
@@ -270,11 +280,13 @@ class SchemaWalk:
             if key in node:
                 branches = [self.flatten(m, f"{path}/{key}/{i}", trail) for i, m in enumerate(self.schema_list(node, key, path))]
                 if key == "oneOf":
-                    overlapping = self.overlapping(branches)
+                    base = conjuncts[0][0][0]
+                    overlapping = self.overlapping(branches, base)
                     if any(overlapping):  # exactly one: each branch minus the branches it may overlap
                         members = self.schema_list(node, key, path)
                         resolve = functools.partial(self.resolve_for_negation, path=path)
-                        exclusive = rewrites.exclusive_branches(members, overlapping, path, resolve)
+                        contexts = [[within(base, f) for f, _, _ in branch] for branch in branches]
+                        exclusive = rewrites.exclusive_branches(members, overlapping, path, resolve, contexts)
                         branches = [self.flatten(m, f"{path}/{key}/{i}", trail) for i, m in enumerate(exclusive)]
                 conjuncts.append([flat for branch in branches for flat in branch])
         if not has_enum:
@@ -368,12 +380,14 @@ class SchemaWalk:
                 raise InvalidSchemaError(path, f"$ref {target} does not resolve")
         return node
 
-    def overlapping(self, branches: list[list[Flat]]) -> list[set[int]]:
+    def overlapping(self, branches: list[list[Flat]], base: dict) -> list[set[int]]:
         """For each oneOf branch, the other branches it is not provably disjoint from (exclusivity must be
-        enforced against them: `rewrites.exclusive_branches`)."""
+        enforced against them: `rewrites.exclusive_branches`). Judged within ``base`` (the node's own keywords,
+        which every branch meets: a sibling ``type: object`` leaves the branches only objects to share)."""
+        resolve = functools.partial(self.resolve_for_negation, path="#")
         out: list[set[int]] = [set() for _ in branches]
         for (i, bi), (j, bj) in itertools.combinations(enumerate(branches), 2):
-            if not all(provably_disjoint(f, g) for f, _, _ in bi for g, _, _ in bj):
+            if not all(provably_disjoint(within(base, f), within(base, g), resolve) for f, _, _ in bi for g, _, _ in bj):
                 out[i].add(j)
                 out[j].add(i)
         return out
