@@ -172,7 +172,7 @@ def test_integer_multiple_of_is_exact(step: int, k: int) -> None:
 @pytest.mark.parametrize(
     ("schema", "keyword"),
     [
-        ({"not": {"multipleOf": 3}}, "not"),
+        ({"not": {"multipleOf": 0.3}}, "not"),
         ({"not": {"type": "object", "additionalProperties": False}}, "not"),
         ({"not": {"items": {"type": "integer"}}}, "not"),
         ({"not": {"enum": [[1]]}}, "not"),

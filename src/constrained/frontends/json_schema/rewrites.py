@@ -25,7 +25,9 @@ from constrained.frontends.json_schema.vocabulary import (
     FORMAT_ALIASES,
     INTERNAL_KEYWORDS,
     KNOWN_UNENFORCED_FORMATS,
+    CONTAINS_FROM,
     NOT_INTEGER,
+    NOT_MULTIPLE,
     NOT_PATTERN,
     NOT_STRINGS,
     TYPES,
@@ -87,6 +89,52 @@ def _numeric_enum_complement(values: list) -> list:
     return parts
 
 
+def _array_literals_complement(literals: list[list]) -> Any:
+    """Arrays equal to none of ``literals``: another length, or, of a literal's length, some position differing
+    from each literal of that length (a position's value negated as a const)."""
+    if not literals:
+        return {"type": "array"}
+    lengths = sorted({len(v) for v in literals})
+    parts: list = [{"type": "array", "maxItems": lengths[0] - 1}] if lengths[0] else []
+    for a, b in zip(lengths, lengths[1:]):
+        if b > a + 1:
+            parts.append({"type": "array", "minItems": a + 1, "maxItems": b - 1})
+    parts.append({"type": "array", "minItems": lengths[-1] + 1})
+    for n in lengths:
+        same = [v for v in literals if len(v) == n]
+        if n == 0:
+            continue
+        if len(same) > 1:  # one literal at a time; more of one length: refused (a product of positions)
+            raise UnsupportedSchemaError("#", "not", "the complement of several array literals of one length")
+        parts.extend({"type": "array", "minItems": n, "maxItems": n,
+                      "prefixItems": [True] * i + [{"not": {"const": x}}]} for i, x in enumerate(same[0]))
+    return _any(parts)
+
+
+def _negate_array_keyword(s: dict, key: str, value: Any, where: str, again: Callable[[Any, str], Any]) -> Any:
+    """Arrays failing one array keyword of ``s``: ¬items (past the prefix) is a contains of ¬items there,
+    ¬prefixItems some position present and failing its schema, ¬contains every element ¬C."""
+    tuple_form = key == "items" and isinstance(value, list)
+    if key == "prefixItems" or tuple_form:
+        if not isinstance(value, list):
+            raise InvalidSchemaError(where, f"{key} must be an array")
+        return _any([{"type": "array", "minItems": i + 1,
+                      "prefixItems": [True] * i + [bad]} for i, sub in enumerate(value)
+                     if (bad := again(sub, f"{where}/{i}")) is not False])
+    if value is True or value == {}:
+        return False
+    if key == "contains":
+        return {"type": "array", "items": again(value, where)}
+    before = s.get("prefixItems", s.get("items") if key == "additionalItems" else None)
+    if key == "additionalItems" and not isinstance(s.get("items"), list):
+        return False  # without tuple-form items, additionalItems constrains nothing
+    n = len(before) if isinstance(before, list) else 0
+    bad = again(value, where)
+    if bad is False:
+        return False
+    return {"type": "array", "contains": bad, CONTAINS_FROM: n} if n else {"type": "array", "contains": bad}
+
+
 def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0) -> Any:
     """`_negate`, with a malformed keyword value anywhere under the negation (``"maxProperties": ""``) refused as
     `InvalidSchemaError` naming the negated node, as the compiler refuses it everywhere else."""
@@ -139,7 +187,7 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             if not isinstance(values, list):
                 raise InvalidSchemaError(where, "enum must be an array")
             for v in values:
-                if isinstance(v, (dict, list)) and v not in ({}, []):
+                if isinstance(v, dict) and v:
                     raise UnsupportedSchemaError(where, "not", "the complement of an object or array literal")
             if None not in values:
                 parts.append({"type": "null"})
@@ -152,8 +200,7 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             parts.append({"type": "string", NOT_STRINGS: strings} if strings else {"type": "string"})
             parts.append({"type": "object", "minProperties": 1} if any(v == {} and isinstance(v, dict) for v in values)
                          else {"type": "object"})
-            parts.append({"type": "array", "minItems": 1} if any(v == [] and isinstance(v, list) for v in values)
-                         else {"type": "array"})
+            parts.append(_array_literals_complement([v for v in values if isinstance(v, list)]))
         elif key == "minLength":
             if value > 0:
                 parts.append(_typed("string", maxLength=value - 1))
@@ -175,7 +222,17 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
                 flip = {"minimum": "maximum", "maximum": "minimum"}[key]
             parts.append(_typed("number", **{flip: value}))
         elif key == "multipleOf":
-            raise UnsupportedSchemaError(where, "not", "the complement of multipleOf")
+            step = Fraction(value)
+            if step <= 0:
+                raise InvalidSchemaError(where, "multipleOf must be positive")
+            if step.denominator == 1:  # non-integers, and integers off the residue
+                parts.append({"type": "number", NOT_INTEGER: True})
+                parts.append({"type": "integer", NOT_MULTIPLE: [value]})
+            elif step.numerator == 1 and step.denominator & (step.denominator - 1) == 0:
+                parts.append({"type": "number", NOT_INTEGER: True, NOT_MULTIPLE: [value]})
+            else:
+                raise UnsupportedSchemaError(where, "not", f"the complement of multipleOf {value} (jsonschema's "
+                                             "float quotient, not the exact value, decides it)")
         elif key == "minItems":
             if value > 0:
                 parts.append(_typed("array", maxItems=value - 1))
@@ -198,17 +255,16 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
                 bad = again(sub, f"{where}/{name}")
                 if bad is not False:
                     parts.append({"type": "object", "required": [name], "properties": {name: bad}})
-        elif key in ("additionalProperties", "items", "additionalItems", "propertyNames", "contains",
-                     "unevaluatedProperties", "unevaluatedItems"):
-            if value is True or value == {} or (key == "items" and "prefixItems" not in s and value == []):
+        elif key in ("items", "additionalItems", "prefixItems", "contains"):
+            parts.append(_negate_array_keyword(s, key, value, where, again))
+        elif key in ("additionalProperties", "propertyNames", "unevaluatedProperties", "unevaluatedItems"):
+            if value is True or value == {}:
                 continue
             raise UnsupportedSchemaError(where, "not", f"the complement of {key} (some member violates it)")
         elif key == "patternProperties":
             if all(v is True or v == {} for v in value.values()):
                 continue
             raise UnsupportedSchemaError(where, "not", "the complement of patternProperties")
-        elif key == "prefixItems":
-            raise UnsupportedSchemaError(where, "not", "the complement of prefixItems")
         elif key == "allOf":
             parts.append(_any([again(m, f"{where}/{i}") for i, m in enumerate(value)]))
         elif key == "anyOf":
