@@ -13,6 +13,7 @@ Every alternative is written out: an array whose alternatives pass `_MAX_ARRAY_C
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
 
@@ -57,6 +58,12 @@ class ArrayValues(SchemaWalk):
     def validator(self) -> Any:
         raise NotImplementedError
 
+    def too_deep(self, depth: int, path: str) -> bool:
+        """Whether a container at ``depth`` is past ``max_depth`` (its branch is cut; exact mode raises)."""
+        if depth > self.max_depth and self.exact:
+            raise PatternApproximates(path, "type", f"containers nest deeper than max_depth={self.max_depth}")
+        return depth > self.max_depth
+
     def compile_array(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
         """An array value: its prefix items, then items, between ``minItems`` and ``maxItems``, with the ``contains``
         witnesses it owes, unique where ``uniqueItems`` says so."""
@@ -92,7 +99,8 @@ class ArrayValues(SchemaWalk):
         if most is None:
             return self.counted_array(prefix, items, True, contains, None, lo, hi, path, depth, trail,
                                       flat.get(CONTAINS_FROM, 0))
-        other = rewrites.negate(flat["contains"], f"{path}/contains", self.resolve_for_negation)
+        other = rewrites.negate(flat["contains"], f"{path}/contains",
+                                functools.partial(self.resolve_for_negation, path=path))
         return self.counted_array(prefix, items, other, contains, most, lo, hi, path, depth, trail)
 
     def counted_array(self, prefix: list, items: Any, other: Any, contains: list[tuple[Any, int]], most: int | None,

@@ -9,7 +9,7 @@
         ▼
     pattern text (rule mode: rules of a pushdown grammar in `rules`, nested values called where they occur)
 
-`SchemaCompiler` is the whole compiler: `walk.SchemaWalk` (the state and the walk through schema nodes) plus the
+`SchemaCompiler` is the whole compiler: `walk.SchemaWalk` (the state and the walk through schema nodes), `arrays` plus the
 value kinds here. Every keyword of a node is honoured or refused; numeric bounds are exact.
 """
 
@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from constrained.dialect.json_lexemes import UNIT, format_body
-from constrained.dialect.writer import Pattern, alt, cat, escape_literal, rep
+from constrained.dialect.writer import Pattern, alt, escape_literal, rep
 from constrained.errors import GrammarTooLargeError, InvalidSchemaError, UnsupportedSchemaError
 from constrained.frontends.json_schema import policy
 from constrained.frontends.json_schema.arrays import ArrayValues
@@ -28,7 +28,7 @@ from constrained.frontends.json_schema.flat_nodes import conj, json_text, json_t
 from constrained.frontends.json_schema.keys import KeyFilter, KeyPatterns
 from constrained.frontends.json_schema.members import counted_members, subsequences
 from constrained.frontends.json_schema.numbers import compile_integer, compile_number
-from constrained.frontends.json_schema.policy import PatternApproximates, Whitespace
+from constrained.frontends.json_schema.policy import Whitespace
 from constrained.rules import call as rule_call
 from constrained.frontends.json_schema.strings import (
     excluded_keys_automaton,
@@ -46,7 +46,6 @@ from constrained.frontends.json_schema.vocabulary import (
     internal_validators,
 )
 from constrained.dialect.json_string import json_string_body_pattern
-from constrained.frontends.json_schema.walk import SchemaWalk
 
 __all__ = ["SchemaCompiler"]
 
@@ -251,12 +250,6 @@ class SchemaCompiler(ArrayValues):
         return rule_call(name)
 
     # -- objects and arrays ------------------------------------------------------------------------------------------
-
-    def too_deep(self, depth: int, path: str) -> bool:
-        """Whether a container at ``depth`` is past ``max_depth`` (its branch is cut; exact mode raises)."""
-        if depth > self.max_depth and self.exact:
-            raise PatternApproximates(path, "type", f"containers nest deeper than max_depth={self.max_depth}")
-        return depth > self.max_depth
 
     def compile_object(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
         """An object value: its listed members, the keys of ``patternProperties`` and ``additionalProperties``, the

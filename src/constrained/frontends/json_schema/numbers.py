@@ -307,7 +307,7 @@ def not_multiple_pattern(pattern: Pattern, flat: dict, path: str, integer: bool)
         step = Fraction(m)
         if step.denominator == 1 and integer:
             if isinstance(m, float):
-                pattern = _dfa_and(pattern, integer_range(-_SAFE_INTEGER, _SAFE_INTEGER))
+                pattern = _dfa_and(pattern, integer_range(-_SAFE_INTEGER, _SAFE_INTEGER) or "")
             pattern = None if pattern is None else integer_multiple_pattern(pattern, int(step), path, False)
         elif step.denominator == 1:
             if not flat.get(NOT_INTEGER):
