@@ -104,7 +104,8 @@ class ArrayValues(SchemaWalk):
         return self.counted_array(prefix, items, other, contains, most, lo, hi, path, depth, trail)
 
     def counted_array(self, prefix: list, items: Any, other: Any, contains: list[tuple[Any, int]], most: int | None,
-                      lo: int, hi: int | None, path: str, depth: int, trail: tuple[str, ...], first: int = 0) -> Pattern:
+                      lo: int, hi: int | None, path: str, depth: int, trail: tuple[str, ...],
+                      first: int = 0) -> Pattern:
         """Elements under ``prefix``/``items`` and the counts, each ``contains`` schema satisfied by at least its
         count of elements from position ``first`` on (with ``most``: at most that many; the others are element ∧
         ``other``)."""

@@ -9,8 +9,8 @@
         ▼
     pattern text (rule mode: rules of a pushdown grammar in `rules`, nested values called where they occur)
 
-`SchemaCompiler` is the whole compiler: `walk.SchemaWalk` (the state and the walk through schema nodes), `arrays` plus the
-value kinds here. Every keyword of a node is honoured or refused; numeric bounds are exact.
+`SchemaCompiler` is the whole compiler: `walk.SchemaWalk` (the state and the walk through schema nodes), the array
+values of `arrays`, and the other value kinds here. Every keyword of a node is honoured or refused; numeric bounds are exact.
 """
 
 from __future__ import annotations

@@ -168,7 +168,8 @@ def internal_validators() -> dict[str, Any]:
                 yield jsonschema.ValidationError(f"no element of {instance!r} from position {start} on is valid "
                                                  "under contains")
 
-    return {CONTAINS_FROM: contains_from, NOT_STRINGS: not_strings, NOT_PATTERN: not_pattern, NOT_INTEGER: not_integer, ALL_PATTERNS: all_patterns,
+    return {CONTAINS_FROM: contains_from, NOT_STRINGS: not_strings, NOT_PATTERN: not_pattern, NOT_INTEGER: not_integer,
+            ALL_PATTERNS: all_patterns,
             NOT_MULTIPLE: not_multiple, ALL_CONTAINS: all_contains}
 
 
