@@ -45,6 +45,8 @@ CASES = [
      [[1], ["a", "b"], ["a", 1, None]], [[], ["a"], ["a", 1], 3, "x"]),
     ({"type": "array", "not": {"contains": {"type": "integer"}}}, [[], ["a"], [None, "b"]], [[1], ["a", 1]]),
     ({"not": {"enum": [[1, "x"], []]}}, [[1], [1, "y"], [2, "x"], [1, "x", 3], 3, "a", None], [[1, "x"], []]),
+    ({"type": "array", "items": {"type": ["integer", "string"]}, "not": {"enum": [[1, "x"], [2, "x"], [1, "y"]]}},
+     [[3, "x"], [2, "y"], [1], [1, "x", 1]], [[1, "x"], [2, "x"], [1, "y"], "x"]),
     ({"allOf": [{"enum": [[1, "x"], [1, 2]]}, {"not": {"items": {"type": "integer"}}}]}, [[1, "x"]], [[1, 2]]),
     ({"type": "integer", "not": {"multipleOf": 3}}, [1, 2, -4, 10], [0, 3, -3, 9, 1.5]),
     ({"not": {"multipleOf": 3}}, [1, 1.5, -0.25], [0, 3, "a", None, [1]]),
@@ -179,7 +181,7 @@ def test_unique_items_need_rules_and_pattern_mode_says_so() -> None:
      "uniqueItems", "at most 64"),
     ({"type": "array", "items": {"enum": list(range(65))}, "uniqueItems": True}, "uniqueItems", "64"),
     ({"not": {"multipleOf": 0.3}}, "not", "multipleOf"),
-    ({"not": {"enum": [[1], [2]]}}, "not", "array literals"),
+    ({"not": {"enum": [[1, 2, 3, 4], [2, 2, 3, 4], [3, 2, 3, 4], [4, 2, 3, 4], [5, 2, 3, 4]]}}, "not", "array literals"),
     ({"type": "array", "contains": {"type": "integer"}, "maxItems": 200, "minContains": 3,
       "items": {"type": ["integer", "string"]}}, "contains", "explode"),
 ])  # fmt: skip

@@ -16,6 +16,7 @@ larger one.
 
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
 from typing import Any, Callable
 
@@ -46,6 +47,8 @@ _IGNORED_IN_NOT = frozenset(
         "externalDocs", "xml", "$defs", "definitions",
     }
 )
+_MAX_LITERAL_CHOICES = 256
+"""Most alternatives the complement of array literals of one length may take (positions ** literals)."""
 _MAX_NEGATION_DEPTH = 16
 """Most nested negations / references one `negate` call follows (a recursive $ref under `not` is refused)."""
 
@@ -89,9 +92,9 @@ def _numeric_enum_complement(values: list) -> list:
     return parts
 
 
-def _array_literals_complement(literals: list[list]) -> Any:
-    """Arrays equal to none of ``literals``: another length, or, of a literal's length, some position differing
-    from each literal of that length (a position's value negated as a const)."""
+def _array_literals_complement(literals: list[list], where: str) -> Any:
+    """Arrays equal to none of ``literals``: another length, or, of a literal's length, for each literal of that
+    length a position differing from it (each choice of positions one alternative)."""
     if not literals:
         return {"type": "array"}
     lengths = sorted({len(v) for v in literals})
@@ -104,10 +107,15 @@ def _array_literals_complement(literals: list[list]) -> Any:
         same = [v for v in literals if len(v) == n]
         if n == 0:
             continue
-        if len(same) > 1:  # one literal at a time; more of one length: refused (a product of positions)
-            raise UnsupportedSchemaError("#", "not", "the complement of several array literals of one length")
-        parts.extend({"type": "array", "minItems": n, "maxItems": n,
-                      "prefixItems": [True] * i + [{"not": {"const": x}}]} for i, x in enumerate(same[0]))
+        if n ** len(same) > _MAX_LITERAL_CHOICES:
+            raise UnsupportedSchemaError(where, "not", f"the complement of {len(same)} array literals of length {n} "
+                                         f"(a position differing from each: {n}**{len(same)} alternatives)")
+        for choice in itertools.product(range(n), repeat=len(same)):  # the position where each literal differs
+            differ: dict[int, list] = {}
+            for literal, i in zip(same, choice):
+                differ.setdefault(i, []).append(literal[i])
+            parts.append({"type": "array", "minItems": n, "maxItems": n,
+                          "prefixItems": [{"not": {"enum": differ[i]}} if i in differ else True for i in range(n)]})
     return _any(parts)
 
 
@@ -200,7 +208,7 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             parts.append({"type": "string", NOT_STRINGS: strings} if strings else {"type": "string"})
             parts.append({"type": "object", "minProperties": 1} if any(v == {} and isinstance(v, dict) for v in values)
                          else {"type": "object"})
-            parts.append(_array_literals_complement([v for v in values if isinstance(v, list)]))
+            parts.append(_array_literals_complement([v for v in values if isinstance(v, list)], where))
         elif key == "minLength":
             if value > 0:
                 parts.append(_typed("string", maxLength=value - 1))
