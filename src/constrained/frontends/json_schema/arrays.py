@@ -76,6 +76,8 @@ class ArrayValues(SchemaWalk):
         items = flat.get("items", True)
         contains: list[tuple[Any, int]] = []
         most = None
+        if flat.get(ALL_CONTAINS) and "contains" not in flat:  # only ever narrows: one element at least
+            flat = {**flat, "contains": True}
         if "contains" in flat:
             least = _count(flat, "minContains", path, 1)
             most = _count(flat, "maxContains", path, None)
