@@ -207,3 +207,23 @@ def test_dev_corpus_schemas_compile_and_pass_their_tests(qwen2_vocab, name) -> N
     for test in doc["tests"]:
         text = json.dumps(test["data"], indent=2).encode()
         assert grammar.accepts(text) == test["valid"], test["data"]
+
+
+METHODS = {"type": "array", "items": {"enum": ["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH"]}, "uniqueItems": True,
+           "minItems": 3}
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("slack", [0, 1, 3])
+def test_tight_budgets_finish_with_distinct_values(qwen2_vocab, slack, seed) -> None:
+    """The budget's bound reads the markers: after a value, the cheapest completion uses values still unused, so a
+    walk at (or just above) the smallest budget is never stranded."""
+    from constrained.errors import BudgetTooSmallError
+    from tests.constrained.test_pushdown import _checked_random_document
+
+    grammar = compile_json_schema(METHODS, qwen2_vocab, "compact")
+    with pytest.raises(BudgetTooSmallError) as err:
+        grammar.matcher(max_tokens=1)
+    smallest = int(str(err.value).split("(")[1].split()[0])
+    text, matcher = _checked_random_document(grammar, qwen2_vocab, smallest + slack, seed, b'[],"')
+    assert matcher.is_terminated() and oracle(METHODS).is_valid(json.loads(text)), text

@@ -209,7 +209,7 @@ class ArrayValues(SchemaWalk):
     def unique_array(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
         """``uniqueItems``: rule mode, over a finite item language of at most `MAX_UNIQUE_VALUES` values. Each value
         is one rule (one spelling per value: 1 and 1.0 are one value) called ``once=K``; the separator has room
-        while a value is left; ``minItems``/``maxItems`` count the calls."""
+        while a value is left; ``minItems``/``maxItems`` count the calls; the bracket closes through a call."""
         if self.rules is None:
             raise PatternApproximates(path, "uniqueItems", "unique items need the guarded calls of a pushdown grammar "
                                       "(schema_to_rules)")
@@ -226,14 +226,16 @@ class ArrayValues(SchemaWalk):
         name = f"array{len(self.rules)}"
         lead, separator_body = (ws, f"{ws},") if self.sep == f"{ws},{ws}" else ("", self.sep)
         self.rules.setdefault("arr.s", separator_body)
+        self.rules.setdefault("arr.c", rf"{ws}\]")
         calls = []
         for k, value in enumerate(values):
             self.rules[f"{name}.v{k}"] = lead + self.literal(value, path)
             calls.append(rule_call(f"{name}.v{k}", f"once={k}"))
         member = f"(?:{'|'.join(calls)})"
         separator = rule_call("arr.s", f"room={','.join(map(str, range(len(values))))}")
-        body = member + rep(separator + member, max(lo - 1, 0), hi - 1) + rf"{ws}\]"
-        self.rules[name] = rf"\[(?:{ws}\]|{body})" if lo == 0 else rf"\[{body}"
+        close = rule_call("arr.c")  # a call, not bytes: where a guarded call may be taken, every way on is a call
+        body = member + rep(separator + member, max(lo - 1, 0), hi - 1) + close  # (the budget's bound reads them)
+        self.rules[name] = rf"\[(?:{close}|{body})" if lo == 0 else rf"\[{body}"
         return rule_call(name)
 
     def finite_values(self, items: Any, path: str, trail: tuple[str, ...]) -> list[Any]:
