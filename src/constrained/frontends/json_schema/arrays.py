@@ -210,12 +210,12 @@ class ArrayValues(SchemaWalk):
         """``uniqueItems``: rule mode, over a finite item language of at most `MAX_UNIQUE_VALUES` values. Each value
         is one rule (one spelling per value: 1 and 1.0 are one value) called ``once=K``; the separator has room
         while a value is left; ``minItems``/``maxItems`` count the calls; the bracket closes through a call."""
+        if flat.get("prefixItems"):
+            raise UnsupportedSchemaError(path, "uniqueItems", "uniqueItems next to prefixItems")
+        values = self.finite_values(flat.get("items", True), f"{path}/items", trail)  # refused first: the reason
         if self.rules is None:
             raise PatternApproximates(path, "uniqueItems", "unique items need the guarded calls of a pushdown grammar "
                                       "(schema_to_rules)")
-        if flat.get("prefixItems"):
-            raise UnsupportedSchemaError(path, "uniqueItems", "uniqueItems next to prefixItems")
-        values = self.finite_values(flat.get("items", True), f"{path}/items", trail)
         lo, hi = flat.get("minItems", 0), flat.get("maxItems")
         hi = len(values) if hi is None else min(hi, len(values))
         if lo > hi:
