@@ -212,7 +212,7 @@ class ArrayValues(SchemaWalk):
         while a value is left; ``minItems``/``maxItems`` count the calls; the bracket closes through a call."""
         if flat.get("prefixItems"):
             raise UnsupportedSchemaError(path, "uniqueItems", "uniqueItems next to prefixItems")
-        values = self.finite_values(flat.get("items", True), f"{path}/items", trail)  # refused first: the reason
+        values = self.finite_values(flat.get("items", True), path, trail)  # refused first: the reason
         if self.rules is None:
             raise PatternApproximates(path, "uniqueItems", "unique items need the guarded calls of a pushdown grammar "
                                       "(schema_to_rules)")
@@ -240,9 +240,9 @@ class ArrayValues(SchemaWalk):
 
     def finite_values(self, items: Any, path: str, trail: tuple[str, ...]) -> list[Any]:
         """The values of a finite item language (enum/const, null, boolean, an integer range), distinct as JSON
-        Schema compares them, each one the item schema accepts; refused otherwise."""
+        Schema compares them, each one the item schema accepts; refused otherwise (at the array's ``path``)."""
         candidates: list[Any] = []
-        for flat, fpath, _ in self.flatten(items, path, trail):
+        for flat, fpath, _ in self.flatten(items, f"{path}/items", trail):
             if "enum" in flat:
                 candidates.extend(flat["enum"])
                 continue
