@@ -55,7 +55,7 @@ def schema_refusal(schema: Any, *, whitespace: Whitespace = "compact") -> Constr
             warnings.simplefilter("ignore")
             try:
                 schema_to_pattern(schema, whitespace=whitespace)
-            except GrammarTooLargeError:  # too big for one pattern: the real compile takes rules
+            except (GrammarTooLargeError, PatternApproximates):  # the real compile takes rules
                 schema_to_rules(schema, whitespace=whitespace)
     except ConstrainedError as error:
         return error

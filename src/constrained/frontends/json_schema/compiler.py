@@ -9,8 +9,8 @@
         ▼
     pattern text (rule mode: rules of a pushdown grammar in `rules`, nested values called where they occur)
 
-`SchemaCompiler` is the whole compiler: `walk.SchemaWalk` (the state and the walk through schema nodes) plus the
-value kinds here. Every keyword of a node is honoured or refused; numeric bounds are exact.
+`SchemaCompiler` is the whole compiler: `walk.SchemaWalk` (the state and the walk through schema nodes), the array
+values of `arrays`, and the other value kinds here. Every keyword of a node is honoured or refused; numeric bounds are exact.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ import re
 from typing import Any
 
 from constrained.dialect.json_lexemes import UNIT, format_body
-from constrained.dialect.writer import Pattern, alt, cat, escape_literal, rep
+from constrained.dialect.writer import Pattern, alt, escape_literal, rep
 from constrained.errors import GrammarTooLargeError, InvalidSchemaError, UnsupportedSchemaError
 from constrained.frontends.json_schema import policy
+from constrained.frontends.json_schema.arrays import ArrayValues
 from constrained.frontends.json_schema.flat_nodes import conj, json_text, json_type, pointer_token, type_set, value_key
 from constrained.frontends.json_schema.keys import KeyFilter, KeyPatterns
 from constrained.frontends.json_schema.members import counted_members, subsequences
 from constrained.frontends.json_schema.numbers import compile_integer, compile_number
-from constrained.frontends.json_schema.policy import PatternApproximates, Whitespace
+from constrained.frontends.json_schema.policy import Whitespace
 from constrained.rules import call as rule_call
 from constrained.frontends.json_schema.strings import (
     excluded_keys_automaton,
@@ -48,7 +49,6 @@ from constrained.frontends.json_schema.vocabulary import (
     internal_validators,
 )
 from constrained.dialect.json_string import json_string_body_pattern
-from constrained.frontends.json_schema.walk import SchemaWalk
 
 __all__ = ["SchemaCompiler"]
 
@@ -87,8 +87,8 @@ _SHAPED = frozenset({"pattern", "format", NOT_PATTERN, NOT_STRINGS, ALL_PATTERNS
 """The string keywords that give a lexeme its own automaton (worth sharing when it is wide)."""
 
 
-class SchemaCompiler(SchemaWalk):
-    """One compilation (see `walk.SchemaWalk`), with the patterns of each kind of value."""
+class SchemaCompiler(ArrayValues):
+    """One compilation (see `walk.SchemaWalk`), with the patterns of each kind of value (arrays: `arrays`)."""
 
     def __init__(self, root: Any, whitespace: Whitespace, max_depth: int, any_value_depth: int,
                  unknown_keywords: str = "warn") -> None:
@@ -277,12 +277,6 @@ class SchemaCompiler(SchemaWalk):
         return rule_call(name)
 
     # -- objects and arrays ------------------------------------------------------------------------------------------
-
-    def too_deep(self, depth: int, path: str) -> bool:
-        """Whether a container at ``depth`` is past ``max_depth`` (its branch is cut; exact mode raises)."""
-        if depth > self.max_depth and self.exact:
-            raise PatternApproximates(path, "type", f"containers nest deeper than max_depth={self.max_depth}")
-        return depth > self.max_depth
 
     def compile_object(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
         """An object value: its listed members, the keys of ``patternProperties`` and ``additionalProperties``, the
@@ -600,45 +594,3 @@ class SchemaCompiler(SchemaWalk):
             self.rules[f"{prefix}.t{k}"] = f"(?:{self.sep}(?:{blocks[k]}))?{rest}"
             rest = rule_call(f"{prefix}.t{k}")
         return rule_call(f"{prefix}.n0")
-
-    def compile_array(self, flat: dict, path: str, depth: int, trail: tuple[str, ...]) -> Pattern:
-        """An array value: its prefix items, then items, between ``minItems`` and ``maxItems``."""
-        if self.too_deep(depth, path):
-            return None
-        prefix = flat.get("prefixItems", [])
-        if not isinstance(prefix, list):
-            raise InvalidSchemaError(f"{path}/prefixItems", "prefixItems must be an array")
-        lo, hi = flat.get("minItems", 0), flat.get("maxItems")
-        if flat.get("uniqueItems") is True and (hi is None or hi > 1):
-            raise UnsupportedSchemaError(path, "uniqueItems", "uniqueness of items cannot be enforced")
-        slots: list[str] = []
-        for i, sub in enumerate(prefix):
-            p = self.compile(sub, f"{path}/prefixItems/{i}", depth, trail)
-            if p is None:
-                hi = i if hi is None else min(hi, i)
-                break
-            slots.append(p)
-        rest = self.compile(flat.get("items", True), f"{path}/items", depth, trail)
-        if rest is None:
-            hi = len(slots) if hi is None else min(hi, len(slots))
-        if hi is not None and lo > hi:
-            return None
-        if hi == 0:
-            return self.container(r"\[", r"\]", None, True)
-        sep = self.sep
-
-        def seq(i: int) -> Pattern:
-            """Elements i.. (each but the first behind a separator), i elements already placed."""
-            lead = sep if i else ""
-            if i >= len(slots):
-                need, room = max(0, max(lo, 1) - i), None if hi is None else hi - i
-                if rest is None or room == 0:
-                    return "" if need == 0 else None
-                if i == 0:
-                    return rest + rep(sep + rest, max(0, need - 1), None if room is None else room - 1)
-                return rep(sep + rest, need, room)
-            if hi is not None and i >= hi:
-                return ""
-            element = cat(lead + slots[i], seq(i + 1))
-            return element if i < max(lo, 1) else (None if element is None else f"(?:{element})?")
-        return self.container(r"\[", r"\]", seq(0), lo == 0)

@@ -24,7 +24,10 @@ from constrained.frontends.json_schema.vocabulary import (
     INTEGER_FORMATS,
     KNOWN_UNENFORCED_FORMATS,
     NOOP_FORMATS,
+    ALL_CONTAINS,
+    CONTAINS_FROM,
     NOT_INTEGER,
+    NOT_MULTIPLE,
     NOT_PATTERN,
     NOT_STRINGS,
     RULE_REF,
@@ -357,11 +360,14 @@ def merge(a: dict, b: dict, path: str) -> dict | None:
             out[key] = [v for v in av if value_key(v) in keep]
         elif key == "uniqueItems":
             out[key] = bool(av) or bool(bv)
-        elif key in (NOT_PATTERN, NOT_STRINGS, ALL_PATTERNS, SOME_MEMBER):
+        elif key in (NOT_PATTERN, NOT_STRINGS, ALL_PATTERNS, NOT_MULTIPLE, ALL_CONTAINS, SOME_MEMBER):
             out[key] = list(av) + [v for v in bv if v not in av]
         elif key == "pattern" and isinstance(av, str) and isinstance(bv, str) and av != bv:
             more = list(out.get(ALL_PATTERNS, ()))
             out[ALL_PATTERNS] = more + ([bv] if bv not in more else [])
+        elif key == "contains" and not any(k in a or k in b for k in ("minContains", "maxContains", CONTAINS_FROM)):
+            more = list(out.get(ALL_CONTAINS, ()))
+            out[ALL_CONTAINS] = more + ([bv] if bv not in more and bv != av else [])
         elif key == NOT_INTEGER:
             out[key] = bool(av) or bool(bv)
         elif key == "propertyNames":

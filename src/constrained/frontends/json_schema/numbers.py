@@ -23,7 +23,7 @@ from constrained.dialect.json_lexemes import FRACTION_DIGITS, INTEGER, INTEGER_D
 from constrained.dialect.parser import automaton_text
 from constrained.dialect.writer import Pattern, alt, cat, natural_range
 from constrained.errors import ConstrainedError, EmptyLanguageError, InvalidSchemaError, UnsupportedSchemaError
-from constrained.frontends.json_schema.vocabulary import NOT_INTEGER
+from constrained.frontends.json_schema.vocabulary import NOT_INTEGER, NOT_MULTIPLE
 
 __all__ = [
     "Bound",
@@ -240,15 +240,15 @@ def _step_fractions(step: Fraction, raw: Any) -> tuple[str, bool] | None:
     return "(?:" + "|".join(fracs) + ")?", True
 
 
-def integer_multiple_pattern(range_pattern: str, n: int, path: str) -> str | None:
-    """Integer texts of ``range_pattern`` whose value is a multiple of n (an automaton tracking the remainder)."""
+def integer_multiple_pattern(range_pattern: str, n: int, path: str, multiple: bool = True) -> str | None:
+    """Integer texts of ``range_pattern`` whose value is a multiple of n (``multiple=False``: is not), an automaton
+    tracking the remainder."""
     import numpy as np  # noqa: PLC0415
 
-
     if n == 1:
-        return range_pattern
+        return range_pattern if multiple else None
     if n > 100_000:
-        raise UnsupportedSchemaError(path, "multipleOf", "a divisor over 100000")
+        raise UnsupportedSchemaError(path, "multipleOf" if multiple else "not", "a divisor over 100000")
     states = n + 2  # 0 start, 1 after '-', 2 + r: remainder r
     table = np.full((states, 256), DEAD, dtype=np.int32)
     table[0, ord("-")] = 1
@@ -259,7 +259,8 @@ def integer_multiple_pattern(range_pattern: str, n: int, path: str) -> str | Non
         for d in range(10):
             table[2 + r, ord("0") + d] = 2 + (r * 10 + d) % n
     accepting = np.zeros(states, dtype=bool)
-    accepting[2] = True
+    accepting[2:] = not multiple
+    accepting[2] = multiple
     remainder = DFA.from_table(table, accepting=accepting, distance=np.zeros(states, dtype=np.int32),
                                    special_names=())
     try:
@@ -271,6 +272,69 @@ def integer_multiple_pattern(range_pattern: str, n: int, path: str) -> str | Non
 
 
 _NUMBER_KEYWORDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "multipleOf", NOT_INTEGER)
+_SAFE_INTEGER = 10**15 - 1
+"""Integers up to this magnitude are exact doubles: jsonschema's float division by a float divisor is exact there."""
+
+
+def _binary_step(step: Fraction) -> bool:
+    """Whether a divisor is 1/2**j (0.5, 0.25, ...): x / step is then exact in floating point."""
+    return step.numerator == 1 and step.denominator > 1 and step.denominator & (step.denominator - 1) == 0
+
+
+def _digits_except(excluded: frozenset[str]) -> str:
+    """Non-empty digit strings not in ``excluded``."""
+    parts = []
+    for d in "0123456789":
+        below = frozenset(e[1:] for e in excluded if e[:1] == d)
+        if not below:
+            parts.append(f"{d}[0-9]*")
+            continue
+        rest = _digits_except(frozenset(e for e in below if e))
+        parts.append(f"{d}(?:{rest})?" if "" not in below else f"{d}{rest}")
+    return "(?:" + "|".join(parts) + ")"
+
+
+def not_multiple_pattern(pattern: Pattern, flat: dict, path: str, integer: bool) -> Pattern:
+    """``pattern`` (integer texts, or non-integer plain decimals under ``NOT_INTEGER``) less the multiples of each
+    divisor in ``NOT_MULTIPLE``. Integer divisors: a remainder automaton on integers, nothing to take from
+    non-integers; 1/2**j: every integer is a multiple, a non-integer is one when its fraction is some k/2**j.
+    Other divisors are refused (jsonschema's float quotient decides, not the exact value)."""
+    for m in flat.get(NOT_MULTIPLE) or ():
+        if pattern is None:
+            return None
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not m > 0 or not math.isfinite(m):
+            raise InvalidSchemaError(path, "multipleOf must be a positive number")
+        step = Fraction(m)
+        if step.denominator == 1 and integer:
+            if isinstance(m, float):
+                pattern = _dfa_and(pattern, integer_range(-_SAFE_INTEGER, _SAFE_INTEGER) or "")
+            pattern = None if pattern is None else integer_multiple_pattern(pattern, int(step), path, False)
+        elif step.denominator == 1:
+            if not flat.get(NOT_INTEGER):
+                raise UnsupportedSchemaError(path, "not", "the complement of multipleOf over decimals that may be "
+                                             "integer-valued")
+        elif _binary_step(step) and step.denominator <= 64:
+            if integer:
+                return None
+            if not flat.get(NOT_INTEGER):
+                raise UnsupportedSchemaError(path, "not", "the complement of multipleOf over decimals that may be "
+                                             "integer-valued")
+            fractions = frozenset(_fraction_digits(Fraction(k, step.denominator)) for k in range(1, step.denominator))
+            pattern = _dfa_and(pattern, rf"-?(?:0|[1-9][0-9]*)\.{_digits_except(fractions)}")
+        else:
+            raise UnsupportedSchemaError(path, "not", f"the complement of multipleOf {m} (only integers and 1/2**j "
+                                         "divisors, whose quotients jsonschema computes exactly)")
+    return pattern
+
+
+def _fraction_digits(value: Fraction) -> str:
+    """The fraction digits of a dyadic value in (0, 1), without trailing zeros."""
+    digits = ""
+    while value:
+        value *= 10
+        digits += str(int(value))
+        value -= int(value)
+    return digits
 
 
 def number_pattern(flat: dict, path: str, integer: bool, int_digits: int, frac_digits: int,
@@ -279,7 +343,7 @@ def number_pattern(flat: dict, path: str, integer: bool, int_digits: int, frac_d
     keywords (`number_language`): one pattern inlines a number definition at every reference (a schema of 109
     percentages spent 100 ms on three distinct ones). An error is raised afresh with this node's path."""
     key = tuple((k, type(flat[k]), flat[k]) for k in _NUMBER_KEYWORDS if k in flat)
-    if all(type(v) in (int, float, bool) for _, _, v in key):
+    if NOT_MULTIPLE not in flat and all(type(v) in (int, float, bool) for _, _, v in key):
         try:
             return number_language(key, integer, int_digits, frac_digits, integer_range)
         except ConstrainedError:
@@ -315,7 +379,7 @@ def _number_pattern(flat: dict, path: str, integer: bool, int_digits: int, frac_
                 hi = cand if hi is None else min(hi, cand)
         if lo is not None and hi is not None and lo > hi:
             return None
-        base = integer_range(lo, hi)
+        base = not_multiple_pattern(integer_range(lo, hi), flat, path, True)
         if base is None or step is None:
             return base
         if step.denominator == 1:
@@ -351,7 +415,7 @@ def _number_pattern(flat: dict, path: str, integer: bool, int_digits: int, frac_
             return None
     if flat.get(NOT_INTEGER):
         pattern = _dfa_and(pattern, _non_integer_texts(int_digits))
-    return pattern
+    return not_multiple_pattern(pattern, flat, path, False)
 
 
 # -- the compiler's number and integer values -----------------------------------------------------------------------
@@ -377,7 +441,7 @@ def compile_integer(flat: dict, path: str) -> Pattern:
     """An integer value under the node's bounds and ``multipleOf``."""
     if flat.get(NOT_INTEGER):
         return None
-    if "multipleOf" in flat and Fraction(flat["multipleOf"]).denominator == 1 or (
+    if NOT_MULTIPLE in flat or "multipleOf" in flat and Fraction(flat["multipleOf"]).denominator == 1 or (
             "multipleOf" in flat and _step_fractions(Fraction(flat["multipleOf"]), flat["multipleOf"])):
         return number_pattern(flat, path, True, INTEGER_DIGITS, FRACTION_DIGITS, integer_range)
     if "multipleOf" in flat:
@@ -397,7 +461,7 @@ def compile_integer(flat: dict, path: str) -> Pattern:
 def compile_number(flat: dict, path: str) -> Pattern:
     """A number value under the node's bounds, ``multipleOf`` and ``NOT_INTEGER``."""
     bound_keys = [k for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum") if k in flat]
-    if ("multipleOf" in flat or flat.get(NOT_INTEGER)
+    if ("multipleOf" in flat or flat.get(NOT_INTEGER) or NOT_MULTIPLE in flat
             or any(Fraction(flat[k]).denominator != 1 for k in bound_keys)):
         return number_pattern(flat, path, False, INTEGER_DIGITS, FRACTION_DIGITS, integer_range)
     if not bound_keys:

@@ -16,6 +16,7 @@ larger one.
 
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
 from typing import Any, Callable
 
@@ -26,7 +27,9 @@ from constrained.frontends.json_schema.vocabulary import (
     FORMAT_ALIASES,
     INTERNAL_KEYWORDS,
     KNOWN_UNENFORCED_FORMATS,
+    CONTAINS_FROM,
     NOT_INTEGER,
+    NOT_MULTIPLE,
     NOT_PATTERN,
     NOT_STRINGS,
     SOME_MEMBER,
@@ -46,6 +49,8 @@ _IGNORED_IN_NOT = frozenset(
         "externalDocs", "xml", "$defs", "definitions",
     }
 )
+_MAX_LITERAL_CHOICES = 256
+"""Most alternatives the complement of array literals of one length may take (positions ** literals)."""
 _MAX_NEGATION_DEPTH = 16
 """Most nested negations / references one `negate` call follows (a recursive $ref under `not` is refused)."""
 
@@ -107,6 +112,58 @@ def _not_object_literals(literals: list[dict], where: str, again: Callable[[Any,
     return _all([{"type": "object"}, *differs])
 
 
+
+def _array_literals_complement(literals: list[list], where: str) -> Any:
+    """Arrays equal to none of ``literals``: another length, or, of a literal's length, for each literal of that
+    length a position differing from it (each choice of positions one alternative)."""
+    if not literals:
+        return {"type": "array"}
+    lengths = sorted({len(v) for v in literals})
+    parts: list = [{"type": "array", "maxItems": lengths[0] - 1}] if lengths[0] else []
+    for a, b in zip(lengths, lengths[1:]):
+        if b > a + 1:
+            parts.append({"type": "array", "minItems": a + 1, "maxItems": b - 1})
+    parts.append({"type": "array", "minItems": lengths[-1] + 1})
+    for n in lengths:
+        same = [v for v in literals if len(v) == n]
+        if n == 0:
+            continue
+        if n ** len(same) > _MAX_LITERAL_CHOICES:
+            raise UnsupportedSchemaError(where, "not", f"the complement of {len(same)} array literals of length {n} "
+                                         f"(a position differing from each: {n}**{len(same)} alternatives)")
+        for choice in itertools.product(range(n), repeat=len(same)):  # the position where each literal differs
+            differ: dict[int, list] = {}
+            for literal, i in zip(same, choice):
+                differ.setdefault(i, []).append(literal[i])
+            parts.append({"type": "array", "minItems": n, "maxItems": n,
+                          "prefixItems": [{"not": {"enum": differ[i]}} if i in differ else True for i in range(n)]})
+    return _any(parts)
+
+
+def _negate_array_keyword(s: dict, key: str, value: Any, where: str, again: Callable[[Any, str], Any]) -> Any:
+    """Arrays failing one array keyword of ``s``: ¬items (past the prefix) is a contains of ¬items there,
+    ¬prefixItems some position present and failing its schema, ¬contains every element ¬C."""
+    tuple_form = key == "items" and isinstance(value, list)
+    if key == "prefixItems" or tuple_form:
+        if not isinstance(value, list):
+            raise InvalidSchemaError(where, f"{key} must be an array")
+        return _any([{"type": "array", "minItems": i + 1,
+                      "prefixItems": [True] * i + [bad]} for i, sub in enumerate(value)
+                     if (bad := again(sub, f"{where}/{i}")) is not False])
+    if value is True or value == {}:
+        return False
+    if key == "contains":
+        return {"type": "array", "items": again(value, where)}
+    before = s.get("prefixItems", s.get("items") if key == "additionalItems" else None)
+    if key == "additionalItems" and not isinstance(s.get("items"), list):
+        return False  # without tuple-form items, additionalItems constrains nothing
+    n = len(before) if isinstance(before, list) else 0
+    bad = again(value, where)
+    if bad is False:
+        return False
+    return {"type": "array", "contains": bad, CONTAINS_FROM: n} if n else {"type": "array", "contains": bad}
+
+
 def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0,
            within: list[dict] | None = None) -> Any:
     """`_negate`, with a malformed keyword value anywhere under the negation (``"maxProperties": ""``) refused as
@@ -161,9 +218,6 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             values = value if key == "enum" else [value]
             if not isinstance(values, list):
                 raise InvalidSchemaError(where, "enum must be an array")
-            for v in values:
-                if isinstance(v, list) and v != []:
-                    raise UnsupportedSchemaError(where, "not", "the complement of an array literal")
             if None not in values:
                 parts.append({"type": "null"})
             booleans = [b for b in (True, False) if not any(v is b for v in values)]
@@ -174,8 +228,7 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             strings = [v for v in values if isinstance(v, str)]
             parts.append({"type": "string", NOT_STRINGS: strings} if strings else {"type": "string"})
             parts.append(_not_object_literals([v for v in values if isinstance(v, dict)], where, again))
-            parts.append({"type": "array", "minItems": 1} if any(v == [] and isinstance(v, list) for v in values)
-                         else {"type": "array"})
+            parts.append(_array_literals_complement([v for v in values if isinstance(v, list)], where))
         elif key == "minLength":
             if value > 0:
                 parts.append(_typed("string", maxLength=value - 1))
@@ -197,7 +250,17 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
                 flip = {"minimum": "maximum", "maximum": "minimum"}[key]
             parts.append(_typed("number", **{flip: value}))
         elif key == "multipleOf":
-            raise UnsupportedSchemaError(where, "not", "the complement of multipleOf")
+            step = Fraction(value)
+            if step <= 0:
+                raise InvalidSchemaError(where, "multipleOf must be positive")
+            if step.denominator == 1:  # non-integers, and integers off the residue
+                parts.append({"type": "number", NOT_INTEGER: True})
+                parts.append({"type": "integer", NOT_MULTIPLE: [value]})
+            elif step.numerator == 1 and step.denominator & (step.denominator - 1) == 0:
+                parts.append({"type": "number", NOT_INTEGER: True, NOT_MULTIPLE: [value]})
+            else:
+                raise UnsupportedSchemaError(where, "not", f"the complement of multipleOf {value} (jsonschema's "
+                                             "float quotient, not the exact value, decides it)")
         elif key == "minItems":
             if value > 0:
                 parts.append(_typed("array", maxItems=value - 1))
@@ -245,12 +308,12 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
             bad = _all([{"type": "string"}, again(value, where)])
             if bad is not False:
                 parts.append({"type": "object", SOME_MEMBER: [[bad, True]]})
-        elif key in ("items", "additionalItems", "contains", "unevaluatedProperties", "unevaluatedItems"):
-            if value is True or value == {} or (key == "items" and "prefixItems" not in s and value == []):
+        elif key in ("items", "additionalItems", "prefixItems", "contains"):
+            parts.append(_negate_array_keyword(s, key, value, where, again))
+        elif key in ("unevaluatedProperties", "unevaluatedItems"):
+            if value is True or value == {}:
                 continue
             raise UnsupportedSchemaError(where, "not", f"the complement of {key} (some member violates it)")
-        elif key == "prefixItems":
-            raise UnsupportedSchemaError(where, "not", "the complement of prefixItems")
         elif key == "allOf":
             parts.append(_any([again(m, f"{where}/{i}") for i, m in enumerate(value)]))
         elif key == "anyOf":

@@ -24,6 +24,9 @@ __all__ = [
     "NOT_STRINGS",
     "NOT_INTEGER",
     "SOME_MEMBER",
+    "NOT_MULTIPLE",
+    "ALL_CONTAINS",
+    "CONTAINS_FROM",
     "INTERNAL_KEYWORDS",
     "REWRITTEN_KEYWORDS",
     "internal_validators",
@@ -54,6 +57,7 @@ SUPPORTED_KEYWORDS = frozenset(
         "type", "enum", "const", "nullable",
         "properties", "required", "additionalProperties", "minProperties", "maxProperties",
         "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
+        "contains", "minContains", "maxContains",
         "minLength", "maxLength", "pattern", "format",
         "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
         "$ref", "allOf", "anyOf", "oneOf", "patternProperties", "propertyNames",
@@ -62,11 +66,12 @@ SUPPORTED_KEYWORDS = frozenset(
 )
 """Keywords the compiler reads (``not``, ``if``/``then``/``else`` and the dependency keywords are rewritten into
 allOf members by `rewrites.conjuncts`). Some are accepted only in some forms (see the coverage doc):
-``uniqueItems`` (false, or maxItems ≤ 1), ``multipleOf`` (integer divisors; on numbers also 1/m decimals)."""
+``uniqueItems`` (false, maxItems ≤ 1, or a small finite item language in rule mode), ``maxContains`` (where
+``contains`` can be negated), ``multipleOf`` (integer divisors; on numbers also 1/m decimals)."""
 
 UNSUPPORTED_KEYWORDS = frozenset(
     {
-        "contains", "minContains", "maxContains", "unevaluatedProperties",
+        "unevaluatedProperties",
         "unevaluatedItems", "$dynamicRef", "$recursiveRef",
     }
 )
@@ -94,6 +99,14 @@ NOT_STRINGS = "$ember:notStrings"
 """Internal: a list of strings a string value must not equal."""
 NOT_INTEGER = "$ember:notInteger"
 """Internal: the number must not be integer-valued (what ``not: {type: integer}`` leaves of numbers)."""
+NOT_MULTIPLE = "$ember:notMultiple"
+"""Internal: a list of divisors the number must be a multiple of none of (what ``not: {multipleOf: m}`` leaves)."""
+ALL_CONTAINS = "$ember:allContains"
+"""Internal: a list of further schemas some element each must satisfy besides ``contains`` (allOf members whose
+``contains`` differ)."""
+CONTAINS_FROM = "$ember:containsFrom"
+"""Internal: the first position a ``contains`` witness may stand at (what ``not: {items: S}`` after a prefix of n
+leaves: some element from position n on fails S)."""
 ALL_PATTERNS = "$ember:allPatterns"
 """Internal: a list of further ECMA patterns a string must match besides ``pattern`` (allOf members whose patterns
 differ: the string languages are intersected)."""
@@ -101,7 +114,8 @@ SOME_MEMBER = "$ember:someMember"
 """Internal: a list of [K, V] pairs (schemas): for each, an object must have a member whose key is valid under K
 and whose value is valid under V (what ``not`` leaves of additionalProperties, patternProperties, propertyNames and
 object literals)."""
-INTERNAL_KEYWORDS = frozenset({NOT_PATTERN, NOT_STRINGS, NOT_INTEGER, ALL_PATTERNS, SOME_MEMBER})
+INTERNAL_KEYWORDS = frozenset({NOT_PATTERN, NOT_STRINGS, NOT_INTEGER, NOT_MULTIPLE, ALL_PATTERNS, ALL_CONTAINS,
+                               CONTAINS_FROM, SOME_MEMBER})
 """Read by the compiler; `flat_nodes.merge` unites the list-valued ones."""
 
 
@@ -148,8 +162,27 @@ def internal_validators() -> dict[str, Any]:
                            for k, v in instance.items()):
                     yield jsonschema.ValidationError(f"no member of {instance!r} is a witness of {keys!r}: {values!r}")
 
+    def not_multiple(validator: Any, divisors: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, (int, float)) and not isinstance(instance, bool):
+            for m in divisors:
+                if not list(validator.descend(instance, {"multipleOf": m})):
+                    yield jsonschema.ValidationError(f"{instance!r} is a multiple of {m!r}")
+
+    def all_contains(validator: Any, schemas: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, list):
+            for sub in schemas:
+                if not any(validator.evolve(schema=sub).is_valid(item) for item in instance):
+                    yield jsonschema.ValidationError(f"no element of {instance!r} is valid under {sub!r}")
+
+    def contains_from(validator: Any, start: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, list) and "contains" in schema:
+            if not any(validator.evolve(schema=schema["contains"]).is_valid(x) for x in instance[start:]):
+                yield jsonschema.ValidationError(f"no element of {instance!r} from position {start} on is valid "
+                                                 "under contains")
+
     return {NOT_STRINGS: not_strings, NOT_PATTERN: not_pattern, NOT_INTEGER: not_integer, ALL_PATTERNS: all_patterns,
-            SOME_MEMBER: some_member}
+            SOME_MEMBER: some_member, NOT_MULTIPLE: not_multiple, ALL_CONTAINS: all_contains,
+            CONTAINS_FROM: contains_from}
 
 
 REWRITTEN_KEYWORDS = frozenset({"not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas"})
