@@ -140,7 +140,8 @@ def _json_node_pattern(node: Node) -> tuple[str, bool]:
 def json_string_body_pattern(ecma_pattern: str, *, wide: bool = False) -> str:
     """A dialect pattern over the JSON-encoded body of every string matching an ECMA-262 ``pattern``.
 
-    JSON Schema's ``pattern`` has search semantics: a side without ``^``/``$`` admits any prefix/suffix. The body
+    JSON Schema's ``pattern`` has search semantics: a side without ``^``/``$`` admits any prefix/suffix; anchors
+    may stand anywhere (``^`` holds only at the string's start, ``$`` only at its end, `resolve_anchors`). The body
     is the text between the quotes as ``json.dumps(value, ensure_ascii=False)`` writes it (``"``→``\\"``,
     ``\\``→``\\\\``, ``\\b \\f \\n \\r \\t``, other controls ``\\u00xx``), so a mask built from the result admits
     exactly the canonical encodings of matching strings. ECMA meanings are used for ``.`` (no line terminators),
@@ -150,7 +151,7 @@ def json_string_body_pattern(ecma_pattern: str, *, wide: bool = False) -> str:
 
     Raises:
         UnsupportedSchemaError: (path ``""``, keyword ``"pattern"``) for anything that cannot be enforced:
-            lookarounds, backreferences, word boundaries, flags, ``[]``, anchors inside groups, ...
+            lookarounds, backreferences, word boundaries, flags, ``[]``, a quantifier on an anchor, ...
     """
     try:
         branches = parse_ecma(ecma_pattern, wide=wide)
@@ -168,4 +169,6 @@ def json_string_body_pattern(ecma_pattern: str, *, wide: bool = False) -> str:
         elif wide:
             body = body + "(?:\\\\n)?"  # Python's $ also matches before a final newline
         alternatives.append(body)
+    if not alternatives:  # every path needs a '^' after consumed input or the like: no string matches
+        return json_char_pattern(())[0]
     return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
