@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from constrained.automata.dfa import MAX_DFA_STATES, compile_dfa
 from constrained.automata.operations import automaton, intersection
 from constrained.dialect.json_lexemes import UNIT
@@ -33,7 +35,7 @@ from constrained.dialect.writer import rep
 from constrained.errors import EmptyLanguageError, GrammarTooLargeError
 from constrained.rules import call
 
-__all__ = ["CHUNK_CHARS", "MIN_CHUNK_CHARS", "CountedLexeme"]
+__all__ = ["CHUNK_CHARS", "MIN_CHUNK_CHARS", "MAX_COUNTED_STATES", "CountedLexeme"]
 
 CHUNK_CHARS = 256
 """Characters per chunk rule to start with (halved while a chunk's product automaton is over its budget)."""
@@ -41,31 +43,51 @@ MIN_CHUNK_CHARS = 16
 """The smallest chunk tried before the construction is refused."""
 _MAX_RULES = 20_000
 """Budget on the rules one counted lexeme writes (levels × live states)."""
+MAX_COUNTED_STATES = 128
+"""Most states of the body DFA counted this way (a chunk rule per pair of states a chunk connects)."""
 
 
 def _from_state(dfa: Any, start: int, accepting: set[int]) -> Automaton:
     """``dfa`` started at ``start`` with its accepting states replaced: the reachable part, renumbered (start 0)."""
-    table = dfa.transitions[:, :256].tolist()
+    table = np.asarray(dfa.transitions[:, :256])
     order, index = [start], {start: 0}
     for state in order:
-        for target in table[state]:
+        for target in np.unique(table[state]).tolist():
             if target >= 0 and target not in index:
                 index[target] = len(order)
                 order.append(target)
-    edges: list[tuple[int, int, int, int]] = []
-    for new, state in enumerate(order):
-        row = table[state]
-        byte = 0
-        while byte < 256:
-            target = row[byte]
-            end = byte
-            while end + 1 < 256 and row[end + 1] == target:
-                end += 1
-            if target >= 0:
-                edges.append((new, byte, end, index[target]))
-            byte = end + 1
-    return Automaton(n_states=len(order), accepting=tuple(sorted(index[s] for s in accepting if s in index)),
-                     edges=tuple(edges))
+    remap = np.full(table.shape[0] + 1, -1, dtype=np.int64)
+    remap[order] = np.arange(len(order))
+    rows_table = remap[table[order]]  # -1 stays -1 (the last entry of remap)
+    n = len(order)
+    change = np.ones((n, 256), dtype=bool)
+    change[:, 1:] = rows_table[:, 1:] != rows_table[:, :-1]
+    rows, los = np.nonzero(change)
+    his = np.empty_like(los)
+    his[:-1] = np.where(rows[1:] == rows[:-1], los[1:] - 1, 255)
+    his[-1:] = 255
+    targets = rows_table[rows, los]
+    keep = targets >= 0
+    edges = tuple(zip(rows[keep].tolist(), los[keep].tolist(), his[keep].tolist(), targets[keep].tolist()))
+    return Automaton(n_states=n, accepting=tuple(sorted(index[s] for s in accepting if s in index)), edges=edges)
+
+
+def _unit_steps(dfa: Any) -> np.ndarray:
+    """bool [S, S]: whether one character (one `UNIT`, any spelling) takes ``dfa`` from a state to another."""
+    unit = compile_dfa(UNIT)
+    table, moves = np.asarray(dfa.transitions[:, :256]), np.asarray(unit.transitions[:, :256])
+    n = table.shape[0]
+    steps = np.zeros((n, n), dtype=bool)
+    pairs = np.stack([np.arange(n), np.arange(n), np.zeros(n, dtype=np.int64)], axis=1)  # (source, state, unit)
+    while pairs.size:
+        nxt_d, nxt_u = table[pairs[:, 1]], moves[pairs[:, 2]]
+        ok = (nxt_d >= 0) & (nxt_u >= 0)
+        k, b = np.nonzero(ok)
+        fresh = np.unique(np.stack([pairs[k, 0], nxt_d[k, b], nxt_u[k, b]], axis=1), axis=0)
+        done = unit.accepting[fresh[:, 2]]
+        steps[fresh[done, 0], fresh[done, 1]] = True
+        pairs = fresh[~done]
+    return steps
 
 
 class CountedLexeme:
@@ -77,22 +99,24 @@ class CountedLexeme:
         self.rules = rules
         self.prefix = prefix
         self.accepting = {int(s) for s in dfa.accepting.nonzero()[0]}
-        self.memo: dict[tuple[int, int, int | None], str | None] = {}
         self.pieces: dict[tuple[int, tuple[int, ...], int, int | None], Any] = {}
         self.counters: dict[tuple[int, int | None], Any] = {}
         self.written = 0
+        if dfa.n_states > MAX_COUNTED_STATES:
+            raise GrammarTooLargeError("dfa_states", MAX_COUNTED_STATES, f"the string language has {dfa.n_states} "
+                                       "states, too many to count its length in chunk rules (one per pair of states)")
+        self.steps = _unit_steps(dfa)
         self.chunk = CHUNK_CHARS
         while True:
             try:
                 self.entry = self.level(0, lo, hi)
                 return
             except GrammarTooLargeError:
-                if self.chunk // 2 < MIN_CHUNK_CHARS:
+                if self.chunk // 2 < max(MIN_CHUNK_CHARS, 1):
                     raise
                 for name in [n for n in self.rules if n.startswith(prefix + ".")]:
                     del self.rules[name]
                 self.chunk //= 2
-                self.memo.clear()
                 self.pieces.clear()
                 self.written = 0
 
@@ -147,29 +171,40 @@ class CountedLexeme:
         return self.rule(name, automaton_text(automaton(dfa)))
 
     def level(self, state: int, lo: int, hi: int | None) -> str | None:
-        """A call of ``R(state, lo, hi)`` (None: it matches nothing)."""
-        key = (state, lo, hi)
-        if key in self.memo:
-            return self.memo[key]
-        self.memo[key] = None  # a level only calls lower ones: no cycle reads this
+        """A call of ``R(state, lo, hi)`` (None: it matches nothing), built bottom-up over the levels (no recursion:
+        a bound of a million characters is thousands of levels) for the states a chunk can reach there."""
         chunk = self.chunk
-        if (hi is not None and hi < chunk) or (hi is None and lo < chunk):
-            result = self.below(state, lo, hi)
-        else:
-            alternatives: list[str] = []
-            if lo < chunk:
-                tail = self.below(state, lo, chunk - 1)
+        bounds: list[tuple[int, int | None]] = []
+        while (hi is not None and hi >= chunk) or (hi is None and lo >= chunk):
+            bounds.append((lo, hi))
+            lo, hi = max(lo - chunk, 0), None if hi is None else hi - chunk
+            if len(bounds) > _MAX_RULES:
+                raise GrammarTooLargeError("rules", _MAX_RULES, "a counted string lexeme needs more levels")
+        links = np.eye(self.steps.shape[0], dtype=bool)  # which states one chunk connects: steps ** chunk
+        power, base = chunk, self.steps.astype(np.int64)
+        while power:
+            if power & 1:
+                links = (links.astype(np.int64) @ base) > 0
+            base = ((base @ base) > 0).astype(np.int64)
+            power >>= 1
+        reach = [{state}]
+        for _ in bounds:
+            reach.append({t for q in reach[-1] for t in np.flatnonzero(links[q]).tolist()
+                          if self.chunk_to(q, t) is not None})
+        calls = {q: self.below(q, lo, hi) for q in reach[-1]}
+        for depth in range(len(bounds) - 1, -1, -1):
+            lo, hi = bounds[depth]
+            above: dict[int, str | None] = {}
+            for q in reach[depth]:
+                alternatives: list[str] = []
+                tail = self.below(q, lo, chunk - 1) if lo < chunk else None
                 if tail is not None:
                     alternatives.append(tail)
-            rest_lo, rest_hi = max(lo - chunk, 0), None if hi is None else hi - chunk
-            for target in range(self.dfa.n_states):
-                step = self.chunk_to(state, target)
-                if step is None:
-                    continue
-                rest = self.level(target, rest_lo, rest_hi)
-                if rest is not None:
-                    alternatives.append(step + rest)
-            result = None if not alternatives else self.rule(
-                f"{self.prefix}.r{state}.{lo}.{hi}", "|".join(alternatives))
-        self.memo[key] = result
-        return result
+                for target in np.flatnonzero(links[q]).tolist():
+                    rest = calls.get(target)
+                    step = None if rest is None else self.chunk_to(q, target)
+                    if step is not None and rest is not None:
+                        alternatives.append(step + rest)
+                above[q] = self.rule(f"{self.prefix}.r{q}.{lo}.{hi}", "|".join(alternatives)) if alternatives else None
+            calls = above
+        return calls[state]
