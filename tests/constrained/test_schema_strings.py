@@ -188,3 +188,15 @@ def test_chunk_rules_are_exact_for_any_chunk_and_bounds(
         canonical = _body(value)
         expected = dfa.accepts(canonical) and lo <= len(value) and (hi is None or len(value) <= hi)
         assert grammar.accepts(b'"' + canonical + b'"') == expected, (body, lo, hi, value)
+
+
+def test_a_language_too_large_to_count_in_chunks_is_refused_with_both_reasons() -> None:
+    """Over `MAX_COUNTED_STATES` DFA states the chunk rules are refused too: the error names the path, the
+    product's budget and why counting did not fit."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(?:a{200})*$",
+                                                     "maxLength": 100_000}}}
+    with pytest.raises(GrammarTooLargeError) as info:
+        schema_to_rules(schema)
+    message = str(info.value)
+    assert "#/properties/s: pattern with minLength/maxLength" in message, message
+    assert "counted in chunk rules instead" in message and "states, too many" in message, message
