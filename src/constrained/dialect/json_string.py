@@ -26,7 +26,7 @@ from constrained.dialect.nodes import (
 from constrained.dialect.parser import parse_ecma
 from constrained.errors import RegexSyntaxError, UnsupportedSchemaError
 
-__all__ = ["json_string_body_pattern", "json_char_pattern", "class_text"]
+__all__ = ["json_string_body_pattern", "json_char_pattern", "class_text", "NO_BODY"]
 
 _JSON_SHORT = {0x22: '"', 0x5C: "\\\\", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
 """Characters json.dumps escapes with a backslash and one letter, and that letter as a class member."""
@@ -111,6 +111,10 @@ def _hex_digit_class(values: list[int]) -> str:
     return "[" + "".join(f"{lo:x}" if lo == hi else f"{lo:x}-{hi:x}" for lo, hi in runs) + "]"
 
 
+NO_BODY = json_char_pattern(())[0]
+"""What `json_string_body_pattern` gives for a pattern no string matches (``a^b``): a class of no character."""
+
+
 def _json_node_pattern(node: Node) -> tuple[str, bool]:
     """The node's translation and whether a quantifier binds to it as a whole."""
     if isinstance(node, Empty):
@@ -170,5 +174,5 @@ def json_string_body_pattern(ecma_pattern: str, *, wide: bool = False) -> str:
             body = body + "(?:\\\\n)?"  # Python's $ also matches before a final newline
         alternatives.append(body)
     if not alternatives:  # every path needs a '^' after consumed input or the like: no string matches
-        return json_char_pattern(())[0]
+        return NO_BODY
     return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"

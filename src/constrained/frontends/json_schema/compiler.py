@@ -46,7 +46,7 @@ from constrained.frontends.json_schema.vocabulary import (
     TYPES,
     internal_validators,
 )
-from constrained.dialect.json_string import json_string_body_pattern
+from constrained.dialect.json_string import NO_BODY, json_string_body_pattern
 from constrained.frontends.json_schema.walk import SchemaWalk
 
 __all__ = ["SchemaCompiler"]
@@ -218,6 +218,8 @@ class SchemaCompiler(SchemaWalk):
             bodies.append(("not", body))
         if flat.get(NOT_STRINGS):
             bodies.append(("not", string_body_excluding(tuple(dict.fromkeys(flat[NOT_STRINGS])))))
+        if any(body == NO_BODY for _, body in bodies):
+            return None  # a pattern no string matches (``a$b``): no string value
         if len(bodies) == 1 and lo == 0 and hi is None:
             return f'"{bodies[0][1]}"'
         if bodies:
