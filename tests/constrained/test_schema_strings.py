@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from constrained.dialect.json_lexemes import format_body
-from constrained.dialect.json_string import json_string_body_pattern
-from constrained.errors import EmptyLanguageError, GrammarTooLargeError, UnsupportedSchemaError
+from constrained.dialect.json_string import NO_BODY, json_string_body_pattern
+from constrained.errors import EmptyLanguageError, GrammarTooLargeError, InvalidSchemaError, UnsupportedSchemaError
 from constrained.fsm import DFA, compile_dfa
 from constrained.frontends.json_schema import counted
 from constrained.frontends.json_schema.strings import bodies_dfa
@@ -88,7 +88,6 @@ def test_anchors_anywhere_agree_with_re_search(pattern: str, values: list[str]) 
         ("(^gs://(.+))|(^http://(.+))|(^https://(.+))", ["gs://b", "http://x", "https://y/z"], ["xgs://b", "http://"]),
         ("^$|(^a.b)", ["", "axb", "a-bc"], ["a", "xaxb"]),
         ("(a$|b)", ["a", "xa", "b", "bx"], ["ax", "", "c"]),
-        ("a^b", [], ["ab", "a^b", ""]),
         ("(?:^|,)x(?:,|$)", ["x", "x,y", "y,x", "y,x,z"], ["yx", "xy", ""]),
         ("(^a)*b", ["b", "ab", "cb", "aab"], ["a", ""]),
     ],
@@ -101,6 +100,16 @@ def test_anchored_alternatives_match_what_the_schema_means(pattern: str, matchin
         assert compiled.fullmatch(json.dumps(value)), (pattern, value)
     for value in other:
         assert not compiled.fullmatch(json.dumps(value)), (pattern, value)
+
+
+@pytest.mark.parametrize("pattern", ["a^b", "a$b", "(a|b)^c"])
+def test_a_pattern_no_string_matches_leaves_no_string_value(pattern: str) -> None:
+    """``^`` after consumed input (``$`` before it) holds nowhere: the string value is unsatisfiable, not refused."""
+    assert json_string_body_pattern(pattern) == NO_BODY
+    with pytest.raises(InvalidSchemaError, match="no JSON document satisfies"):
+        schema_to_pattern({"type": "string", "pattern": pattern})
+    compiled = re.compile(schema_to_pattern({"type": ["string", "null"], "pattern": pattern}))
+    assert compiled.fullmatch("null") and not compiled.fullmatch('"ab"')
 
 
 @pytest.mark.parametrize("pattern", ["^*", "a$+", "(a|^?)", "x${2}"])
