@@ -373,7 +373,7 @@ def test_ecma_whitespace_is_the_intersection_with_python_whitespace() -> None:
 
 @pytest.mark.parametrize(
     "pattern",
-    ["(?=a)", "a(?!b)", "(?<=a)b", r"(a)\1", r"\bword", "(?i)abc", "[]", "[^]", "a(^b)", "(a$)", r"\cA", r"\p{L}",
+    ["(?=a)", "a(?!b)", "(?<=a)b", r"(a)\1", r"\bword", "(?i)abc", "[]", "[^]", "a^*", "(a$+)", r"\cA", r"\p{L}",
      r"\U0001F600", "a{2}{3}", "[\\uD83D\\uDE00]", r"\uD83D", "(?P=x)", "a**"],
 )
 def test_unenforceable_ecma_features_raise_unsupported_schema_error(pattern: str) -> None:

@@ -156,9 +156,9 @@ CURATED: list[tuple[Any, Refused | Compiled]] = [
     (_pattern("(|)*"), ANY_STRING),
     (_pattern("()*"), ANY_STRING),
     (_pattern("(a*)*"), ANY_STRING),
-    (_pattern("$^"), UNSUPPORTED_PATTERN),
+    (_pattern("$^"), Compiled(accept=('""',), reject=('"x"', '"\\n"'))),  # ECMA: both anchors hold only in ""
     (_pattern("^$"), Compiled(accept=('""',), reject=('"a"', '" "'))),
-    (_pattern("a$b"), UNSUPPORTED_PATTERN),
+    (_pattern("a$b"), UNSATISFIABLE),  # ECMA: no string has a 'b' after its end
     (_pattern("\\u{1F600}"), UNSUPPORTED_PATTERN),
     (_pattern("\\cA"), UNSUPPORTED_PATTERN),
     (_pattern("[\\s\\S]*"), ANY_STRING),

@@ -26,7 +26,7 @@ from constrained.dialect.nodes import (
 from constrained.dialect.parser import parse_ecma
 from constrained.errors import RegexSyntaxError, UnsupportedSchemaError
 
-__all__ = ["json_string_body_pattern", "json_char_pattern", "class_text"]
+__all__ = ["json_string_body_pattern", "json_char_pattern", "class_text", "NO_BODY"]
 
 _JSON_SHORT = {0x22: '"', 0x5C: "\\\\", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
 """Characters json.dumps escapes with a backslash and one letter, and that letter as a class member."""
@@ -111,6 +111,10 @@ def _hex_digit_class(values: list[int]) -> str:
     return "[" + "".join(f"{lo:x}" if lo == hi else f"{lo:x}-{hi:x}" for lo, hi in runs) + "]"
 
 
+NO_BODY = json_char_pattern(())[0]
+"""What `json_string_body_pattern` gives for a pattern no string matches (``a^b``): a class of no character."""
+
+
 def _json_node_pattern(node: Node) -> tuple[str, bool]:
     """The node's translation and whether a quantifier binds to it as a whole."""
     if isinstance(node, Empty):
@@ -140,7 +144,8 @@ def _json_node_pattern(node: Node) -> tuple[str, bool]:
 def json_string_body_pattern(ecma_pattern: str, *, wide: bool = False) -> str:
     """A dialect pattern over the JSON-encoded body of every string matching an ECMA-262 ``pattern``.
 
-    JSON Schema's ``pattern`` has search semantics: a side without ``^``/``$`` admits any prefix/suffix. The body
+    JSON Schema's ``pattern`` has search semantics: a side without ``^``/``$`` admits any prefix/suffix; anchors
+    may stand anywhere (``^`` holds only at the string's start, ``$`` only at its end, `resolve_anchors`). The body
     is the text between the quotes as ``json.dumps(value, ensure_ascii=False)`` writes it (``"``→``\\"``,
     ``\\``→``\\\\``, ``\\b \\f \\n \\r \\t``, other controls ``\\u00xx``), so a mask built from the result admits
     exactly the canonical encodings of matching strings. ECMA meanings are used for ``.`` (no line terminators),
@@ -150,7 +155,7 @@ def json_string_body_pattern(ecma_pattern: str, *, wide: bool = False) -> str:
 
     Raises:
         UnsupportedSchemaError: (path ``""``, keyword ``"pattern"``) for anything that cannot be enforced:
-            lookarounds, backreferences, word boundaries, flags, ``[]``, anchors inside groups, ...
+            lookarounds, backreferences, word boundaries, flags, ``[]``, a quantifier on an anchor, ...
     """
     try:
         branches = parse_ecma(ecma_pattern, wide=wide)
@@ -168,4 +173,6 @@ def json_string_body_pattern(ecma_pattern: str, *, wide: bool = False) -> str:
         elif wide:
             body = body + "(?:\\\\n)?"  # Python's $ also matches before a final newline
         alternatives.append(body)
+    if not alternatives:  # every path needs a '^' after consumed input or the like: no string matches
+        return NO_BODY
     return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"

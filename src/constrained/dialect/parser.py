@@ -7,7 +7,7 @@ Python ``re`` syntax, interpreted over Unicode text, always full-match. What it 
     \\xHH \\uHHHH \\UHHHHHHHH (and any other escaped non-alphanumeric character, as in Python) ·
     classes [...] [^...] with ranges and \\d \\w \\s \\D \\W \\S (ASCII meanings) · . (any scalar but \\n) ·
     * + ? {n} {n,} {n,m} {,m} (lazy ? suffix: same language) · ( ) (?: ) (?P<name> ) · | ·
-    ^ only at the very start, $ only at the very end (no-ops) ·
+    ^ only at the very start, $ only at the very end (no-ops; in ECMA mode anywhere, see below) ·
     (?&NAME) one special-token terminal, only with allow_special=True ·
     (?@ROW;ROW;...) an explicit byte automaton (`Automaton`; what the schema compiler embeds for intersections
     and complements): row i is state i (state 0 starts), ``!`` first if it accepts, then its edges ``LO>T`` or
@@ -23,7 +23,8 @@ Unicode scalar values (surrogates).
     pattern text ──parse──► Node (see `constrained.dialect.nodes`)
 
 The same recursive descent, in its ECMA mode, reads the ECMA-262 patterns of JSON Schema (`parse_ecma`, for
-`constrained.dialect.json_string`).
+`constrained.dialect.json_string`); there ``^`` and ``$`` may stand anywhere (not under a quantifier of their own)
+and are resolved exactly into anchored top-level branches (`constrained.dialect.anchors`).
 
 Parsed groups and classes are cached by exact text (module-wide, bounded, see `cached_group`): schema patterns
 repeat the same sub-patterns dozens of times, and identical groups then share one node (ASTs are immutable). The
@@ -39,6 +40,7 @@ import re
 import threading
 from dataclasses import dataclass
 
+from constrained.dialect.anchors import END, START, resolve_anchors
 from constrained.dialect.classes import DOT, ECMA_DOT, shorthand_ranges
 from constrained.dialect.nodes import (
     MAX_SCALAR,
@@ -94,8 +96,8 @@ class Branch:
 
 class _Parser:
     """Recursive descent over the dialect (or, with ``ecma``, over the ECMA-262 subset `json_string_body_pattern`
-    accepts: ``(?<name>…)`` groups, ``\\0``, UTF-16 surrogate pairs, ECMA ``.``/``\\s``, anchors per top-level
-    alternative)."""
+    accepts: ``(?<name>…)`` groups, ``\\0``, UTF-16 surrogate pairs, ECMA ``.``/``\\s``, ``^``/``$`` anywhere as
+    `START`/`END` markers that `parse_ecma` resolves)."""
 
     def __init__(self, pattern: str, *, allow_special: bool, ecma: bool, wide: bool = False) -> None:
         self.pattern = pattern
@@ -138,8 +140,8 @@ class _Parser:
 
     def parse_top_branch(self, *, first: bool) -> Branch:
         start = False
-        if self.peek() == "^":
-            if not (self.ecma or (first and self.pos == 0)):
+        if self.peek() == "^" and not self.ecma:  # ECMA: a `START` marker, resolved by `parse_ecma`
+            if not (first and self.pos == 0):
                 raise self.error("anchor '^' is only supported at the very start of the pattern")
             start = True
             self.pos += 1
@@ -162,6 +164,13 @@ class _Parser:
             c = pattern[self.pos]
             if c in "|)":
                 break
+            if c in "^$" and self.ecma:
+                self.pos += 1
+                if self.pos < n and pattern[self.pos] in _QUANTIFIER_STARTS and (
+                        pattern[self.pos] != "{" or self.scan_braces() is not None):
+                    raise self.error("nothing to repeat (a quantifier on an anchor)")
+                items.append(START if c == "^" else END)
+                continue
             if c == "$":
                 nxt = self.peek(1)
                 if top and (nxt == "" or (self.ecma and nxt == "|")):
@@ -646,12 +655,15 @@ def parse_ecma(pattern: str, *, wide: bool = False) -> list[Branch]:
     """Parse an ECMA-262 pattern (the subset JSON Schema's ``pattern`` may use here) into its top-level branches.
 
     ECMA meanings are used for ``.``, ``\\d``/``\\w`` and ``\\s`` (what ECMA and Python's ``re`` both match, or
-    with ``wide`` what either matches, see `constrained.dialect.classes`); ``^``/``$`` may anchor each branch.
+    with ``wide`` what either matches, see `constrained.dialect.classes`). ``^``/``$`` may stand anywhere: the
+    result has at most one branch per combination of anchors its paths passed (none when no string can match).
 
     Raises:
         RegexSyntaxError: syntax outside that subset (lookarounds, backreferences, ``[]``, ...).
     """
-    return _Parser(pattern, allow_special=False, ecma=True, wide=wide).parse_top()
+    parsed = _Parser(pattern, allow_special=False, ecma=True, wide=wide).parse_top()
+    keyed = resolve_anchors(_alternation([b.node for b in parsed]), wide=wide)
+    return [Branch(node=node, anchored_start=start, anchored_end=end) for (start, end), node in keyed.items()]
 
 
 # -------------------------------------------------------------------------------------------- automaton text

@@ -26,6 +26,7 @@ from constrained.dialect.writer import Pattern, alt, escape_literal, rep
 from constrained.errors import GrammarTooLargeError, InvalidSchemaError, UnsupportedSchemaError
 from constrained.frontends.json_schema import policy
 from constrained.frontends.json_schema.arrays import ArrayValues
+from constrained.frontends.json_schema.counted import CountedLexeme
 from constrained.frontends.json_schema.flat_nodes import conj, json_text, json_type, pointer_token, type_set, value_key
 from constrained.frontends.json_schema.keys import KeyFilter, KeyPatterns
 from constrained.frontends.json_schema.members import counted_members, subsequences
@@ -33,6 +34,7 @@ from constrained.frontends.json_schema.numbers import compile_integer, compile_n
 from constrained.frontends.json_schema.policy import Whitespace
 from constrained.rules import call as rule_call
 from constrained.frontends.json_schema.strings import (
+    bodies_dfa,
     excluded_keys_automaton,
     is_wide_lexeme,
     not_pattern_body,
@@ -48,7 +50,7 @@ from constrained.frontends.json_schema.vocabulary import (
     TYPES,
     internal_validators,
 )
-from constrained.dialect.json_string import json_string_body_pattern
+from constrained.dialect.json_string import NO_BODY, json_string_body_pattern
 
 __all__ = ["SchemaCompiler"]
 
@@ -98,6 +100,8 @@ class SchemaCompiler(ArrayValues):
         self._lexemes: dict[str, str] = {}
         """Rule mode: each constrained string value's pattern → the name of the call standing for it (see
         `share_lexemes`)."""
+        self._counted: dict[tuple[tuple[str, ...], int, int | None], Pattern] = {}
+        """Rule mode: the counted lexemes written so far (`counted_lexeme`), by (bodies, lo, hi)."""
 
     # -- one flat node ----------------------------------------------------------------------------------------------
 
@@ -188,6 +192,8 @@ class SchemaCompiler(ArrayValues):
         lexeme = self.compile_string(flat, path)
         if self.rules is None or depth == 0 or lexeme is None or not _SHAPED.intersection(flat):
             return lexeme  # a string with lengths at most: the string-body shortcut serves it wherever it is
+        if lexeme in self._counted.values():
+            return lexeme  # already calls rules of its own (a counted lexeme)
         name = self._lexemes.get(lexeme)
         if name is None:
             name = self._lexemes[lexeme] = f"s{len(self._lexemes)}"
@@ -239,6 +245,8 @@ class SchemaCompiler(ArrayValues):
             bodies.append(("not", body))
         if flat.get(NOT_STRINGS):
             bodies.append(("not", string_body_excluding(tuple(dict.fromkeys(flat[NOT_STRINGS])))))
+        if any(body == NO_BODY for _, body in bodies):
+            return None  # a pattern no string matches (``a$b``): no string value
         if len(bodies) == 1 and lo == 0 and hi is None:
             return f'"{bodies[0][1]}"'
         if bodies:
@@ -247,15 +255,37 @@ class SchemaCompiler(ArrayValues):
             except GrammarTooLargeError as err:
                 keys = " and ".join(k for k, _ in bodies)
                 lengths = lo or hi is not None
+                if lengths and self.rules is not None:
+                    try:
+                        return self.counted_lexeme(tuple(b for _, b in bodies), lo, hi)
+                    except GrammarTooLargeError as counted_err:
+                        err = GrammarTooLargeError(counted_err.what, counted_err.limit, f"{err.detail}; counted in "
+                                                   f"chunk rules instead: {counted_err.detail}")
                 keys += " with minLength/maxLength" if lengths else ""
                 detail = f"{path}: {keys}" + (f": {err.detail}" if err.detail else "")
                 if lengths:
-                    detail += " (the automaton that checks it also counts the characters: smaller bounds fit)"
+                    detail += (" (the automaton that checks it also counts the characters: smaller bounds fit"
+                               + (")" if self.rules is not None else "; the rules of compile_json_schema count "
+                                  "them in chunks)"))
                 raise GrammarTooLargeError(err.what, err.limit, detail) from None
             return None if body is None else f'"{body}"'
         if self.rules is not None and hi is not None and hi - lo > (_CHUNK_CHARS if self.fine else _COUNTED_CHARS):
             return '"' + rep(UNIT, lo, lo) + self.counted_end(hi - lo)
         return '"' + rep(UNIT, lo, hi) + '"'
+
+    def counted_lexeme(self, bodies: tuple[str, ...], lo: int, hi: int | None) -> Pattern:
+        """Rule mode: the strings of the intersected ``bodies`` with ``lo..hi`` characters, counted by chunk rules
+        (`counted.CountedLexeme`) where one product automaton would grow with the bound; one set of rules per
+        distinct (bodies, lo, hi) of the compile."""
+        assert self.rules is not None
+        key = (bodies, lo, hi)
+        if key not in self._counted:
+            dfa = bodies_dfa(bodies)
+            entry = None
+            if dfa is not None:
+                entry = CountedLexeme(dfa, self.rules, f"string.counted{len(self._counted)}", lo, hi).entry
+            self._counted[key] = None if entry is None else '"' + entry
+        return self._counted[key]
 
     def counted_end(self, most: int) -> str:
         """Rule mode: a call of rules taking 0 to ``most`` characters and the closing quote, for counts one

@@ -32,6 +32,7 @@ __all__ = [
     "ascii_names_complement",
     "excluded_keys_automaton",
     "string_language",
+    "bodies_dfa",
     "not_pattern_body",
     "is_wide_lexeme",
 ]
@@ -190,11 +191,9 @@ def _longest(dfa: Any) -> int | None:
     return longest[0]
 
 
-@functools.lru_cache(maxsize=256)
-def string_language(bodies: tuple[str, ...], lo: int, hi: int | None) -> str | None:
-    """A string-body pattern for the intersection of body patterns and a length range (JSON characters); None
-    when it is empty. One body whose strings already satisfy the lengths comes back as it is."""
-
+@functools.lru_cache(maxsize=64)
+def bodies_dfa(bodies: tuple[str, ...]) -> Any:
+    """The minimal DFA of the intersection of string-body patterns (None: it is empty)."""
     try:
         dfa = compile_dfa(bodies[0])
     except EmptyLanguageError:
@@ -204,6 +203,17 @@ def string_language(bodies: tuple[str, ...], lo: int, hi: int | None) -> str | N
         if both is None:
             return None
         dfa = both
+    return dfa
+
+
+@functools.lru_cache(maxsize=256)
+def string_language(bodies: tuple[str, ...], lo: int, hi: int | None) -> str | None:
+    """A string-body pattern for the intersection of body patterns and a length range (JSON characters); None
+    when it is empty. One body whose strings already satisfy the lengths comes back as it is."""
+
+    dfa = bodies_dfa(bodies)
+    if dfa is None:
+        return None
     longest = _longest(dfa) if hi is not None else None
     if hi is not None and longest is not None and longest <= hi:  # a character is at least one byte
         hi = None

@@ -44,8 +44,10 @@ _MAX_REF_UNROLL = 3
 """How many times one ``$ref`` may be entered along a single path (recursion unrolling)."""
 _MAX_ALTERNATIVES = 256
 """Most flat alternatives a node may expand into (anyOf × allOf products)."""
-_MAX_RULE_ALTERNATIVES = 4_096
-"""Rule mode's most flat alternatives per node (each compiles on its own; nested values are rules)."""
+_MAX_RULE_ALTERNATIVES = 16_384
+"""Rule mode's most flat alternatives per node (each compiles on its own; nested values are rules). A ``oneOf`` of
+untyped object branches made exclusive (each branch and the negations of the others, distributed) reaches 6,048
+(Github_hard---o17700) and 8,229 (o33131): 2-6 s to compile, the alternatives grouped by `choice`."""
 _CHOICE_CHUNK = 32
 """Rule mode: alternatives per rule of a wider alternation (`SchemaWalk.choice`); 16-64 measured alike at 276 tools."""
 _RULE_MIN_CHARS = 1_000
