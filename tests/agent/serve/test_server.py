@@ -275,8 +275,8 @@ def test_past_the_deadline_a_request_is_a_504_and_the_worker_serves_on(client, w
         "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}},
      "response_format.json_schema.schema", "uniqueItems"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"x": {"type": "array", "contains": {"type": "string"}}}}}}]},
-     "tools[0].function.parameters", "'contains' at #/properties/x"),
+        "type": "object", "properties": {"x": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}}}}]},
+     "tools[0].function.parameters", "'uniqueItems' at #/properties/x"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "launch"}}},
      "tool_choice", "launch"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": True, "schema": {
