@@ -351,7 +351,8 @@ class SchemaCompiler(ArrayValues):
         return alt(parts)
 
     def key_language(self, keys: Any, where: str, trail: tuple[str, ...]) -> KeyFilter:
-        """A schema for keys as the quoted-key language it allows (its string values)."""
+        """A schema for keys (``propertyNames``, a witness's K) as the quoted-key language it allows (its string
+        values), to filter keys with."""
         flats = self.flatten({"allOf": [keys, {"type": "string"}]}, where, trail)
         return KeyFilter(alt([self.compile_flat(f, fpath, 0, ftrail, keys) for f, fpath, ftrail in flats]))
 
@@ -369,7 +370,8 @@ class SchemaCompiler(ArrayValues):
         members: list[tuple[str, str, bool]] = []
         names = list(props) + [r for r in required if r not in props]
         key_patterns = KeyPatterns(flat.get("patternProperties", {}), path) if "patternProperties" in flat else None
-        key_filter = self.key_filter(flat, path, trail) if "propertyNames" in flat else None
+        key_filter = (self.key_language(flat["propertyNames"], f"{path}/propertyNames", trail)
+                      if "propertyNames" in flat else None)
         for name in names:
             sub_path = f"{path}/properties/{pointer_token(name)}" if name in props else f"{path}/additionalProperties"
             sub: Any = props[name] if name in props else extra
@@ -577,13 +579,6 @@ class SchemaCompiler(ArrayValues):
         member = f"(?:{'|'.join(alternatives)})"
         self.rules[name] = rf"\{{(?:{close_empty}|{member}(?:{separator}{member})*(?:{close_after}))"
         return rule_call(name)
-
-    def key_filter(self, flat: dict, path: str, trail: tuple[str, ...]) -> KeyFilter:
-        """``propertyNames``: the string language its schema allows (quoted), to filter keys with."""
-        where = f"{path}/propertyNames"
-        flats = self.flatten({"allOf": [flat["propertyNames"], {"type": "string"}]}, where, trail)
-        return KeyFilter(alt([self.compile_flat(f, fpath, 0, ftrail, flat["propertyNames"])
-                              for f, fpath, ftrail in flats]))
 
     def members_body(self, members: list[tuple[str, str, bool]], extra: str | None,
                      claims: dict[int, str] | None = None) -> tuple[Pattern, bool]:
