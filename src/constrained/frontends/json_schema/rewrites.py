@@ -112,7 +112,6 @@ def _not_object_literals(literals: list[dict], where: str, again: Callable[[Any,
     return _all([{"type": "object"}, *differs])
 
 
-
 def _array_literals_complement(literals: list[list], where: str) -> Any:
     """Arrays equal to none of ``literals``: another length, or, of a literal's length, for each literal of that
     length a position differing from it (each choice of positions one alternative)."""
