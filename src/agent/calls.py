@@ -9,10 +9,10 @@ turn the engine rolls the speculative turn back, so cases never see each other.
 
 With no tool result yet, the request's messages are the only sources, and the grounding policy
 (`agent.grounding_policy.judge_call`) reads each call against them: a call written twice stands once; a call whose
-required values are mostly the model's own is withheld (listed under ``withheld``, not returned as a call; when none
-is left the turn is a ``final_text``, its text the model's words before the calls, often empty); an optional
-argument whose values are all the model's own is dropped so the tool's default applies (listed per call under
-``dropped``). Every returned call carries each value's source.
+required values are all the model's own, or mostly so for a tool the request does not name, is withheld (listed
+under ``withheld``, not returned as a call; when none is left the turn is a ``final_text``, its text the model's
+words before the calls, often empty); an optional argument whose values are all the model's own is dropped so the
+tool's default applies (listed per call under ``dropped``). Every returned call carries each value's source.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def ground_record(record: dict[str, Any], case: Mapping[str, Any],
     withheld: list[dict[str, Any]] = []
     distinct, _ = distinct_calls(record["calls"], lambda c: call_key(c["name"], c["arguments"]))
     for call in distinct:
-        verdict = judge_call(call["arguments"], parameters.get(call["name"]) or {}, sources)
+        verdict = judge_call(call["name"], call["arguments"], parameters.get(call["name"]) or {}, sources)
         sourced = {"sources": [g.to_record() for g in verdict.grounding]}
         if verdict.withheld and case.get("tool_choice", tool_choice) == "auto":
             withheld.append({**call, **sourced})

@@ -32,7 +32,7 @@ from agent.grounding import (GROUNDED_KEY, Requirement, SourceKind, Sources, Val
                              iter_leaves, requirement)
 
 __all__ = ["MAX_CANDIDATES", "MAX_CANDIDATE_CHARS", "SLOT_RE", "UNGROUNDED_REASON", "CallVerdict",
-           "blocked_note", "final_pattern_for_turn", "ground_arguments", "has_slots", "judge_call",
+           "blocked_note", "final_pattern_for_turn", "ground_arguments", "has_slots", "judge_call", "names_tool",
            "narrowed_parameters", "slot_sources", "ungrounded_errors"]
 
 MAX_CANDIDATES: Final = 2048
@@ -174,8 +174,8 @@ def narrowed_parameters(parameters: Mapping[str, Any], sources: Sources, *,
     string, number or integer schema reached through ``properties``, ``items`` or ``prefixItems``; every number
     under a tool's ``grounded``, and its strings where it says ``"match": "whole"``) replaced by the enum of its
     candidates. None: nothing to narrow (the grammar enforces ``parameters`` as declared). False: some required
-    declared leaf has no candidate (the tool cannot be called with grounded values yet; their paths are appended to
-    ``missing``)."""
+    declared leaf has no candidate (the tool cannot be called with grounded values yet; their paths, each with the
+    tools its declaration names, are appended to ``missing``)."""
     changed = False
 
     def narrow(schema: Any, inherited: Requirement | None, where: tuple[str | int, ...] = ()) -> Any:
@@ -203,18 +203,20 @@ def narrowed_parameters(parameters: Mapping[str, Any], sources: Sources, *,
         if isinstance(schema.get("properties"), Mapping):
             props = {name: narrow(sub, required, (*where, name)) for name, sub in schema["properties"].items()}
             needed = set(schema.get("required") or ())
-            empty = [render_path((*where, name)) for name, sub in props.items() if sub is False and name in needed]
+            empty = [_lacking((*where, name), schema["properties"][name], required)
+                     for name, sub in props.items() if sub is False and name in needed]
             if empty:
                 raise _Uncallable(empty)
             out["properties"] = {name: sub for name, sub in props.items() if sub is not False}
         if isinstance(schema.get("items"), Mapping):
             out["items"] = narrow(schema["items"], required, (*where, 0))
             if out["items"] is False and schema.get("minItems", 0):
-                raise _Uncallable([render_path((*where, 0))])
+                raise _Uncallable([_lacking((*where, 0), schema["items"], required)])
         if isinstance(schema.get("prefixItems"), list):
             out["prefixItems"] = [narrow(sub, required, (*where, i)) for i, sub in enumerate(schema["prefixItems"])]
             if False in out["prefixItems"]:
-                raise _Uncallable([render_path((*where, out["prefixItems"].index(False)))])
+                at = out["prefixItems"].index(False)
+                raise _Uncallable([_lacking((*where, at), schema["prefixItems"][at], required)])
         return out
 
     try:
@@ -224,6 +226,15 @@ def narrowed_parameters(parameters: Mapping[str, Any], sources: Sources, *,
             missing.extend(blocked.paths)
         return False
     return narrowed if changed else None
+
+
+def _lacking(where: tuple[str | int, ...], schema: Mapping[str, Any], inherited: Requirement | None) -> str:
+    """A blocked leaf's path, with the tools its declaration names as its sources (``date (which
+    calendar.resolve_date returns)``), so the model reads which call gets the value."""
+    declared = requirement(schema[GROUNDED_KEY]) if GROUNDED_KEY in schema else inherited
+    kinds = {kind.value for kind in SourceKind}
+    tools = sorted(s for s in declared.sources if s not in kinds) if declared is not None else []
+    return f"{render_path(where)} (which {' or '.join(tools)} returns)" if tools else render_path(where)
 
 
 class _Uncallable(Exception):
@@ -350,15 +361,18 @@ class CallVerdict:
     dropped: tuple[str, ...]
     """Optional top-level arguments left out (their values were the model's guesses; the tool's default applies)."""
     withheld: bool
-    """Every required free value is ungrounded: the call is the model's invention, not the request's."""
+    """The call is the model's invention, not the request's (see `judge_call`)."""
     grounding: tuple[ValueGrounding, ...]
 
 
-def judge_call(arguments: Mapping[str, Any], parameters: Mapping[str, Any], sources: Sources) -> CallVerdict:
-    """The one-turn grounding policy (``ember call``): a call at most half of whose required free values (strings
-    and numbers its schema does not fix) are grounded is withheld, as the model's invention rather than the
-    request's; an optional argument whose free values are all ungrounded is dropped, so the tool's default applies.
-    A call with no required free value is never withheld."""
+def judge_call(tool: str, arguments: Mapping[str, Any], parameters: Mapping[str, Any],
+               sources: Sources) -> CallVerdict:
+    """The one-turn grounding policy (``ember call``), over the required free values of a call (strings and numbers
+    its schema does not fix): a call none of them grounded is withheld, as the model's invention rather than the
+    request's; so is one at most half of them grounded, unless the user's words name the tool (`names_tool`): the
+    model then filled the rest from its own knowledge for a tool the request asked for. An optional argument whose
+    free values are all ungrounded is dropped, so the tool's default applies. A call with no required free value
+    is never withheld."""
     grounding = ground_arguments(arguments, parameters, sources)
     required = set(parameters.get("required") or ())
     by_argument: dict[str, list[bool]] = {}
@@ -366,10 +380,35 @@ def judge_call(arguments: Mapping[str, Any], parameters: Mapping[str, Any], sour
         if g.source.kind is not SourceKind.SCHEMA:
             by_argument.setdefault(_top_level(g.path, arguments), []).append(g.grounded)
     required_free = [grounded for name, values in by_argument.items() if name in required for grounded in values]
-    withheld = bool(required_free) and sum(required_free) * 2 <= len(required_free)
+    withheld = bool(required_free) and sum(required_free) * 2 <= len(required_free) and (
+        not any(required_free) or not names_tool(tool, sources))
     dropped = tuple(name for name, values in by_argument.items() if name not in required and not any(values))
     kept = {name: value for name, value in arguments.items() if name not in dropped}
     return CallVerdict(arguments=kept, dropped=dropped, withheld=withheld, grounding=grounding)
+
+
+_GENERIC_NAME_WORDS: Final = frozenset(
+    "get set find search list show give tell calculate compute retrieve fetch check create make update info "
+    "information data details detail value values number current new for the and with from by".split())
+"""Words of tool names that say what a tool does in general, not what it is about (``get_``, ``calculate_``)."""
+
+
+def names_tool(tool: str, sources: Sources) -> bool:
+    """Whether a word of the user's messages is a content word of ``tool``'s name: the name split at dots,
+    underscores and case changes, words of three letters or more, less `_GENERIC_NAME_WORDS`; a plural or an -ed /
+    -ing ending folded on both sides (``stocks`` names ``get_stock_info``, ``visited`` names ``get_visit_stats``)."""
+    words = {_fold(w) for w in re.findall(r"[A-Za-z][a-z]+|[A-Z]+(?![a-z])", tool)
+             if len(w) >= 3 and w.lower() not in _GENERIC_NAME_WORDS}
+    return any(_fold(token) in words for text in sources.texts if text.source.kind is SourceKind.USER
+               for token, _, _ in text.tokens)
+
+
+def _fold(word: str) -> str:
+    word = word.lower()
+    for ending, replacement in (("ies", "y"), ("es", ""), ("s", ""), ("ed", ""), ("ing", "")):
+        if word.endswith(ending) and len(word) - len(ending) >= 4:
+            return word[: -len(ending)] + replacement
+    return word
 
 
 def _top_level(path: str, arguments: Mapping[str, Any]) -> str:

@@ -150,12 +150,13 @@ class RunTrace:
                         detail=action.detail, raw=self._payload(action.raw))
         self._emit(EventType.ASSISTANT_ACTION_PARSED, step, Phase.PARSE, data)
 
-    def repeats_refused(self, step: str, calls: Sequence[tuple[str, str, str]]) -> None:
+    def repeats_refused(self, step: str, calls: Sequence[tuple[str, str, str]], *, next_tool_choice: str,
+                        resting: Sequence[str]) -> None:
         """A turn made only of calls the conversation already answered was rolled back unrun; ``calls`` are
-        (call id, tool, the call that answered it)."""
+        (call id, tool, the call that answered it); ``resting`` the tools the next turn does not offer."""
         self._emit(EventType.REPEATS_REFUSED, step, Phase.PARSE, {
             "calls": [{"call_id": i, "tool": t, "answered_by": a} for i, t, a in calls],
-            "next_tool_choice": "none"})
+            "next_tool_choice": next_tool_choice, "resting": list(resting)})
 
     def call_validated(self, call_id: str, args: ValidatedArguments,
                        grounding: Sequence[ValueGrounding] = ()) -> None:

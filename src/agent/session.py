@@ -35,7 +35,9 @@ only counted the rest; ``parallel_calls=False`` keeps that contract.)
 Repeats (`agent.repeats`, the rule ``ember serve`` keeps too): a call written twice in one turn stands once. A turn
 made only of calls the conversation already answered is rolled back unrun (``repeats_refused``) and the next turn
 is decoded under ``none``, the last result carrying a note: a model that repeats a call has the result it asked
-for. In a turn that also makes new calls, a repeat replays its earlier outcome with a note instead of running
+for. When it cannot answer yet (a final pattern's slot has no value, or a declared tool still lacks one), the next
+turn is decoded under ``auto`` with the repeated tools not offered while another tool can be called: a greedy
+model given the same prompt repeats the same calls. In a turn that also makes new calls, a repeat replays its earlier outcome with a note instead of running
 again; the new results may open a way on (a grounded tool now callable), so the next turn stays free.
 
 Grounding (`agent.grounding`, `agent.grounding_policy`): each turn's values are traced with their sources, as of
@@ -166,6 +168,11 @@ class _Run:
     answer_now: bool = False
     """The last turn only repeated answered calls and was refused: the next is decoded under ``none``, the last tool
     result carrying `agent.repeats.REPEAT_NOTE` (`agent.repeats`)."""
+    resting: frozenset[str] = frozenset()
+    """After a refused repeat that cannot be answered yet: the tools it repeated, which the next turn's grammar does
+    not offer (`Session._refuse_repeats`)."""
+    answerable: bool = True
+    """This turn's final answer can be written (every slot of the final pattern has a value)."""
     sources: Sources = field(default_factory=Sources)
     """What the model was given, indexed for grounding as of the current turn's start (`agent.grounding`)."""
     blocked: dict[str, list[str]] = field(default_factory=dict)
@@ -399,6 +406,7 @@ class Session:
         run.model_step = f"model-{run.steps}"
         run.sources.extend(run.ledger.entries)  # the turn's values are grounded in what it was given
         specs, final_pattern, answerable = self._turn_constraints(run)
+        run.answerable = answerable
         planned = self._planned_choice(run.steps - 1)
         if not isinstance(self.tool_choice, str):
             run.tool_choice = planned
@@ -409,6 +417,7 @@ class Session:
             note = repeat_note(() if answerable else self._slot_tools())
             messages = with_repeat_note(messages, f"{note} {blocked}" if blocked else note)
             run.tool_choice = "none" if answerable and not blocked else "auto"
+            specs = tuple(dataclasses.replace(s, constraint=False) if s.name in run.resting else s for s in specs)
         elif blocked and ends_with_result(messages):  # results came in and a declared tool is still blocked
             messages = with_repeat_note(messages, blocked)
         if not answerable and run.tool_choice == "none":
@@ -500,9 +509,16 @@ class Session:
         """Roll the turn back (nothing is committed or run) and have the next turn answer from the results."""
         self.engine.rollback()
         answered = self._answered(run)
-        run.trace.repeats_refused(run.model_step, [(call_id, call.name, answered[_call_key(call)])
-                                                   for call_id, call in zip(run.call_ids, action.calls)])
         run.answer_now = True
+        run.resting = frozenset()
+        if not run.answerable or run.blocked:  # no answer yet: a greedy model given the same prompt repeats the
+            repeated = frozenset(call.name for call in action.calls)  # same calls, so the next turn offers others
+            others = {spec.name for spec in self._specs} - repeated - set(run.blocked)
+            run.resting = repeated if others else frozenset()
+        run.trace.repeats_refused(run.model_step, [(call_id, call.name, answered[_call_key(call)])
+                                                   for call_id, call in zip(run.call_ids, action.calls)],
+                                  next_tool_choice="none" if run.answerable and not run.blocked else "auto",
+                                  resting=sorted(run.resting))
 
     def _next_call_id(self, run: _Run) -> str:
         run.n_call_ids += 1

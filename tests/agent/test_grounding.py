@@ -230,7 +230,26 @@ def test_a_declared_leaf_becomes_the_enum_of_the_values_its_sources_hold() -> No
 
 
 def test_a_required_leaf_with_no_candidate_makes_the_tool_uncallable() -> None:
-    assert narrowed_parameters(FLIGHTS, sources(user="Flights from Madrid to Berlin")) is False
+    missing: list[str] = []
+    assert narrowed_parameters(FLIGHTS, sources(user="Flights from Madrid to Berlin"), missing=missing) is False
+    assert missing == ["from", "to"]
+
+
+def test_a_blocked_leaf_names_the_tools_its_declaration_takes_values_from() -> None:
+    """The note a blocked tool's next turn reads says which call gets each missing value."""
+    from agent.grounding_policy import blocked_note
+
+    schema = {"type": "object", "required": ["from", "date"], "properties": {
+        "from": {"type": "string", "x-grounded": ["airports.lookup"]},
+        "date": {"type": "string", "format": "date", "x-grounded": ["calendar.resolve_date", "user"]}}}
+    missing: list[str] = []
+    assert narrowed_parameters(schema, sources(user="Flights from Madrid on Friday"), missing=missing) is False
+    assert missing == ["from (which airports.lookup returns)", "date (which calendar.resolve_date returns)"]
+    assert ("for from (which airports.lookup returns), date (which calendar.resolve_date returns)."
+            in blocked_note("search_flights", missing))
+    missing.clear()  # a date in the request's words serves the date; the airport still needs the lookup
+    assert narrowed_parameters(schema, sources(user="Flights from Madrid on 2026-09-11"), missing=missing) is False
+    assert missing == ["from (which airports.lookup returns)"]
 
 
 def test_a_long_request_still_narrows_a_declared_string_and_a_longer_one_leaves_it_to_validation() -> None:
@@ -541,6 +560,32 @@ def test_a_refused_repeat_tells_the_model_which_grounded_values_a_blocked_tool_l
     note = engine.calls[2].prompt
     assert "search_flights cannot be called yet: no message or tool result holds a value for from, to" in note
     assert engine.calls[2].tool_choice == "auto"  # a blocked tool: the way on is another call, not only text
+    lookup_spec = next(t for t in engine.calls[2].tools if t.name == "airports.lookup")
+    assert lookup_spec.constraint is not False  # no other tool can be called: the lookup stays, with new words
+
+
+def test_after_a_refused_repeat_that_cannot_answer_the_next_turn_offers_the_other_tools(tmp_path: Any) -> None:
+    """A greedy model given the same prompt repeats the same calls: the turn after the refusal does not offer the
+    repeated tool while another can be called, and the trace says which tools rest."""
+    from agent.protocol import QwenCodec
+    from agent.session import Session
+    from agent.testkit import ScriptedEngine
+    from agent.tool import Tool, ToolRegistry
+    from agent.trace import TraceRecorder, read_trace
+
+    clock = Tool(name="clock.today", description="Today's date.", function=lambda args, ctx: "2026-09-07",
+                 parameters={"type": "object", "properties": {}}, constrained=True)
+    lookup = _call("airports.lookup", query="Oslo")
+    turns = [lookup, lookup, _call("clock.today"), "I need the codes."]
+    engine = ScriptedEngine(turns, QwenCodec())
+    with TraceRecorder(tmp_path / "trace.jsonl") as recorder:
+        Session(engine, ToolRegistry([*_session_tools([]), clock]), trace=recorder).run("Flights Madrid-Berlin")
+    offered = {t.name: t.constraint is not False for t in engine.calls[2].tools}
+    assert offered == {"airports.lookup": False, "search_flights": False, "clock.today": True}
+    assert engine.calls[2].tool_choice == "auto"
+    assert {t.name: t.constraint is not False for t in engine.calls[3].tools}["airports.lookup"]  # one turn only
+    (refused,) = [e.data for e in read_trace(tmp_path / "trace.jsonl").events if e.event_type == "repeats_refused"]
+    assert refused["resting"] == ["airports.lookup"] and refused["next_tool_choice"] == "auto"
 
 
 def test_a_result_of_a_call_on_invented_values_grounds_no_declaration_and_fails_verify(tmp_path: Any) -> None:
@@ -583,3 +628,48 @@ def test_after_a_result_the_model_reads_which_values_a_blocked_tool_still_lacks(
     assert "cannot be called yet" not in engine.calls[0].prompt  # before any result: the tool list says enough
     _, engine, _, _ = _run(tmp_path / "cities", [_call("airports.lookup", query="Madrid Berlin"), "Found them."])
     assert "cannot be called yet" not in engine.calls[1].prompt
+
+
+# -- the one-turn policy (`ember call`) ---------------------------------------------------------------------------
+
+STOCKS = {"type": "object", "required": ["company_name", "detail_level", "market"], "properties": {
+    "company_name": {"type": "string"}, "detail_level": {"type": "string"}, "market": {"type": "string"},
+    "currency": {"type": "string"}}}
+
+
+@pytest.mark.parametrize(("request_", "withheld"), [
+    ("Give me detail information about stocks of Apple Inc.", False),  # the request names the tool: kept
+    ("Give me detail information about Apple Inc.", True),  # it does not: one value of three is the request's
+])
+def test_a_call_mostly_of_the_models_values_stands_only_for_a_tool_the_request_names(request_: str,
+                                                                                     withheld: bool) -> None:
+    from agent.grounding_policy import judge_call
+
+    arguments = {"company_name": "Apple Inc.", "detail_level": "detailed", "market": "NASDAQ"}
+    verdict = judge_call("get_stock_info", arguments, STOCKS, sources(user=request_))
+    assert verdict.withheld is withheld
+
+
+def test_a_call_of_none_of_the_requests_values_is_withheld_even_for_a_named_tool() -> None:
+    from agent.grounding_policy import judge_call
+
+    arguments = {"company_name": "Microsoft", "detail_level": "detailed", "market": "NASDAQ", "currency": "USD"}
+    verdict = judge_call("get_stock_info", arguments, STOCKS, sources(user="What do stocks do?"))
+    assert verdict.withheld and verdict.dropped == ("currency",) and "currency" not in verdict.arguments
+    kept = judge_call("get_stock_info", {**arguments, "company_name": "Apple", "market": "LSE"}, STOCKS,
+                      sources(user="Apple's stocks on the LSE"))
+    assert not kept.withheld  # two of three are the request's: no name needed
+
+
+@given(word=st.sampled_from(["stock", "visit", "emission", "probability", "restaurant"]),
+       ending=st.sampled_from(["", "s", "ed", "ing"]), other=st.sampled_from(["apple", "weather", "tennis"]))
+def test_a_tool_is_named_by_a_content_word_of_its_name_in_any_inflection(word: str, ending: str,
+                                                                         other: str) -> None:
+    from agent.grounding_policy import names_tool
+
+    inflected = word[:-1] + "ies" if word.endswith("y") and ending == "s" else word + ending
+    for tool in (f"get_{word}_info", f"{word.title()}Data.fetch", f"calc.{word}_{other}"):
+        assert names_tool(tool, sources(user=f"Something about {inflected.upper()} please"))
+        assert not names_tool(tool.replace(word, "zzzz").replace(word.title(), "Zzzz"),
+                              sources(user=f"Something about {inflected} please"))
+    assert not names_tool(f"get_{word}_info", sources(user="get the info", system=f"Tools for {word}s"))
