@@ -76,6 +76,7 @@ HEADING = "## Flight study: form vs truth (search_flights, 24 requests)"
 MAX_TOKENS = 128
 FLIGHT_TOOL = "search_flights"
 LOOKUP_TOOL = "airports.lookup"
+CALENDAR_TOOL = "calendar.resolve_date"
 PACKAGES = ("llama-cpp-python", "numpy", "jsonschema")
 DEFAULT_THREADS = 1
 """llama.cpp threads for both generation and batches. Not llama-cpp-python's default (half the cores for single
@@ -162,6 +163,9 @@ class Row:
     source_descriptions: bool = False
     """Enforcement rows: search_flights' ``from``/``to``/``date`` descriptions name the tool whose result each value
     is copied from (`SOURCE_DESCRIPTIONS`)."""
+    final_pattern: str | None = None
+    """Enforcement rows: the Session's ``final_pattern``; a slot such as ``{{text@search_flights}}`` holds the answer to
+    a value that tool returned, so the run cannot end before the search ran (`agent.grounding_policy`)."""
 
     @property
     def multi_step(self) -> bool:
@@ -196,7 +200,8 @@ SOURCE_DESCRIPTIONS: Mapping[str, str] = {
 
 def grounded_schema(schema: dict[str, Any], declaration: Any, *, describe_sources: bool = False,
                     refusal_only: bool = False) -> dict[str, Any]:
-    """``schema`` with ``"x-grounded": declaration`` on each of `GROUNDED_FIELDS` (a new dict; None: unchanged),
+    """``schema`` with ``"x-grounded": declaration`` on each of `GROUNDED_FIELDS` (a new dict; None: unchanged; a
+    `Mapping` gives each field its own),
     with ``describe_sources`` their descriptions replaced by `SOURCE_DESCRIPTIONS`, and with ``refusal_only`` their
     type, pattern and format moved under an ``allOf`` (`Row.refusal_only`: validation alone holds them)."""
     from agent.grounding import GROUNDED_KEY
@@ -212,7 +217,7 @@ def grounded_schema(schema: dict[str, Any], declaration: Any, *, describe_source
             prop = out["properties"][key] = {"description": prop.pop("description"),
                                              "allOf": [prop]} if "description" in prop else {"allOf": [prop]}
         if declaration is not None:
-            prop[GROUNDED_KEY] = declaration
+            prop[GROUNDED_KEY] = declaration[key] if isinstance(declaration, Mapping) else declaration
     return out
 
 
@@ -235,6 +240,12 @@ ROWS: tuple[Row, ...] = (
         lookup=True, first_tool_choice=LOOKUP_TOOL),
 )
 """The single-turn study's rows (``tool_choice="required"``), in table order."""
+
+TOOL_SOURCES: Mapping[str, list[str]] = {"from": [LOOKUP_TOOL], "to": [LOOKUP_TOOL], "date": [CALENDAR_TOOL]}
+"""Row (h4)'s declarations: each value grounded in the one tool that returns it, which a blocked call's note names."""
+
+FLIGHT_ANSWER = "Flight {{text@search_flights}}"
+"""Row (h3)'s final answer: a flight the search returned, named as it returned it."""
 
 AUTO_ROWS: tuple[Row, ...] = (
     Row(key="auto", label="rich, constrained, auto (Session)", schema=_rich_c, constrained=True, session=True),
@@ -269,6 +280,14 @@ AUTO_ROWS: tuple[Row, ...] = (
     Row(key="auto-grounded-2-results", label="(h2') = (h2) with x-grounded: \"tool_result\" (tool results only)",
         schema=_rich_c, constrained=True, session=True, lookup=True, calendar=True, grounded="tool_result",
         tool_arguments_grounded=True, tool_descriptions="words", calendar_first=True, source_descriptions=True),
+    Row(key="auto-grounded-answer", label="(h3) = (h2') + the final answer held to a search_flights result "
+        f"(`{FLIGHT_ANSWER}`)", schema=_rich_c, constrained=True, session=True, lookup=True, calendar=True,
+        grounded="tool_result", tool_arguments_grounded=True, tool_descriptions="words", calendar_first=True,
+        source_descriptions=True, final_pattern=FLIGHT_ANSWER),
+    Row(key="auto-grounded-tools", label="(h4) = (h3) with each value declared from its tool (from/to: "
+        "airports.lookup, date: calendar.resolve_date)", schema=_rich_c, constrained=True, session=True, lookup=True,
+        calendar=True, grounded=TOOL_SOURCES, tool_arguments_grounded=True, tool_descriptions="words",
+        calendar_first=True, source_descriptions=True, final_pattern=FLIGHT_ANSWER),
 )
 """The auto study's rows: every request a real `Session` under ``tool_choice="auto"`` (no per-turn plan, no forced
 first tool), knowledge rows on top of the constrained auto baseline."""
@@ -586,7 +605,8 @@ def _run_auto(engine: Any, row: Row, request: sd.Request, max_tokens: int, trace
     tools = auto_tools(engine, row, searches, request, child_dir=None if trace_path is None else trace_path.parent)
     choice = (row.first_tool_choice, row.tool_choice) if row.first_tool_choice else row.tool_choice
     session = Session(engine, ToolRegistry(tools), system_prompt=_system(row, request), tool_choice=choice,
-                      trace=trace, limits=AgentLimits(**AUTO_LIMITS, max_output_tokens=max_tokens))
+                      final_pattern=row.final_pattern, trace=trace,
+                      limits=AgentLimits(**AUTO_LIMITS, max_output_tokens=max_tokens))
     started = time.perf_counter()
     try:
         result = session.run(request.text)
@@ -1063,8 +1083,16 @@ def report(results_by_language: Mapping[str, Sequence[RowResult]], single_turn: 
         "value it made up or an example), their descriptions without example values (`knowledge_tools.DESCRIPTIONS"
         "[\"words\"]`), the calendar offered and hinted first, and search_flights' three descriptions naming the "
         "tool each value comes from (`bench_flights.SOURCE_DESCRIPTIONS`); (h2') is (h2) with `\"x-grounded\": "
-        "\"tool_result\"`. Variants tried on a few requests only (not stored; traces read by hand): validation "
-        "instead of the mask (`Row.refusal_only`, the first design's tools; 4 Finnish + 2 English requests): the "
+        "\"tool_result\"`. (h3) is (h2') with the answer held too: the session's `final_pattern` "
+        f"`{FLIGHT_ANSWER}` admits only a flight a search_flights result holds, so until the search has run the "
+        "answer cannot be written and the turn can only call a tool; (h4) declares each value's own tool "
+        "(`TOOL_SOURCES`), which the note a blocked search_flights leaves names (\"date (which "
+        "calendar.resolve_date returns)\"). Rows (h3) and (h4) ran after two changes the earlier rows predate: the "
+        "session's resting rule (after a refused repeat that cannot be answered yet, the next turn does not offer "
+        "the repeated tools while another can be called) and the calendar's day-alone form (\"3. päivänä\", \"the "
+        "3rd\": the next such day), which the model passed for \"ensi kuun 3. päivänä\". Variants tried on a few "
+        "requests only (not stored; traces read by hand): validation instead of the mask (`Row.refusal_only`, the "
+        "first design's tools; 4 Finnish + 2 English requests): the "
         "model called search_flights from memory first in 5/6, was refused, repeated the call and ended in text, 0/6 "
         "searches ran; the tools' arguments grounded with the example descriptions (3 + 3 requests): the English "
         "model passed \"next month\" for \"the 3rd of next month\" (2/3 dates right), Finnish 0/3 searches (also "

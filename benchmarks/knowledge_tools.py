@@ -22,6 +22,8 @@ Date semantics (the same as `studies_data.resolve_date` for the study's phrases,
   after today.
 * ``the Nth of next month`` / ``ensi kuun N. päivä(nä)`` — day N of the calendar month after today's (December
   rolls into January); a day the month does not have is an error, never clamped.
+* ``the Nth`` / ``N. päivä(nä)`` (a day of the month alone) — the next day N on or after today, in this month or
+  the first later month that has it.
 * ``N(st|nd|rd|th)? <Month>``, ``<Month> N(st|nd|rd|th)?`` / ``N. <month, partitive: tammikuuta … joulukuuta>`` —
   the next such date on or after today; with a year (``15 December 2027``, ``15. joulukuuta 2027``) that date.
 * ``YYYY-MM-DD`` — that date.
@@ -114,6 +116,15 @@ def _day_month(day: int, month: int, year: int | None, today: dt.date, expressio
     raise DateExpressionError(f"{expression!r}: no such date in the next 8 years")  # pragma: no cover
 
 
+def _day_of_month(day: int, today: dt.date, expression: str) -> dt.date:
+    if not 1 <= day <= 31:
+        raise DateExpressionError(f"{expression!r} names no real date (no month has day {day})")
+    year, month = today.year, today.month
+    while day > calendar.monthrange(year, month)[1] or dt.date(year, month, day) < today:
+        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+    return dt.date(year, month, day)
+
+
 def _normalize(expression: str) -> str:
     text = unicodedata.normalize("NFC", expression).casefold().strip()
     text = re.sub(r"\s+", " ", text)
@@ -121,8 +132,10 @@ def _normalize(expression: str) -> str:
     return re.sub(r"^on ", "", text)
 
 
-def resolve_expression(expression: str, today: dt.date = sd.TODAY) -> dt.date:
-    """The date ``expression`` means on ``today`` (semantics in the module docstring).
+def resolve_expression(expression: str, today: dt.date = sd.TODAY, *, day_alone: bool = True) -> dt.date:
+    """The date ``expression`` means on ``today`` (semantics in the module docstring). ``day_alone=False`` leaves
+    out a day of the month alone (``the 3rd``): among other words it may be part of a longer date (``the 3rd of
+    last month``) or no date at all (``the 3rd flight``).
 
     Raises:
         DateExpressionError: an expression outside the documented forms, or a date that does not exist.
@@ -144,6 +157,9 @@ def resolve_expression(expression: str, today: dt.date = sd.TODAY) -> dt.date:
              or re.fullmatch(r"ensi kuun (\d{1,2})\.?(?: päivä| päivänä)?", text)):
         year, month = _next_month(today)
         return _date(year, month, int(m[1]), expression)
+    if day_alone and (m := re.fullmatch(rf"the {_ORD}(?: day)?", text)
+                      or re.fullmatch(r"(\d{1,2})\. päivä(?:nä)?", text)):
+        return _day_of_month(int(m[1]), today, expression)
     months = "|".join(EN_MONTHS)
     if m := re.fullmatch(rf"(?:the )?{_ORD} (?:of )?({months}),?(?: (\d{{4}}))?", text):
         return _day_month(int(m[1]), EN_MONTHS.index(m[2]) + 1, int(m[3]) if m[3] else None, today, expression)
@@ -155,8 +171,8 @@ def resolve_expression(expression: str, today: dt.date = sd.TODAY) -> dt.date:
                           expression)
     raise DateExpressionError(
         f"cannot resolve date expression {expression!r}; understood: today, tomorrow, day after tomorrow, "
-        "next/this <weekday>, the Nth of next month, N <Month>, <Month> N, YYYY-MM-DD (Finnish: tänään, huomenna, "
-        "ylihuomenna, ensi <perjantaina…>, ensi kuun N. päivä, N. <joulukuuta…>)")
+        "next/this <weekday>, the Nth of next month, the Nth, N <Month>, <Month> N, YYYY-MM-DD (Finnish: tänään, "
+        "huomenna, ylihuomenna, ensi <perjantaina…>, ensi kuun N. päivä, N. päivä, N. <joulukuuta…>)")
 
 
 # -- airports -------------------------------------------------------------------------------------------------------
@@ -234,7 +250,7 @@ def date_in(text: str, today: dt.date = sd.TODAY) -> tuple[str, dt.date] | None:
         for start in range(len(words) - size + 1):
             phrase = re.sub(r"^on ", "", " ".join(words[start:start + size]).strip(",;:!?()\"'").rstrip("."))
             try:
-                return phrase, resolve_expression(phrase, today)
+                return phrase, resolve_expression(phrase, today, day_alone=False)
             except DateExpressionError:
                 continue
     return None

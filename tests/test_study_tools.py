@@ -73,6 +73,18 @@ def test_day_of_next_month_follows_datetime_arithmetic(today: dt.date, day: int)
         assert kt.resolve_expression(phrase, today) == dt.date(year, month, day)
 
 
+@given(DAYS, st.integers(1, 31))
+def test_a_day_of_the_month_alone_is_its_next_occurrence(today: dt.date, day: int) -> None:
+    got = kt.resolve_expression(f"the {day}th", today)
+    assert got.day == day and got >= today and 0 <= (got - today).days < 62
+    months_between = (got.year - today.year) * 12 + got.month - today.month
+    skipped = [dt.date(today.year + (today.month + k - 1) // 12, (today.month + k - 1) % 12 + 1, 1)
+               for k in range(months_between)]
+    assert all(dt.date(m.year, m.month, day) < today if day <= calendar.monthrange(m.year, m.month)[1] else True
+               for m in skipped)  # no earlier month had day N on or after today
+    assert kt.resolve_expression(f"{day}. päivänä", today) == got == kt.resolve_expression(f"on the {day}", today)
+
+
 @given(DAYS, DAYS)
 def test_day_and_month_is_the_next_such_date(today: dt.date, target: dt.date) -> None:
     if target.month == 2 and target.day == 29:
@@ -357,7 +369,8 @@ def test_the_enforcement_rows_declare_the_scored_values_grounded_and_offer_both_
         assert row.lookup and row.calendar and row.session and row.tool_choice == "auto" and not row.first_tool_choice
         assert not row.today and not row.resolved and not row.request_enum  # no knowledge in the input
         schema = bf.flight_schema(row, sd.REQUESTS[0])
-        assert [schema["properties"][k]["x-grounded"] for k in bf.GROUNDED_FIELDS] == [row.grounded] * 3
+        declared = [row.grounded[k] if isinstance(row.grounded, dict) else row.grounded for k in bf.GROUNDED_FIELDS]
+        assert [schema["properties"][k]["x-grounded"] for k in bf.GROUNDED_FIELDS] == declared
     plain = next(r for r in bf.AUTO_ROWS if r.key == "auto")
     assert "x-grounded" not in json.dumps(bf.flight_schema(plain, sd.REQUESTS[0]))
 
