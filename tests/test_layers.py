@@ -185,3 +185,20 @@ def test_the_rule_call_syntax_is_written_in_one_module():
     writers = [f"{name}:{node.lineno}" for name, path in MODULES.items() if name != "constrained.rules"
                for node in _code_strings(ast.parse(path.read_text(encoding="utf-8"))) if "(?&=" in node.value]
     assert writers == []
+
+
+def test_the_literal_escaper_is_written_in_one_module():
+    """A code point written as a dialect escape (``\\x41``, ``\\u00e9``) from a value is written by
+    `constrained.dialect.writer` alone: one metacharacter set, one class-member rule."""
+    writers = []
+    for name, path in MODULES.items():
+        if not name.startswith("constrained") or name == "constrained.dialect.writer":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.JoinedStr):
+                for before, after in zip(node.values, node.values[1:]):
+                    text = before.value if isinstance(before, ast.Constant) else ""
+                    if (isinstance(after, ast.FormattedValue) and text[-2:] in ("\\x", "\\u", "\\U")
+                            and not text.endswith("\\\\" + text[-1])):
+                        writers.append(f"{name}:{node.lineno}")
+    assert writers == []

@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn, Union
 
+from constrained.dialect.writer import class_text
 from constrained.errors import GbnfSyntaxError
 
 from constrained.rules import RuleSet
@@ -487,20 +488,6 @@ def parse_gbnf(text: str) -> GbnfGrammar:
 # -------------------------------------------------------------------------------------------------- translation
 
 
-_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _,:;=<>!@#%&'~\"/`")
-"""Characters that stand for themselves in our dialect, inside a class and outside."""
-
-
-def _escape(c: int) -> str:
-    if c < 0x80 and chr(c) in _PLAIN:
-        return chr(c)
-    if c <= 0xFF:
-        return f"\\x{c:02X}"
-    if c <= 0xFFFF:
-        return f"\\u{c:04X}"
-    return f"\\U{c:08X}"
-
-
 _NOTHING = "[^\\x00-\\U0010FFFF]"
 """A class with no member: matches nothing."""
 
@@ -532,12 +519,7 @@ def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _class_pattern(ranges: list[tuple[int, int]]) -> str:
-    if not ranges:
-        return _NOTHING
-    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
-        return _escape(ranges[0][0])
-    parts = [_escape(lo) if lo == hi else f"{_escape(lo)}-{_escape(hi)}" for lo, hi in ranges]
-    return "[" + "".join(parts) + "]"
+    return class_text(ranges) if ranges else _NOTHING
 
 
 class _Translator:

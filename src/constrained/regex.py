@@ -5,7 +5,7 @@ Re-exports the public names other code reads from here; new code imports from `c
 
 from __future__ import annotations
 
-from constrained.dialect.json_string import class_text, json_char_pattern, json_string_body_pattern
+from constrained.dialect.json_string import json_char_pattern, json_string_body_pattern
 from constrained.dialect.nodes import (
     ANY_SCALAR,
     MAX_SCALAR,
@@ -23,6 +23,7 @@ from constrained.dialect.nodes import (
     utf8_sequences,
 )
 from constrained.dialect.parser import automaton_text, clear_caches, parse
+from constrained.dialect.writer import class_text
 
 __all__ = [
     "MAX_SCALAR",

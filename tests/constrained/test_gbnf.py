@@ -158,8 +158,8 @@ def test_translation_to_rules():
     rules, start = gbnf_to_rules(parse_gbnf('root ::= ("a" | b)* "."\nb ::= [^"\\\\]{2,3}\nunused ::= "z"'))
     assert start == "root"
     assert set(rules) == {"root", "b"}  # only what the start reaches
-    assert rules["root"] == "(?:(?:a|(?&=b)))*\\x2E"
-    assert rules["b"] == "(?:[\\x01-!#-\\x5B\\x5D-\\uD7FF\\uE000-\\U0010FFFF]){2,3}"
+    assert rules["root"] == "(?:(?:a|(?&=b)))*\\."
+    assert rules["b"] == "(?:[\\x01-\\x21\\x23-\\x5b\\x5d-\\ud7ff\\ue000-\U0010ffff]){2,3}"  # writer.class_text
 
 
 def test_translation_refuses_tokens_without_a_special_token():

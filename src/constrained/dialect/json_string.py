@@ -3,7 +3,7 @@
 Owns `json_string_body_pattern`: an ECMA-262 ``pattern`` (JSON Schema search semantics) rewritten as a dialect
 pattern over the *JSON-encoded* body of a string, so that a schema's string constraint can be enforced on the bytes
 the model writes between the quotes; and the pieces the schema compiler shares with it: `json_char_pattern` (the
-JSON encodings of one scalar of a set) and `class_text` (a set of scalars as dialect text).
+JSON encodings of one scalar of a set; its class text is `writer.class_text`).
 
 Imports only `constrained.errors` and the other dialect modules.
 """
@@ -24,51 +24,14 @@ from constrained.dialect.nodes import (
     subtract_ranges,
 )
 from constrained.dialect.parser import parse_ecma
+from constrained.dialect.writer import class_text
 from constrained.errors import RegexSyntaxError, UnsupportedSchemaError
 
-__all__ = ["json_string_body_pattern", "json_char_pattern", "class_text", "NO_BODY"]
+__all__ = ["json_string_body_pattern", "json_char_pattern", "NO_BODY"]
 
 _JSON_SHORT = {0x22: '"', 0x5C: "\\\\", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
 """Characters json.dumps escapes with a backslash and one letter, and that letter as a class member."""
 _JSON_ESCAPED = normalize_ranges([(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])
-_META = set(".^$*+?{}[]\\|()-/\"")
-
-
-def _text_char(cp: int) -> str:
-    """A code point written as a dialect literal (outside a class)."""
-    ch = chr(cp)
-    if ch in _META:
-        return "\\" + ch
-    if 0x20 <= cp < 0x7F:
-        return ch
-    return _class_char(cp)
-
-
-def _class_char(cp: int) -> str:
-    """A code point written so it is literal inside ``[...]`` too."""
-    ch = chr(cp)
-    if ch.isascii() and ch.isalnum():
-        return ch
-    if cp < 0x100:
-        return f"\\x{cp:02x}"
-    if cp < 0x10000:
-        return f"\\u{cp:04x}"
-    return ch
-
-
-def class_text(ranges: tuple[Range, ...]) -> str:
-    """A dialect fragment matching one scalar of ``ranges`` (a literal for one scalar, else a class)."""
-    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
-        return _text_char(ranges[0][0])
-    parts = []
-    for lo, hi in ranges:
-        if lo == hi:
-            parts.append(_class_char(lo))
-        elif hi == lo + 1:
-            parts.append(_class_char(lo) + _class_char(hi))
-        else:
-            parts.append(f"{_class_char(lo)}-{_class_char(hi)}")
-    return "[" + "".join(parts) + "]"
 
 
 def json_char_pattern(ranges: tuple[Range, ...]) -> tuple[str, bool]:

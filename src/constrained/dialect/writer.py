@@ -4,7 +4,7 @@ literals, integer ranges and rule calls.
 Every builder takes and returns pattern text (a `Pattern`: a string, or None for the empty language, which
 `alt` drops and `cat` propagates), so a front end composes patterns without knowing the parser. The dialect is
 `constrained.regex`'s: Python-`re`-compatible text plus ``(?@...)`` embedded automata and ``(?&=NAME|guard)`` rule
-calls. Refuses: more than `MAX_ALTERNATION` distinct alternatives in one alternation (`GrammarTooLargeError`) and
+calls; every escaping of a literal or a class member is written here. Refuses: more than `MAX_ALTERNATION` distinct alternatives in one alternation (`GrammarTooLargeError`) and
 a lone surrogate in a literal (`UnsupportedSchemaError`).
 """
 
@@ -19,7 +19,10 @@ __all__ = [
     "Pattern",
     "MAX_ALTERNATION",
     "escape_literal",
+    "char_text",
+    "class_member",
     "class_char",
+    "class_text",
     "alt",
     "cat",
     "rep",
@@ -48,9 +51,44 @@ _LITERAL_ESCAPES = {**{ord(ch): "\\" + ch for ch in _SPECIAL},
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
+def char_text(cp: int) -> str:
+    """One code point as a dialect literal outside a class: a metacharacter backslashed, printable ASCII as itself,
+    anything else as in a class (`class_member`), so a surrogate code point is written, never embedded."""
+    ch = chr(cp)
+    if ch in _SPECIAL:
+        return "\\" + ch
+    return ch if 0x20 <= cp < 0x7F else class_member(cp)
+
+
+def class_member(cp: int) -> str:
+    """One code point written so it is literal inside ``[...]`` (and outside): ASCII letters and digits as
+    themselves, other code points below U+10000 as ``\\xHH`` / ``\\uHHHH``, the rest as themselves."""
+    if cp < 0x80 and chr(cp).isalnum():
+        return chr(cp)
+    if cp < 0x100:
+        return f"\\x{cp:02x}"
+    return f"\\u{cp:04x}" if cp < 0x10000 else chr(cp)
+
+
 def class_char(ch: str) -> str:
-    """One character escaped for use inside a character class."""
-    return "\\" + ch if ch in "\\]^-[" else (f"\\x{ord(ch):02x}" if ord(ch) < 0x20 else ch)
+    """One character escaped for use inside a character class (`class_member`)."""
+    return class_member(ord(ch))
+
+
+def class_text(ranges: Sequence[tuple[int, int]]) -> str:
+    """A dialect fragment matching one scalar of ``ranges`` (sorted, disjoint, non-empty): a literal for one
+    scalar, else a class."""
+    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        return char_text(ranges[0][0])
+    parts = []
+    for lo, hi in ranges:
+        if lo == hi:
+            parts.append(class_member(lo))
+        elif hi == lo + 1:
+            parts.append(class_member(lo) + class_member(hi))
+        else:
+            parts.append(f"{class_member(lo)}-{class_member(hi)}")
+    return "[" + "".join(parts) + "]"
 
 
 def alt(parts: Sequence[Pattern]) -> Pattern:

@@ -18,10 +18,10 @@ from typing import Any
 from constrained.automata.dfa import MAX_DFA_STATES, compile_dfa
 from constrained.automata.operations import automaton, difference, intersection
 from constrained.dialect.json_lexemes import SHORT_ESCAPES, UNIT
-from constrained.dialect.json_string import class_text, json_char_pattern, json_string_body_pattern
+from constrained.dialect.json_string import json_char_pattern, json_string_body_pattern
 from constrained.dialect.nodes import ANY_SCALAR, normalize_ranges
 from constrained.dialect.parser import automaton_text
-from constrained.dialect.writer import Pattern, alt, class_char, escape_literal, one_of, rep
+from constrained.dialect.writer import Pattern, alt, class_char, class_text, escape_literal, one_of, rep
 from constrained.errors import EmptyLanguageError, InvalidSchemaError, UnsupportedSchemaError
 
 __all__ = [
