@@ -92,8 +92,8 @@ def report(runs: dict[str, dict[str, dict[str, Any]]], *, seconds: dict[str, flo
              "the one-turn grounding policy (docs/cli.md#ember-call): a call written twice stands once, a call none "
              "of whose required free values occur in the request is withheld, and so is one with at most half of "
              "them there unless a content word of the tool's name is among the request's words; an optional "
-             "argument whose values are all ungrounded is dropped. *constrained*: every tool `constrained=True`; *free*: "
-             "`--no-constrained`.",
+             "argument whose values are all ungrounded is dropped. *constrained*: every tool `constrained=True`; "
+             "*free*: `--no-constrained`.",
              "- Scored by `../shared/eval/bfcl/score.py` (BFCL's AST checker; irrelevance passes when no call is "
              "made). Actions: `benchmarks/bfcl/<model>.<run>.jsonl`. Half A: the even positions of each category "
              "in id order, where the policy was chosen; half B: the rest.", ""]

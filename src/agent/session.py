@@ -37,8 +37,9 @@ made only of calls the conversation already answered is rolled back unrun (``rep
 is decoded under ``none``, the last result carrying a note: a model that repeats a call has the result it asked
 for. When it cannot answer yet (a final pattern's slot has no value, or a declared tool still lacks one), the next
 turn is decoded under ``auto`` with the repeated tools not offered while another tool can be called: a greedy
-model given the same prompt repeats the same calls. In a turn that also makes new calls, a repeat replays its earlier outcome with a note instead of running
-again; the new results may open a way on (a grounded tool now callable), so the next turn stays free.
+model given the same prompt repeats the same calls. In a turn that also makes new calls, a repeat replays its
+earlier outcome with a note instead of running again; the new results may open a way on (a grounded tool now
+callable), so the next turn stays free.
 
 Grounding (`agent.grounding`, `agent.grounding_policy`): each turn's values are traced with their sources, as of
 the turn's start; a value a tool or parameter declares grounded is held by the turn's grammar where its candidates

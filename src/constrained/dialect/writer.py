@@ -4,8 +4,9 @@ literals, integer ranges and rule calls.
 Every builder takes and returns pattern text (a `Pattern`: a string, or None for the empty language, which
 `alt` drops and `cat` propagates), so a front end composes patterns without knowing the parser. The dialect is
 `constrained.regex`'s: Python-`re`-compatible text plus ``(?@...)`` embedded automata and ``(?&=NAME|guard)`` rule
-calls; every escaping of a literal or a class member is written here. Refuses: more than `MAX_ALTERNATION` distinct alternatives in one alternation (`GrammarTooLargeError`) and
-a lone surrogate in a literal (`UnsupportedSchemaError`).
+calls; every escaping of a literal or a class member is written here. Refuses: more than `MAX_ALTERNATION`
+distinct alternatives in one alternation (`GrammarTooLargeError`) and a lone surrogate in a literal
+(`UnsupportedSchemaError`).
 """
 
 from __future__ import annotations
