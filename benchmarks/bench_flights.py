@@ -55,6 +55,7 @@ from typing import Any
 
 import studies_data as sd
 from _common import BENCHMARKS_DIR, environment_lines, figure, markdown_table, save_figure, write_section
+from knowledge_tools import CALENDAR_TOOL, LOOKUP_TOOL
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -75,8 +76,6 @@ DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 HEADING = "## Flight study: form vs truth (search_flights, 24 requests)"
 MAX_TOKENS = 128
 FLIGHT_TOOL = "search_flights"
-LOOKUP_TOOL = "airports.lookup"
-CALENDAR_TOOL = "calendar.resolve_date"
 PACKAGES = ("llama-cpp-python", "numpy", "jsonschema")
 DEFAULT_THREADS = 1
 """llama.cpp threads for both generation and batches. Not llama-cpp-python's default (half the cores for single
