@@ -43,6 +43,7 @@ from agent.readings import date_readings, number_readings
 
 __all__ = [
     "GROUNDED_KEY",
+    "INPUT_SOURCES",
     "Claim",
     "ClaimGrounding",
     "Requirement",
@@ -81,6 +82,9 @@ class SourceKind(enum.StrEnum):
 
 
 _GROUNDED_BY_INPUT = frozenset({SourceKind.USER, SourceKind.SYSTEM, SourceKind.TOOL_RESULT})
+INPUT_SOURCES: Final = frozenset(kind.value for kind in _GROUNDED_BY_INPUT)
+"""The source names a grounding declaration may give besides a tool's name (``user``, ``system``,
+``tool_result``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -215,6 +219,11 @@ class Requirement:
             return True
         return source.grounded and not source.tainted and (
             source.kind.value in self.sources or (source.tool is not None and source.tool in self.sources))
+
+    @property
+    def tools(self) -> list[str]:
+        """The tools it names as sources, sorted."""
+        return sorted(self.sources - INPUT_SOURCES)
 
     def to_record(self) -> dict[str, Any]:
         return {"sources": sorted(self.sources), "match": "whole" if self.whole else "claims"}
@@ -585,7 +594,7 @@ def requirement(declaration: Any, *, match: str = "whole") -> Requirement | None
     if declaration is None or declaration is False:
         return None
     if declaration is True:
-        return Requirement(frozenset(kind.value for kind in _GROUNDED_BY_INPUT), whole=match == "whole")
+        return Requirement(INPUT_SOURCES, whole=match == "whole")
     names = [declaration] if isinstance(declaration, str) else declaration
     if (not isinstance(names, (list, tuple)) or not names
             or not all(isinstance(n, str) and n for n in names)):

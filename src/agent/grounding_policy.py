@@ -232,8 +232,7 @@ def _lacking(where: tuple[str | int, ...], schema: Mapping[str, Any], inherited:
     """A blocked leaf's path, with the tools its declaration names as its sources (``date (which
     calendar.resolve_date returns)``), so the model reads which call gets the value."""
     declared = requirement(schema[GROUNDED_KEY]) if GROUNDED_KEY in schema else inherited
-    kinds = {kind.value for kind in SourceKind}
-    tools = sorted(s for s in declared.sources if s not in kinds) if declared is not None else []
+    tools = declared.tools if declared is not None else []
     return f"{render_path(where)} (which {' or '.join(tools)} returns)" if tools else render_path(where)
 
 

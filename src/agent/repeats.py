@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
+from agent.grounding import INPUT_SOURCES
 from agent.schema import canonical_json
 
 __all__ = ["REPEAT_NOTE", "CallKey", "call_key", "distinct_calls", "ends_with_result", "only_repeats", "repeat_note",
@@ -64,7 +65,7 @@ def repeat_note(missing: Sequence[str] = ()) -> str:
     whose slot takes a number from ``missing``, e.g. ``calculator``), the note that says so."""
     if not missing:
         return REPEAT_NOTE
-    names = " or ".join(n if n not in ("user", "system", "tool_result") else "a tool" for n in missing)
+    names = " or ".join(n if n not in INPUT_SOURCES else "a tool" for n in missing)
     return (f"You already have the result of this call. The answer needs a result of {names}, which you do not have "
             f"yet: call {names} next.")
 
