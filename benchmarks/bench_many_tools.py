@@ -1,8 +1,9 @@
-"""Many tools at once: the tool-call grammar over 10 … 276 BFCL functions, ours beside llguidance, in one run.
+"""Many tools at once: the tool-call grammar over 10 … 1,000 functions, ours beside llguidance, in one run.
 
-Owns the measurement behind "servers expose tens to hundreds of tools": every distinct function of
-``../shared/corpus/bfcl-dev`` offered at once, every one constrained. For each N, three grammars compiled cold
-(empty memory and disk caches) to their first mask:
+Owns the measurement behind "servers expose tens to hundreds of tools": the first N functions of a fixed pool
+offered at once, every one constrained (`function_pool`: the 276 distinct functions of ``../shared/corpus/bfcl-dev``,
+then the function-parameter schemas of ``../shared/corpus/maskbench-dev``, then the same again under new names).
+For each N, three grammars compiled cold (empty memory and disk caches) to their first mask:
 
 - ours, codec: the Qwen turn grammar ``tool_choice="required"`` (`agent.engine.tool_call_grammar`: one DFA when it
   fits, else a pushdown grammar whose rules are the tools' arguments);
@@ -15,7 +16,7 @@ picks the call; the same token ids are fed to ours (``fill_bitmask``) and to llg
 each mask timed. The codec grammar's masks are timed along its own seeded walk. Ratios in the table are ours over
 llguidance in this run; the machine is shared, so only ratios are claims.
 
-Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_many_tools.py [--sizes 10,50,100,276]``.
+Run: ``PYTHONPATH=src .venv/bin/python benchmarks/bench_many_tools.py [--sizes 10,50,100,276,500,1000]``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import BENCHMARKS_DIR, environment_lines, format_seconds, markdown_table, percentiles, write_section  # noqa: E402
 
 CASES = BENCHMARKS_DIR.parent.parent / "shared" / "corpus" / "bfcl-dev" / "cases.jsonl"
-HEADING = "## Many tools: tool-call grammars over 10–276 BFCL functions (ours vs llguidance)"
+MASKBENCH = BENCHMARKS_DIR.parent.parent / "shared" / "corpus" / "maskbench-dev"
+FUNCTION_FILES = ("Glaiveai2K---*.json", "BFCL_*.json")
+"""The MaskBench files whose schema is one function's parameters (Glaive: the name after ``---``) or
+``{name: parameters}`` objects (BFCL)."""
+HEADING = "## Many tools: tool-call grammars over 10–1,000 functions (ours vs llguidance)"
 BUDGET = 160
 ROUNDS = 3
 """Cold compiles per grammar and size, interleaved across the three; the best is reported."""
@@ -54,6 +59,43 @@ def distinct_functions(path: Path) -> list[dict[str, Any]]:
         for tool in json.loads(line)["tools"]:
             seen.setdefault(tool["function"]["name"], tool)
     return list(seen.values())
+
+
+def corpus_functions(directory: Path) -> list[dict[str, Any]]:
+    """The function schemas of the MaskBench corpus (`FUNCTION_FILES`) that have a valid instance, as OpenAI tools
+    named as their files name them, in file-name order."""
+    tools = []
+    for pattern in FUNCTION_FILES:
+        for path in sorted(directory.glob(pattern)):
+            case = json.loads(path.read_text())
+            if not any(test["valid"] for test in case["tests"]):
+                continue  # no valid instance: possibly no function could ever be called with it (one is unsatisfiable)
+            schema = case["schema"]
+            if path.name.startswith("BFCL_"):  # {name: parameters}, or an anyOf of such objects
+                named = [(name, parameters) for member in schema.get("anyOf", [schema])
+                         for name, parameters in member["properties"].items()]
+            else:
+                named = [(path.stem.split("---", 1)[1], schema)]
+            tools += [{"type": "function", "function": {"name": name, "parameters": parameters}}
+                      for name, parameters in named]
+    return tools
+
+
+def function_pool(n: int) -> tuple[list[dict[str, Any]], int]:
+    """The first ``n`` tools of the pool, every name distinct: the BFCL dev functions, then the corpus's function
+    schemas not already among them, then the pool again under suffixed names (``name_2``...). Also how many of the
+    ``n`` are the pool's own (the rest repeat its parameters under new names)."""
+    pool: dict[str, dict[str, Any]] = {}
+    for tool in distinct_functions(CASES) + corpus_functions(MASKBENCH):
+        pool.setdefault(tool["function"]["name"], tool)
+    base = list(pool.values())
+    chosen = base[:n]
+    copy = 2
+    while len(chosen) < n:
+        chosen += [{**t, "function": {**t["function"], "name": f"{t['function']['name']}_{copy}"}}
+                   for t in base[: n - len(chosen)]]
+        copy += 1
+    return chosen, min(n, len(base))
 
 
 def envelope_schema(tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -148,13 +190,12 @@ def run(sizes: Sequence[int], vocab_path: Path) -> list[dict[str, Any]]:
 
     warnings.simplefilter("ignore")  # BFCL schemas carry annotations our compiler warns about
     vocab = Vocabulary.from_gguf(vocab_path)
-    functions = distinct_functions(CASES)
     peer = _LLGuidance(vocab_path)
     compile_json_schema({"type": "string"}, vocab).matcher()  # builds the token trie (llguidance's tokenizer: above)
     codec = QwenCodec()
     rows = []
     for n in sizes:
-        chosen = functions[:n]
+        chosen, distinct = function_pool(n)
         specs = [tool_spec(t, constrained=True) for t in chosen]
         schema = envelope_schema(chosen)
         codec_s = schema_s = peer_s = float("inf")
@@ -173,6 +214,7 @@ def run(sizes: Sequence[int], vocab_path: Path) -> list[dict[str, Any]]:
             "codec_masks": percentiles(codec_times), "schema_kind": type(schema_grammar).__name__,
             "schema_s": schema_s, "schema_masks": percentiles(schema_times), "peer_s": peer_s,
             "peer_masks": percentiles(peer_times), "peer_agrees": peer_ok, "call_tokens": len(tokens),
+            "distinct": distinct,
         })  # fmt: skip
         print(f"{len(chosen)} tools: codec {rows[-1]['codec_kind']} {format_seconds(codec_s)}, schema "
               f"{rows[-1]['schema_kind']} {format_seconds(schema_s)}, llguidance {format_seconds(peer_s)}", flush=True)
@@ -184,16 +226,21 @@ def report(rows: Sequence[dict[str, Any]], out: Path) -> None:
         return f"{format_seconds(pair[0])} / {format_seconds(pair[1])}"
 
     table = markdown_table(
-        ["tools", "ours codec (kind)", "compile", "masks p50 / p99", "ours schema (kind)", "compile", "masks p50 / p99",
-         "llguidance compile", "masks p50 / p99", "compile ours/llg (schema)", "llg accepts our call"],
-        [[r["tools"], r["codec_kind"], format_seconds(r["codec_s"]), masks(r["codec_masks"]), r["schema_kind"],
-          format_seconds(r["schema_s"]), masks(r["schema_masks"]), format_seconds(r["peer_s"]), masks(r["peer_masks"]),
+        ["tools (distinct)", "ours codec (kind)", "compile", "masks p50 / p99", "ours schema (kind)", "compile",
+         "masks p50 / p99", "llguidance compile", "masks p50 / p99", "compile ours/llg (schema)",
+         "llg accepts our call"],
+        [[f"{r['tools']} ({r['distinct']})", r["codec_kind"], format_seconds(r["codec_s"]), masks(r["codec_masks"]),
+          r["schema_kind"], format_seconds(r["schema_s"]), masks(r["schema_masks"]), format_seconds(r["peer_s"]),
+          masks(r["peer_masks"]),
           f"{r['schema_s'] / r['peer_s']:.1f}x", "yes" if r["peer_agrees"] else "NO"] for r in rows],
     )  # fmt: skip
     body = "\n".join([
         *environment_lines(["llguidance", "llama_cpp_python"]), "",
-        "Every distinct function of `../shared/corpus/bfcl-dev` offered at once, all constrained; Qwen2.5 vocabulary "
-        f"(the default model's GGUF). Compile = cold (empty memory and disk caches) to the first mask, best of "
+        "The first N functions of one pool offered at once, all constrained: the 276 distinct functions of "
+        "`../shared/corpus/bfcl-dev`, then the function schemas of `../shared/corpus/maskbench-dev` (its Glaive and "
+        "BFCL files), then the pool again under suffixed names (*distinct*: how many are the pool's own; the rest "
+        "repeat their parameters, which either engine may share between copies). Qwen2.5 vocabulary (the default "
+        "model's GGUF). Compile = cold (empty memory and disk caches) to the first mask, best of "
         f"{ROUNDS} interleaved rounds. Masks along one seeded random call of the schema grammar (budget {BUDGET} "
         "tokens), the same token ids fed to llguidance; the codec grammar along its own seeded call. Method: "
         "benchmarks/bench_many_tools.py.", "",
@@ -204,7 +251,7 @@ def report(rows: Sequence[dict[str, Any]], out: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10,50,100,276", help="comma-separated tool counts")
+    parser.add_argument("--sizes", default="10,50,100,276,500,1000", help="comma-separated tool counts")
     parser.add_argument("--vocab", type=Path, default=None, help="Qwen2.5 GGUF (default: the default model)")
     parser.add_argument("--out", type=Path, default=BENCHMARKS_DIR / "RESULTS.md", help="markdown file to update")
     args = parser.parse_args(argv)
