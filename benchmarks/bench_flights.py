@@ -149,6 +149,9 @@ class Row:
     """The knowledge tools' descriptions, a style of `knowledge_tools.DESCRIPTIONS`: ``examples`` (every other
     row's), ``request`` (pass the user's request as written: both tools find what they need in it), ``words`` (the
     date words / the city name as the request writes them, with no example value to copy)."""
+    typed_inputs: bool = False
+    """Enforcement rows: calendar.resolve_date's argument declares the language it reads (a ``pattern``,
+    `knowledge_tools.DATE_EXPRESSION_PATTERN`), so its dynamic enum holds only the request's date phrases."""
     lookup_other_words: bool = False
     """Enforcement rows: airports.lookup, passed text that also holds other words (a whole request), says which words
     named no airport (`knowledge_tools.other_words`)."""
@@ -287,6 +290,11 @@ AUTO_ROWS: tuple[Row, ...] = (
         "airports.lookup, date: calendar.resolve_date)", schema=_rich_c, constrained=True, session=True, lookup=True,
         calendar=True, grounded=TOOL_SOURCES, tool_arguments_grounded=True, tool_descriptions="words",
         calendar_first=True, source_descriptions=True, final_pattern=FLIGHT_ANSWER),
+    Row(key="auto-grounded-typed", label="(h5) = (h3) + calendar.resolve_date's argument typed by the language it "
+        "reads (a `pattern`: its dynamic enum holds only the request's date phrases)", schema=_rich_c,
+        constrained=True, session=True, lookup=True, calendar=True, grounded="tool_result",
+        tool_arguments_grounded=True, tool_descriptions="words", calendar_first=True, source_descriptions=True,
+        final_pattern=FLIGHT_ANSWER, typed_inputs=True),
 )
 """The auto study's rows: every request a real `Session` under ``tool_choice="auto"`` (no per-turn plan, no forced
 first tool), knowledge rows on top of the constrained auto baseline."""
@@ -561,7 +569,8 @@ def auto_tools(engine: Any, row: Row, searches: list[dict[str, Any]], request: s
         tools.append(kt.airports_tool(constrained=row.constrained, grounded=own, descriptions=row.tool_descriptions,
                                       other=row.lookup_other_words))
     if row.calendar:
-        calendar_ = kt.calendar_tool(constrained=row.constrained, grounded=own, descriptions=row.tool_descriptions)
+        calendar_ = kt.calendar_tool(constrained=row.constrained, grounded=own, descriptions=row.tool_descriptions,
+                                     typed=row.typed_inputs)
         tools.insert(0, calendar_) if row.calendar_first else tools.append(calendar_)
     if row.mcp_time:
         tools += kt.time_server_tools()

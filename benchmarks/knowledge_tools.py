@@ -175,6 +175,33 @@ def resolve_expression(expression: str, today: dt.date = sd.TODAY, *, day_alone:
         "huomenna, ylihuomenna, ensi <perjantaina…>, ensi kuun N. päivä, N. päivä, N. <joulukuuta…>)")
 
 
+def _either_case(words: str) -> str:
+    """``words`` as a pattern that also matches each word capitalised (``next friday`` or ``Next Friday``)."""
+    return re.sub(r"(?<![\w\\])([^\W\d_])", lambda m: f"[{m[1]}{m[1].upper()}]", words)
+
+
+def _date_expression_pattern() -> str:
+    """The ECMA pattern of every expression `resolve_expression` reads as written in a request (its words
+    lower-case or capitalised), anchored: the forms of its docstring, one alternative each."""
+    weekdays, months = "|".join(EN_WEEKDAYS), "|".join(EN_MONTHS)
+    essives, partitives = "|".join(FI_WEEKDAYS_ESSIVE), "|".join(FI_MONTHS_PARTITIVE)
+    ordinal, year = r"\d{1,2}(?:st|nd|rd|th)?", r"(?:,? \d{4})?"
+    forms = [
+        "today", "tomorrow", "(?:the )?day after tomorrow", "tänään", "huomenna", "ylihuomenna",
+        f"(?:next |this )?(?:{weekdays})", f"(?:ensi |tänä )?(?:{essives})",
+        f"(?:the )?{ordinal} (?:day )?of next month", r"ensi kuun \d{1,2}\.?(?: päivä| päivänä)?",
+        f"the {ordinal}(?: day)?", r"\d{1,2}\. päivä(?:nä)?",
+        f"(?:the )?{ordinal} (?:of )?(?:{months}){year}", f"(?:{months}) (?:the )?{ordinal}{year}",
+        rf"\d{{1,2}}\. ?(?:{partitives})(?: \d{{4}})?",
+    ]
+    return "^(?:on |On )?(?:" + "|".join(_either_case(form) for form in forms) + r"|\d{4}-\d{2}-\d{2})$"
+
+
+DATE_EXPRESSION_PATTERN: str = _date_expression_pattern()
+"""What calendar.resolve_date reads, as its argument's ``pattern`` where a row types the tools' inputs: a dynamic
+enum of the request's words then offers only the phrases that name a date."""
+
+
 # -- airports -------------------------------------------------------------------------------------------------------
 
 AIRPORT_NAMES: Mapping[str, tuple[str, ...]] = {
@@ -298,11 +325,12 @@ inputs the enforcement rows vary. "examples" is what every other row offers."""
 
 
 def calendar_tool(*, constrained: bool = True, today: dt.date = sd.TODAY, grounded: Any = None,
-                  descriptions: str = "examples") -> Any:
+                  descriptions: str = "examples", typed: bool = False) -> Any:
     """``calendar.resolve_date`` (data tool): ``{"expression"}`` → ``{"expression", "date", "weekday"}``; text that
     holds a date expression among other words resolves that expression (`date_in`). ``grounded``: an
     ``x-grounded`` declaration for ``expression`` (``"user"``: words of the user's request only).
-    ``descriptions``: a style of `DESCRIPTIONS`."""
+    ``descriptions``: a style of `DESCRIPTIONS`. ``typed``: ``expression`` declares the language the tool reads
+    (`DATE_EXPRESSION_PATTERN`)."""
     from agent.tool import Tool, ToolFailure, ToolKind
 
     def resolve(args: Any, ctx: Any) -> dict[str, str]:
@@ -320,7 +348,8 @@ def calendar_tool(*, constrained: bool = True, today: dt.date = sd.TODAY, ground
         name=CALENDAR_TOOL, kind=ToolKind.DATA, constrained=constrained,
         description=DESCRIPTIONS[descriptions][CALENDAR_TOOL][0],
         parameters={"type": "object", "properties": {"expression": _argument({
-            "type": "string", "description": DESCRIPTIONS[descriptions][CALENDAR_TOOL][1]}, grounded)},
+            "type": "string", "description": DESCRIPTIONS[descriptions][CALENDAR_TOOL][1],
+            **({"pattern": DATE_EXPRESSION_PATTERN} if typed else {})}, grounded)},
             "required": ["expression"]},
         function=resolve)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import calendar
 import dataclasses
 import json
+import re
 import datetime as dt
 import sys
 from pathlib import Path
@@ -406,6 +407,38 @@ def test_the_knowledge_tools_can_take_only_the_requests_words_and_describe_them_
         text = tool.description + json.dumps(tool.parameters)
         assert "e.g." not in text and "Madrid" not in text and "Friday" not in text  # no example value to copy
     assert set(kt.DESCRIPTIONS) == {"examples", "request", "words"}
+
+
+@given(st.from_regex(kt.DATE_EXPRESSION_PATTERN, fullmatch=True))
+def test_every_phrase_the_date_pattern_admits_is_read_by_the_calendar(phrase: str) -> None:
+    try:
+        kt.resolve_expression(phrase)
+    except kt.DateExpressionError as error:  # the pattern counts days, not the days of each month
+        assert "names no real date" in str(error)
+
+
+@given(today=DAYS, phrase=st.sampled_from([*sd.DATE_PHRASES, *sd.FI_DATE_PHRASES.values()]),
+       capitalised=st.booleans())
+def test_the_date_pattern_admits_every_study_phrase_as_a_request_writes_it(today, phrase, capitalised) -> None:
+    written = phrase[0].upper() + phrase[1:] if capitalised else phrase
+    assert re.search(kt.DATE_EXPRESSION_PATTERN, written)
+    assert kt.resolve_expression(written, today) == kt.resolve_expression(phrase, today)
+
+
+def test_a_typed_calendar_is_offered_only_the_requests_date_phrases() -> None:
+    from agent.grounding import Sources
+    from agent.grounding_policy import narrowed_parameters
+
+    tool = kt.calendar_tool(grounded="user", descriptions="words", typed=True)
+    for request_ in sd.requests_for("fi") + sd.requests_for("en"):
+        sources = Sources()
+        sources.add_entry(0, "user", {"content": request_.text})
+        narrowed = narrowed_parameters(tool.parameters, sources)
+        assert isinstance(narrowed, dict)
+        offered = narrowed["properties"]["expression"]["enum"]
+        assert request_.date_words in offered  # the date words, and only phrases naming a date
+        assert all(kt.resolve_expression(p) for p in offered)
+        assert not any(city in p for p in offered for city, _, _ in kt.airports_in(request_.text))
 
 
 def test_refusal_only_moves_each_declared_value_under_all_of_where_the_grammar_is_not_narrowed() -> None:
