@@ -69,7 +69,7 @@ def corpus_functions(directory: Path) -> list[dict[str, Any]]:
         for path in sorted(directory.glob(pattern)):
             case = json.loads(path.read_text())
             if not any(test["valid"] for test in case["tests"]):
-                continue  # no valid instance: possibly no function could ever be called with it (one is unsatisfiable)
+                continue  # no valid instance: the schema may admit no call at all (one is unsatisfiable)
             schema = case["schema"]
             if path.name.startswith("BFCL_"):  # {name: parameters}, or an anyOf of such objects
                 named = [(name, parameters) for member in schema.get("anyOf", [schema])
