@@ -22,7 +22,6 @@ __all__ = [
     "escape_literal",
     "char_text",
     "class_member",
-    "class_char",
     "class_text",
     "alt",
     "cat",
@@ -69,11 +68,6 @@ def class_member(cp: int) -> str:
     if cp < 0x100:
         return f"\\x{cp:02x}"
     return f"\\u{cp:04x}" if cp < 0x10000 else chr(cp)
-
-
-def class_char(ch: str) -> str:
-    """One character escaped for use inside a character class (`class_member`)."""
-    return class_member(ord(ch))
 
 
 def class_text(ranges: Sequence[tuple[int, int]]) -> str:

@@ -21,7 +21,7 @@ from constrained.dialect.json_lexemes import SHORT_ESCAPES, UNIT
 from constrained.dialect.json_string import json_char_pattern, json_string_body_pattern
 from constrained.dialect.nodes import ANY_SCALAR, normalize_ranges
 from constrained.dialect.parser import automaton_text
-from constrained.dialect.writer import Pattern, alt, class_char, class_text, escape_literal, one_of, rep
+from constrained.dialect.writer import Pattern, alt, class_member, class_text, escape_literal, one_of, rep
 from constrained.errors import EmptyLanguageError, InvalidSchemaError, UnsupportedSchemaError
 
 __all__ = [
@@ -56,7 +56,7 @@ def _unit_encodings(ch: str) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=4096)
 def _unit_excluding(chars: frozenset[str]) -> str:
     """One UNIT that does not decode to any of ``chars``."""
-    plain = "".join(sorted(class_char(c) for c in chars if c not in '"\\' and ord(c) >= 0x20))
+    plain = "".join(sorted(class_member(ord(c)) for c in chars if c not in '"\\' and ord(c) >= 0x20))
     parts = [f'[^"\\\\\\x00-\\x1f{plain}]']
     specials = [c for c in chars if c in '"\\' or ord(c) < 0x20]
     if not specials:
