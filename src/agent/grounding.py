@@ -81,8 +81,7 @@ class SourceKind(enum.StrEnum):
     """Found nowhere the model was given: its own memory (ungrounded)."""
 
 
-_GROUNDED_BY_INPUT = frozenset({SourceKind.USER, SourceKind.SYSTEM, SourceKind.TOOL_RESULT})
-INPUT_SOURCES: Final = frozenset(kind.value for kind in _GROUNDED_BY_INPUT)
+INPUT_SOURCES: Final = frozenset({SourceKind.USER.value, SourceKind.SYSTEM.value, SourceKind.TOOL_RESULT.value})
 """The source names a grounding declaration may give besides a tool's name (``user``, ``system``,
 ``tool_result``)."""
 
