@@ -179,6 +179,12 @@ class _Run:
     blocked: dict[str, list[str]] = field(default_factory=dict)
     """This turn's tools that cannot be called yet → the declared grounded parameters no source holds a value for."""
 
+    @property
+    def can_answer(self) -> bool:
+        """The answer can be written now and no declared tool is still blocked: a refused repeat is then answered
+        (``none``); otherwise the next turn may still call a tool (``auto``)."""
+        return self.answerable and not self.blocked
+
 
 class Session:
     """Runs tool-calling conversations over a `TurnEngine` with a fixed registry, limits and policy."""
@@ -417,7 +423,7 @@ class Session:
             run.answer_now = False
             note = repeat_note(() if answerable else self._slot_tools())
             messages = with_repeat_note(messages, f"{note} {blocked}" if blocked else note)
-            run.tool_choice = "none" if answerable and not blocked else "auto"
+            run.tool_choice = "none" if run.can_answer else "auto"
             specs = tuple(dataclasses.replace(s, constraint=False) if s.name in run.resting else s for s in specs)
         elif blocked and ends_with_result(messages):  # results came in and a declared tool is still blocked
             messages = with_repeat_note(messages, blocked)
@@ -512,13 +518,13 @@ class Session:
         answered = self._answered(run)
         run.answer_now = True
         run.resting = frozenset()
-        if not run.answerable or run.blocked:  # no answer yet: a greedy model given the same prompt repeats the
+        if not run.can_answer:  # no answer yet: a greedy model given the same prompt repeats the
             repeated = frozenset(call.name for call in action.calls)  # same calls, so the next turn offers others
             others = {spec.name for spec in self._specs} - repeated - set(run.blocked)
             run.resting = repeated if others else frozenset()
         run.trace.repeats_refused(run.model_step, [(call_id, call.name, answered[_call_key(call)])
                                                    for call_id, call in zip(run.call_ids, action.calls)],
-                                  next_tool_choice="none" if run.answerable and not run.blocked else "auto",
+                                  next_tool_choice="none" if run.can_answer else "auto",
                                   resting=sorted(run.resting))
 
     def _next_call_id(self, run: _Run) -> str:
