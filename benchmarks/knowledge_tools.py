@@ -38,7 +38,7 @@ import calendar
 import datetime as dt
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import studies_data as sd
@@ -132,6 +132,50 @@ def _normalize(expression: str) -> str:
     return re.sub(r"^on ", "", text)
 
 
+_SIMPLE: Mapping[str, int] = {"today": 0, "tomorrow": 1, "day after tomorrow": 2, "the day after tomorrow": 2,
+                               "tänään": 0, "huomenna": 1, "ylihuomenna": 2}
+"""The expressions that are a fixed number of days from today."""
+_WEEKDAYS, _ESSIVES = "|".join(EN_WEEKDAYS), "|".join(FI_WEEKDAYS_ESSIVE)
+_MONTHS, _PARTITIVES = "|".join(EN_MONTHS), "|".join(FI_MONTHS_PARTITIVE)
+_YEAR = r"(?:,? (\d{4}))?"
+
+
+def _in_next_month(m: re.Match[str], today: dt.date, expression: str) -> dt.date:
+    year, month = _next_month(today)
+    return _date(year, month, int(m[1]), expression)
+
+
+def _day_alone(m: re.Match[str], today: dt.date, expression: str) -> dt.date:
+    return _day_of_month(int(m[1]), today, expression)
+
+
+def _year(group: str | None) -> int | None:
+    return int(group) if group else None
+
+
+_FORMS: tuple[tuple[str, Callable[[re.Match[str], dt.date, str], dt.date], bool], ...] = (
+    ("today|tomorrow|(?:the )?day after tomorrow|tänään|huomenna|ylihuomenna",
+     lambda m, today, e: today + dt.timedelta(days=_SIMPLE[m[0]]), False),
+    (r"(\d{4})-(\d{2})-(\d{2})", lambda m, today, e: _date(int(m[1]), int(m[2]), int(m[3]), e), False),
+    (rf"(next |this )?({_WEEKDAYS})",
+     lambda m, today, e: _weekday_from(today, EN_WEEKDAYS.index(m[2]), strictly_after=m[1] == "next "), False),
+    (rf"(ensi |tänä )?({_ESSIVES})",
+     lambda m, today, e: _weekday_from(today, FI_WEEKDAYS_ESSIVE.index(m[2]), strictly_after=m[1] == "ensi "), False),
+    (rf"(?:the )?{_ORD} (?:day )?of next month", _in_next_month, False),
+    (r"ensi kuun (\d{1,2})\.?(?: päivä| päivänä)?", _in_next_month, False),
+    (rf"the {_ORD}(?: day)?", _day_alone, True),
+    (r"(\d{1,2})\. päivä(?:nä)?", _day_alone, True),
+    (rf"(?:the )?{_ORD} (?:of )?({_MONTHS}){_YEAR}",
+     lambda m, today, e: _day_month(int(m[1]), EN_MONTHS.index(m[2]) + 1, _year(m[3]), today, e), False),
+    (rf"({_MONTHS}) (?:the )?{_ORD}{_YEAR}",
+     lambda m, today, e: _day_month(int(m[2]), EN_MONTHS.index(m[1]) + 1, _year(m[3]), today, e), False),
+    (rf"(\d{{1,2}})\. ?({_PARTITIVES})(?: (\d{{4}}))?",
+     lambda m, today, e: _day_month(int(m[1]), FI_MONTHS_PARTITIVE.index(m[2]) + 1, _year(m[3]), today, e), False),
+)
+"""Every form `resolve_expression` reads, in the order it tries them: (regex over the normalised expression, its
+date, whether it is a day of the month alone). `DATE_EXPRESSION_PATTERN` is written from the same regexes."""
+
+
 def resolve_expression(expression: str, today: dt.date = sd.TODAY, *, day_alone: bool = True) -> dt.date:
     """The date ``expression`` means on ``today`` (semantics in the module docstring). ``day_alone=False`` leaves
     out a day of the month alone (``the 3rd``): among other words it may be part of a longer date (``the 3rd of
@@ -141,34 +185,9 @@ def resolve_expression(expression: str, today: dt.date = sd.TODAY, *, day_alone:
         DateExpressionError: an expression outside the documented forms, or a date that does not exist.
     """
     text = _normalize(expression)
-    simple = {"today": 0, "tomorrow": 1, "day after tomorrow": 2, "the day after tomorrow": 2,
-              "tänään": 0, "huomenna": 1, "ylihuomenna": 2}
-    if text in simple:
-        return today + dt.timedelta(days=simple[text])
-    if m := re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", text):
-        return _date(int(m[1]), int(m[2]), int(m[3]), expression)
-    weekdays = "|".join(EN_WEEKDAYS)
-    if m := re.fullmatch(rf"(next |this )?({weekdays})", text):
-        return _weekday_from(today, EN_WEEKDAYS.index(m[2]), strictly_after=m[1] == "next ")
-    essives = "|".join(FI_WEEKDAYS_ESSIVE)
-    if m := re.fullmatch(rf"(ensi |tänä )?({essives})", text):
-        return _weekday_from(today, FI_WEEKDAYS_ESSIVE.index(m[2]), strictly_after=m[1] == "ensi ")
-    if m := (re.fullmatch(rf"(?:the )?{_ORD} (?:day )?of next month", text)
-             or re.fullmatch(r"ensi kuun (\d{1,2})\.?(?: päivä| päivänä)?", text)):
-        year, month = _next_month(today)
-        return _date(year, month, int(m[1]), expression)
-    if day_alone and (m := re.fullmatch(rf"the {_ORD}(?: day)?", text)
-                      or re.fullmatch(r"(\d{1,2})\. päivä(?:nä)?", text)):
-        return _day_of_month(int(m[1]), today, expression)
-    months = "|".join(EN_MONTHS)
-    if m := re.fullmatch(rf"(?:the )?{_ORD} (?:of )?({months}),?(?: (\d{{4}}))?", text):
-        return _day_month(int(m[1]), EN_MONTHS.index(m[2]) + 1, int(m[3]) if m[3] else None, today, expression)
-    if m := re.fullmatch(rf"({months}) (?:the )?{_ORD},?(?: (\d{{4}}))?", text):
-        return _day_month(int(m[2]), EN_MONTHS.index(m[1]) + 1, int(m[3]) if m[3] else None, today, expression)
-    partitives = "|".join(FI_MONTHS_PARTITIVE)
-    if m := re.fullmatch(rf"(\d{{1,2}})\. ?({partitives})(?: (\d{{4}}))?", text):
-        return _day_month(int(m[1]), FI_MONTHS_PARTITIVE.index(m[2]) + 1, int(m[3]) if m[3] else None, today,
-                          expression)
+    for form, resolve, alone in _FORMS:
+        if (day_alone or not alone) and (m := re.fullmatch(form, text)):
+            return resolve(m, today, expression)
     raise DateExpressionError(
         f"cannot resolve date expression {expression!r}; understood: today, tomorrow, day after tomorrow, "
         "next/this <weekday>, the Nth of next month, the Nth, N <Month>, <Month> N, YYYY-MM-DD (Finnish: tänään, "
@@ -182,19 +201,9 @@ def _either_case(words: str) -> str:
 
 def _date_expression_pattern() -> str:
     """The ECMA pattern of every expression `resolve_expression` reads as written in a request (its words
-    lower-case or capitalised), anchored: the forms of its docstring, one alternative each."""
-    weekdays, months = "|".join(EN_WEEKDAYS), "|".join(EN_MONTHS)
-    essives, partitives = "|".join(FI_WEEKDAYS_ESSIVE), "|".join(FI_MONTHS_PARTITIVE)
-    ordinal, year = r"\d{1,2}(?:st|nd|rd|th)?", r"(?:,? \d{4})?"
-    forms = [
-        "today", "tomorrow", "(?:the )?day after tomorrow", "tänään", "huomenna", "ylihuomenna",
-        f"(?:next |this )?(?:{weekdays})", f"(?:ensi |tänä )?(?:{essives})",
-        f"(?:the )?{ordinal} (?:day )?of next month", r"ensi kuun \d{1,2}\.?(?: päivä| päivänä)?",
-        f"the {ordinal}(?: day)?", r"\d{1,2}\. päivä(?:nä)?",
-        f"(?:the )?{ordinal} (?:of )?(?:{months}){year}", f"(?:{months}) (?:the )?{ordinal}{year}",
-        rf"\d{{1,2}}\. ?(?:{partitives})(?: \d{{4}})?",
-    ]
-    return "^(?:on |On )?(?:" + "|".join(_either_case(form) for form in forms) + r"|\d{4}-\d{2}-\d{2})$"
+    lower-case or capitalised, an ``on`` before it), anchored: `_FORMS`, their groups made non-capturing."""
+    forms = (_either_case(re.sub(r"\((?!\?)", "(?:", form)) for form, _, _ in _FORMS)
+    return "^(?:on |On )?(?:" + "|".join(forms) + ")$"
 
 
 DATE_EXPRESSION_PATTERN: str = _date_expression_pattern()
