@@ -161,9 +161,16 @@ def test_a_mask_error_fails_only_its_own_sequence(slots):
 
 
 def test_a_slot_runs_one_generation_at_a_time_and_refuses_a_prompt_past_its_window(slots):
-    running = slots[0].submit(chat(slots[0], "Write a long story."), max_tokens=10)
-    with pytest.raises(ModelStateError):
-        slots[0].submit([1, 2], max_tokens=1)
+    # The running generation waits in its first token's callback until the second submit has been tried, so the
+    # slot is busy however fast the batch thread is.
+    tried = threading.Event()
+    running = slots[0].submit(chat(slots[0], "Write a long story."), max_tokens=10,
+                              on_token=lambda token_id, piece: tried.wait(120))
+    try:
+        with pytest.raises(ModelStateError):
+            slots[0].submit([1, 2], max_tokens=1)
+    finally:
+        tried.set()
     running.result(timeout=120)
     with pytest.raises(ContextOverflowError):
         slots[1].submit([1] * 600, max_tokens=1)
