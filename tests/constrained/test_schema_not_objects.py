@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrained.errors import UnsupportedSchemaError
+from constrained.errors import InvalidSchemaError, UnsupportedSchemaError
 from constrained.fsm import compile_dfa
 from constrained.pushdown import PushdownGrammar
 from constrained.grammar import compile_rules
@@ -262,9 +262,10 @@ NEWLY_COMPILED = [
     "JsonSchemaStore---dart-test", "JsonSchemaStore---ubuntu-server-autoinstall", "Snowplow---sp_311_Normalized",
     "Synthesized---draft2019_09_valid_patternProperties_id19_subschema1_not_2",
     "Synthesized---draft2019_09_valid_properties_id8_subschema1_not_2", "Handwritten---object10",
+    "Github_hard---o35186", "JsonSchemaStore---machine.schema",
 ]
-"""Dev-corpus schemas refused before the object negations, the patternProperties merge and the disjointness by
-names."""
+"""Dev-corpus schemas refused before the object negations, the patternProperties merge, the disjointness by names
+and by an enum's values a literal pattern misses (the last two: state machines, recursive)."""
 
 
 @pytest.mark.skipif(not CORPUS.exists(), reason="maskbench-dev corpus absent")
@@ -292,3 +293,82 @@ def test_newly_compiled_corpus_schemas_are_exact_on_their_tests(qwen2_vocab, nam
             text += qwen2_vocab.tokens[token_id]
         errors = [e.message for e in validator.iter_errors(json.loads(text))]
         assert not errors, (name, text[:300], errors[:3])
+
+
+# -- recursion under negation, disjointness by literal patterns, unsatisfiable products ----------------------------
+
+TREE = {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array",
+        "items": {"$ref": "#/definitions/tree"}}}, "required": ["v"], "additionalProperties": False}
+WIDE = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/definitions/wide"}}}}
+RECURSIVE = {
+    # objects that are not trees: v missing or no integer, another key, or some kid, however deep, not a tree
+    "not_tree": {"definitions": {"tree": TREE}, "type": "object", "not": {"$ref": "#/definitions/tree"}},
+    # exactly one: a tree whose v is no positive integer, or an object with a positive v that is no tree
+    "one_of_overlapping": {"definitions": {"tree": TREE},
+                           "oneOf": [{"$ref": "#/definitions/tree"},
+                                     {"type": "object", "properties": {"v": {"type": "integer", "minimum": 1}}}]},
+}
+"""Negations that reach their own ``$ref`` target again: the negation refers to itself (a rule of its own)."""
+
+_NEAR_TREES = st.recursive(
+    st.fixed_dictionaries({}, optional={"v": st.one_of(st.integers(0, 2), st.just("a")), "x": st.just(1)}),
+    lambda kids: st.fixed_dictionaries({}, optional={"v": st.one_of(st.integers(0, 2), st.just("a")),
+                                                     "kids": st.one_of(st.lists(kids, max_size=2), st.just(3)),
+                                                     "x": st.just(1)}),
+    max_leaves=6)
+"""Trees, and objects one or more keys away from one at any depth (v missing, 0 or a string, an extra x, kids no
+array)."""
+
+_RECURSIVE_GRAMMARS: dict[tuple[str, str], PushdownGrammar] = {}
+
+
+@pytest.mark.parametrize("order", ["schema", "any"])
+@pytest.mark.parametrize("name", sorted(RECURSIVE))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(value=_NEAR_TREES)
+def test_negation_of_a_recursive_ref_is_exact(qwen2_vocab, order, name, value):
+    schema = RECURSIVE[name]
+    if (name, order) not in _RECURSIVE_GRAMMARS:
+        rules, start = schema_to_rules(schema, whitespace="compact", property_order=order)
+        _RECURSIVE_GRAMMARS[name, order] = compile_rules(rules, start, qwen2_vocab)
+    accepted = _RECURSIVE_GRAMMARS[name, order].accepts(_text(value))
+    if order == "any":
+        assert accepted == oracle(schema).is_valid(value), (name, order, value)
+    else:  # a negation's object lists only the member that fails, so a valid document may spell another order
+        assert not accepted or oracle(schema).is_valid(value), (name, order, value)
+
+
+def test_an_intersection_of_two_recursive_refs_is_refused():
+    """Every tree is wide, so exactly one of them is a wide object that is no tree: its kids' items are wide ∧ ¬tree,
+    two recursions met in one value, which one rule call cannot say (a product of the two is not built)."""
+    schema = {"definitions": {"tree": TREE, "wide": WIDE},
+              "oneOf": [{"$ref": "#/definitions/tree"}, {"$ref": "#/definitions/wide"}]}
+    with pytest.raises(UnsupportedSchemaError, match="recurses under sibling keywords") as err:
+        schema_to_rules(schema, whitespace="compact")
+    assert err.value.keyword == "$ref"
+
+
+def test_branches_whose_enum_a_literal_pattern_narrows_need_no_negation(qwen2_vocab):
+    """An enum's values a branch's literal pattern misses are no values of it (the state machines' ``type``): the
+    branches are disjoint, so ¬uniqueItems, which cannot be built, is never needed."""
+    base = {"type": "object", "properties": {"type": {"enum": ["atomic", "final"]},
+                                             "tags": {"type": "array", "items": {"enum": [1, 2, 3]},
+                                                      "uniqueItems": True}}, "required": ["type"]}
+    schema = {"oneOf": [{"allOf": [base, {"properties": {"type": {"pattern": "atomic"}}}]},
+                        {"allOf": [base, {"properties": {"type": {"pattern": "final"}}}]}]}
+    grammar = compile_rules(*schema_to_rules(schema, whitespace="compact"), qwen2_vocab)
+    assert grammar.accepts(b'{"type":"atomic"}') and grammar.accepts(b'{"type":"final","tags":[1,2]}')
+    assert not grammar.accepts(b'{"type":"other"}') and not grammar.accepts(b'{"type":"final","tags":[1,1]}')
+    overlapping = {"oneOf": [{"allOf": [base, {"properties": {"type": {"pattern": "a"}}}]},
+                             {"allOf": [base, {"properties": {"type": {"pattern": "final"}}}]}]}
+    with pytest.raises(UnsupportedSchemaError) as err:  # "final" holds an "a": the branches overlap
+        schema_to_rules(overlapping, whitespace="compact")
+    assert err.value.keyword == "not"
+
+
+def test_an_unsatisfiable_product_is_dropped_at_its_first_contradiction():
+    """Six anyOf of twenty string alternatives beside ``type: integer``: 20**6 combinations, none satisfiable,
+    found so after the first member instead of by walking them all."""
+    strings = {"anyOf": [{"type": "string", "minLength": i} for i in range(20)]}
+    with pytest.raises(InvalidSchemaError, match="no JSON document"):
+        schema_to_rules({"type": "integer", "allOf": [strings] * 6}, whitespace="compact")

@@ -13,7 +13,6 @@ Every alternative is written out: an array whose alternatives pass `_MAX_ARRAY_C
 
 from __future__ import annotations
 
-import functools
 import itertools
 from typing import Any
 
@@ -101,8 +100,7 @@ class ArrayValues(SchemaWalk):
         if most is None:
             return self.counted_array(prefix, items, True, contains, None, lo, hi, path, depth, trail,
                                       flat.get(CONTAINS_FROM, 0))
-        other = rewrites.negate(flat["contains"], f"{path}/contains",
-                                functools.partial(self.resolve_for_negation, path=path))
+        other = rewrites.negate(flat["contains"], f"{path}/contains", self.refs(path))
         return self.counted_array(prefix, items, other, contains, most, lo, hi, path, depth, trail)
 
     def counted_array(self, prefix: list, items: Any, other: Any, contains: list[tuple[Any, int]], most: int | None,

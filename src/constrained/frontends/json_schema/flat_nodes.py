@@ -277,19 +277,44 @@ def _target(schema: Any, resolve: Callable[[str], Any] | None, depth: int) -> An
     return None
 
 
+def _parts(schema: dict) -> list[dict]:
+    """A schema and its allOf members (one level): each narrows what the schema allows."""
+    members = schema.get("allOf")
+    return [schema, *(m for m in members if isinstance(m, dict))] if isinstance(members, list) else [schema]
+
+
 def _literals(schema: dict) -> list | None:
-    """The values ``const``/``enum`` allow (const alone when both: a superset), None: any."""
-    if "const" in schema:
-        return [schema["const"]]
-    return schema["enum"] if isinstance(schema.get("enum"), list) else None
+    """A superset of the values a schema allows, where its ``const``/``enum`` (or its allOf members') bound them:
+    those every part allows (a part's const alone when it has both), less the strings a literal ``pattern``
+    surely misses. None: any."""
+    out: list | None = None
+    for part in _parts(schema):
+        if "const" in part:
+            allowed = [part["const"]]
+        elif isinstance(part.get("enum"), list):
+            allowed = part["enum"]
+        else:
+            continue
+        keep = {value_key(v) for v in allowed}
+        out = allowed if out is None else [v for v in out if value_key(v) in keep]
+    if out is None:
+        return None
+    patterns = [p for part in _parts(schema) if isinstance(p := part.get("pattern"), str)]
+    return [v for v in out if not (isinstance(v, str) and any(_surely_misses(p, v) for p in patterns))]
 
 
 def _types(schema: dict) -> set[str] | None:
-    names = schema.get("type")
-    names = [names] if isinstance(names, str) else names
-    if not isinstance(names, list) or not all(n in ALL_TYPE_NAMES for n in names):
-        return None
-    return type_set({"type": names})
+    """The types a schema allows (through its allOf members), None: any (or unreadable)."""
+    out: set[str] | None = None
+    for part in _parts(schema):
+        names = part.get("type")
+        names = [names] if isinstance(names, str) else names
+        if names is None:
+            continue
+        if not isinstance(names, list) or not all(n in ALL_TYPE_NAMES for n in names):
+            return None
+        out = type_set({"type": names}) if out is None else out & type_set({"type": names})
+    return out
 
 
 def conj(a: Any, b: Any) -> Any:

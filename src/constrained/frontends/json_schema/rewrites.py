@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from constrained.dialect.json_lexemes import STRING_FORMATS
 from constrained.errors import ConstrainedError, InvalidSchemaError, UnsupportedSchemaError
@@ -36,7 +36,18 @@ from constrained.frontends.json_schema.vocabulary import (
     TYPES,
 )
 
-__all__ = ["negate", "exclusive_branches", "conjuncts"]
+__all__ = ["Refs", "negate", "exclusive_branches", "conjuncts"]
+
+
+class Refs(Protocol):
+    """The local ``$ref`` targets a rewrite reads (given by the walk)."""
+
+    def __call__(self, ref: Any) -> Any:
+        """The node a local ``$ref`` names (refused if it names none)."""
+
+    def negation(self, ref: Any) -> str:
+        """A ``$ref`` naming the negation of that node, built by `negate` when the walk first follows it: how a
+        negation that reaches its own target again (a recursive schema) refers to itself."""
 
 # -- not ------------------------------------------------------------------------------------------------------------
 
@@ -52,7 +63,8 @@ _IGNORED_IN_NOT = frozenset(
 _MAX_LITERAL_CHOICES = 256
 """Most alternatives the complement of array literals of one length may take (positions ** literals)."""
 _MAX_NEGATION_DEPTH = 16
-"""Most nested negations / references one `negate` call follows (a recursive $ref under `not` is refused)."""
+"""Most nested negations one `negate` call builds inline; a ``$ref`` met deeper, or met again inside its own
+target's negation, becomes a reference to its negation (`Refs.negation`)."""
 
 
 def _others(*types: str) -> dict | bool:
@@ -163,15 +175,16 @@ def _negate_array_keyword(s: dict, key: str, value: Any, where: str, again: Call
     return {"type": "array", "contains": bad, CONTAINS_FROM: n} if n else {"type": "array", "contains": bad}
 
 
-def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0,
-           within: list[dict] | None = None) -> Any:
+def negate(schema: Any, path: str, resolve: Refs, within: list[dict] | None = None) -> Any:
     """`_negate`, with a malformed keyword value anywhere under the negation (``"maxProperties": ""``) refused as
     `InvalidSchemaError` naming the negated node, as the compiler refuses it everywhere else. ``within``: flat nodes
-    the instance meets one of (a oneOf branch): a member name they all forbid needs no negated value."""
-    if depth:
-        return _negate(schema, path, resolve, depth)
+    the instance meets one of (a oneOf branch): a member name they all forbid needs no negated value.
+
+    A negation of a ``$ref`` target (`Refs.negation`) is this with ``schema`` that target: a reference back to it
+    inside is a reference to the negation being built. By induction on the depth of a document (a recursion the
+    walk compiles passes a container), an instance is in that fixpoint exactly when the target rejects it."""
     try:
-        return _negate(schema, path, resolve, 0, within)
+        return _negate(schema, path, resolve, 0, within, frozenset({id(schema)}))
     except ConstrainedError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:
@@ -179,16 +192,17 @@ def negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0
                                        f"({type(exc).__name__}: {exc})") from None
 
 
-def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 0,
-            within: list[dict] | None = None) -> Any:
+def _negate(schema: Any, path: str, resolve: Refs, depth: int, within: list[dict] | None,
+            entered: frozenset[int]) -> Any:
     """A schema whose valid instances are exactly those `schema` rejects (or refused with the keyword at fault).
 
     ¬(k1 ∧ k2 ∧ …) = ¬k1 ∨ ¬k2 ∨ …, each keyword negated on its own. A keyword that does not apply to a type
     accepts every value of it, so its negation has values of the types it applies to only (¬maximum: numbers
-    above it; ¬required: objects missing a name).
+    above it; ¬required: objects missing a name). ``entered``: the ``$ref`` targets (ids) being negated along
+    this path, whose negation a reference back to one of them names instead of unrolling it.
     """
-    if depth > _MAX_NEGATION_DEPTH:
-        raise UnsupportedSchemaError(path, "not", "negation nests too deep (a recursive $ref under not?)")
+    if depth > 2 * _MAX_NEGATION_DEPTH:
+        raise UnsupportedSchemaError(path, "not", "negation nests too deep")
     if schema is True or schema == {}:
         return False
     if schema is False:
@@ -197,7 +211,7 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
         raise InvalidSchemaError(path, "a schema must be an object or a boolean")
     s = dict(schema)
     parts: list = []
-    again = lambda sub, where: negate(sub, where, resolve, depth + 1)  # noqa: E731
+    again = lambda sub, where: _negate(sub, where, resolve, depth + 1, None, entered)  # noqa: E731
     if s.pop("nullable", None) is True:  # OpenAPI: S ∨ null, so ¬S ∧ ¬null
         return _all([again(s, path), _others("null")])
     for key, value in s.items():
@@ -324,7 +338,11 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
         elif key == "not":
             parts.append(value)
         elif key == "$ref":
-            parts.append(again(resolve(value), where))
+            target = resolve(value)
+            if id(target) in entered or depth >= _MAX_NEGATION_DEPTH:
+                parts.append({"$ref": resolve.negation(value)})
+            else:
+                parts.append(_negate(target, where, resolve, depth + 1, None, entered | {id(target)}))
         elif key == "if":
             then, else_ = s.get("then", True), s.get("else", True)
             parts.append(_any([_all([value, again(then, f"{path}/then")]),
@@ -344,7 +362,7 @@ def _negate(schema: Any, path: str, resolve: Callable[[str], Any], depth: int = 
     return _any(parts)
 
 
-def exclusive_branches(branches: list, overlapping: list[set[int]], path: str, resolve: Callable[[str], Any],
+def exclusive_branches(branches: list, overlapping: list[set[int]], path: str, resolve: Refs,
                        contexts: list[list[dict]] | None = None) -> list:
     """oneOf as a union: branch i, minus every branch j that may overlap it (``overlapping[i]``); ``contexts[i]``:
     branch i's flat nodes, within which a part of ¬branch j that they surely exclude is left out."""
@@ -356,7 +374,7 @@ def exclusive_branches(branches: list, overlapping: list[set[int]], path: str, r
     return out
 
 
-def conjuncts(node: dict, path: str, resolve: Callable[[str], Any]) -> list[tuple[Any, str]]:
+def conjuncts(node: dict, path: str, resolve: Refs) -> list[tuple[Any, str]]:
     """Extra allOf members (schema, path) that express a node's not / if / dependencies keywords."""
     out: list[tuple[Any, str]] = []
     if "not" in node:

@@ -14,7 +14,6 @@ its rule (rule mode). Open-ended values (``true``, ``{}``) are `any_value`.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 import urllib.parse
@@ -58,6 +57,9 @@ _LEXEME_CALL = re.compile(r"\(\?&=(s\d+)\)")
 Flat = tuple[dict, str, tuple[str, ...]]
 """A flat node, the path it came from, and the trail of ``$ref`` targets (``|``: a container) that led to it."""
 
+_BUILDING = object()
+"""`SchemaWalk._negations`: the negation is being built."""
+
 
 def within(base: dict, flat: dict) -> dict:
     """``flat`` met with ``base`` (the flat node as it stands beside its siblings); as it is where they cannot be
@@ -94,6 +96,9 @@ class SchemaWalk:
         self._in_progress: set[int] = set()
         self._recursive: set[int] = set()
         self._kept: list[Any] = []
+        self._negations: dict[str, Any] = {}
+        """``not(<pointer>)`` → the negation of the node the pointer names (`rewrites.Refs.negation`), built when
+        first followed (`_BUILDING` meanwhile)."""
         self.lexeme_extra: dict[str, int] = {}
         """Rule mode: lexeme call name → how much longer the text gets with the lexeme inline (written by
         `compiler.SchemaCompiler.string_value`, read by `inline_length`)."""
@@ -286,34 +291,40 @@ class SchemaWalk:
                     overlapping = self.overlapping(branches, base)
                     if any(overlapping):  # exactly one: each branch minus the branches it may overlap
                         members = self.schema_list(node, key, path)
-                        resolve = functools.partial(self.resolve_for_negation, path=path)
+                        resolve = self.refs(path)
                         contexts = [[within(base, f) for f, _, _ in branch] for branch in branches]
                         exclusive = rewrites.exclusive_branches(members, overlapping, path, resolve, contexts)
                         branches = [self.flatten(m, f"{path}/{key}/{i}", trail) for i, m in enumerate(exclusive)]
                 conjuncts.append([flat for branch in branches for flat in branch])
         if not has_enum:
-            resolve = functools.partial(self.resolve_for_negation, path=path)
-            for sub, sub_path in rewrites.conjuncts(node, path, resolve):
+            for sub, sub_path in rewrites.conjuncts(node, path, self.refs(path)):
                 conjuncts.append(self.flatten(sub, sub_path, trail))
         if self.rules is not None:
             conjuncts = self.inline_calls(conjuncts)
         out: list[Flat] = []
-        for combo in itertools.product(*conjuncts):
-            merged: dict | None = {}
-            for flat, _, _ in combo:
-                merged = merge(merged, flat, path) if merged is not None else None
-            if merged is not None:
-                real = [c for c in combo if c[0]]
-                where = real[0][1] if len(real) == 1 else path
-                out.append((merged, where, max((c[2] for c in combo), key=len)))
-            if len(out) > (_MAX_ALTERNATIVES if self.rules is None else _MAX_RULE_ALTERNATIVES):
+        for merged, combo in self.satisfiable_combinations(conjuncts, path):
+            real = [c for c in combo if c[0]]
+            where = real[0][1] if len(real) == 1 else path
+            out.append((merged, where, max((c[2] for c in combo), key=len)))
+        if node.get("nullable") is True:
+            out.append(({"type": ["null"]}, path, trail))
+        return out
+
+    def satisfiable_combinations(self, conjuncts: list[list[Flat]], path: str) -> list[tuple[dict, list[Flat]]]:
+        """One flat node of each conjunct, merged, in product order, the unsatisfiable combinations dropped as soon
+        as their first members contradict (the product of a oneOf made exclusive is astronomically large, its
+        satisfiable part small); refused when more than the limit remain after a conjunct."""
+        limit = _MAX_ALTERNATIVES if self.rules is None else _MAX_RULE_ALTERNATIVES
+        partial: list[tuple[dict, list[Flat]]] = [({}, [])]
+        for conjunct in conjuncts:
+            partial = [(merged, [*combo, flat]) for so_far, combo in partial for flat in conjunct
+                       if (merged := merge(so_far, flat[0], path)) is not None]
+            if len(partial) > limit:
                 if self.rules is None:  # one pattern's wall: rule mode compiles each alternative on its own
                     raise GrammarTooLargeError("alternatives", _MAX_ALTERNATIVES, f"anyOf at {path}")
                 raise UnsupportedSchemaError(path, "anyOf", f"expands into more than {_MAX_RULE_ALTERNATIVES} "
                                              f"alternatives")  # fmt: skip
-        if node.get("nullable") is True:
-            out.append(({"type": ["null"]}, path, trail))
-        return out
+        return partial
 
     def inline_calls(self, conjuncts: list[list[Flat]]) -> list[list[Flat]]:
         """A recursive reference that meets sibling keywords cannot stay a rule call (a call is not intersected):
@@ -361,7 +372,10 @@ class SchemaWalk:
         return self.flatten(self.pointer(target_path, path), target_path, trail + (target_path,))
 
     def local_ref(self, ref: str, path: str) -> str:
-        """The JSON pointer a ``$ref`` names in this document (the root's ``$id`` stripped), or refused."""
+        """The JSON pointer a ``$ref`` names in this document (the root's ``$id`` stripped), or refused; or a
+        negation `negation_ref` named."""
+        if ref in self._negations:
+            return ref
         base = self.root.get("$id") or self.root.get("id") if isinstance(self.root, dict) else None
         if isinstance(base, str) and base and ref.startswith(base.split("#")[0]) and "#" in ref:
             ref = ref[ref.index("#"):]
@@ -370,7 +384,18 @@ class SchemaWalk:
         raise UnsupportedSchemaError(path, "$ref", f"only local JSON-pointer references are supported, not {ref!r}")
 
     def pointer(self, target: str, path: str) -> Any:
-        """The node a JSON pointer leads to from the root, or refused as dangling."""
+        """The node a JSON pointer leads to from the root, or refused as dangling; or a negation's schema."""
+        if target in self._negations:
+            built = self._negations[target]
+            if built is _BUILDING:
+                raise UnsupportedSchemaError(path, "not", f"{target} is needed while it is being built")
+            if built is None:
+                self._negations[target] = _BUILDING
+                try:
+                    built = rewrites.negate(self.pointer(target[len("not("):-1], path), target, self.refs(target))
+                finally:
+                    self._negations[target] = built  # None again if it was refused
+            return built
         node = self.root
         for token in target[2:].split("/") if target != "#" else []:
             token = token.replace("~1", "/").replace("~0", "~")
@@ -386,7 +411,7 @@ class SchemaWalk:
         """For each oneOf branch, the other branches it is not provably disjoint from (exclusivity must be
         enforced against them: `rewrites.exclusive_branches`). Judged within ``base`` (the node's own keywords,
         which every branch meets: a sibling ``type: object`` leaves the branches only objects to share)."""
-        resolve = functools.partial(self.resolve_for_negation, path="#")
+        resolve = self.refs("#")
         out: list[set[int]] = [set() for _ in branches]
         for (i, bi), (j, bj) in itertools.combinations(enumerate(branches), 2):
             if not all(provably_disjoint(within(base, f), within(base, g), resolve) for f, _, _ in bi for g, _, _ in bj):
@@ -394,11 +419,18 @@ class SchemaWalk:
                 out[j].add(i)
         return out
 
-    def resolve_for_negation(self, ref: Any, path: str) -> Any:
-        """The target of a local $ref met under ``not`` (or a negated oneOf branch)."""
+    def refs(self, path: str) -> rewrites.Refs:
+        """The ``$ref`` targets a rewrite at ``path`` reads (under ``not``, in a negated oneOf branch)."""
+        return _Refs(self, path)
+
+    def negation_ref(self, ref: Any, path: str) -> str:
+        """The name of the negation of a ``$ref``'s target: ``not(<pointer>)``, which `local_ref` and `pointer`
+        then read (built once per target, recursion a call of its rule as for any ``$ref``)."""
         if not isinstance(ref, str):
             raise InvalidSchemaError(path, "$ref must be a string")
-        return self.pointer(self.local_ref(ref, path), path)
+        name = f"not({self.local_ref(ref, path)})"
+        self._negations.setdefault(name, None)
+        return name
 
     # -- helpers of the value kinds ---------------------------------------------------------------------------------
 
@@ -421,3 +453,18 @@ class SchemaWalk:
         """Pattern of one flat node at container depth `depth` (``original``: the schema node it came from): the
         value kinds, which a subclass gives (`compiler.SchemaCompiler`)."""
         raise NotImplementedError
+
+
+class _Refs:
+    """`rewrites.Refs` of one walk, errors naming ``path``."""
+
+    def __init__(self, walk: SchemaWalk, path: str) -> None:
+        self.walk, self.path = walk, path
+
+    def __call__(self, ref: Any) -> Any:
+        if not isinstance(ref, str):
+            raise InvalidSchemaError(self.path, "$ref must be a string")
+        return self.walk.pointer(self.walk.local_ref(ref, self.path), self.path)
+
+    def negation(self, ref: Any) -> str:
+        return self.walk.negation_ref(ref, self.path)
