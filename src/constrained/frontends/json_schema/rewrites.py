@@ -62,9 +62,11 @@ _IGNORED_IN_NOT = frozenset(
 )
 _MAX_LITERAL_CHOICES = 256
 """Most alternatives the complement of array literals of one length may take (positions ** literals)."""
-_MAX_NEGATION_DEPTH = 16
-"""Most nested negations one `negate` call builds inline; a ``$ref`` met deeper, or met again inside its own
-target's negation, becomes a reference to its negation (`Refs.negation`)."""
+_REF_INLINE_DEPTH = 16
+"""A ``$ref`` met this deep in one negation, or met again inside its own target's negation, becomes a reference to
+its target's negation (`Refs.negation`) instead of being negated in place."""
+_MAX_NEGATION_DEPTH = 32
+"""Most nested subschemas one negation descends into (without ``$ref``s, only a document that deep gets there)."""
 
 
 def _others(*types: str) -> dict | bool:
@@ -201,7 +203,7 @@ def _negate(schema: Any, path: str, resolve: Refs, depth: int, within: list[dict
     above it; ¬required: objects missing a name). ``entered``: the ``$ref`` targets (ids) being negated along
     this path, whose negation a reference back to one of them names instead of unrolling it.
     """
-    if depth > 2 * _MAX_NEGATION_DEPTH:
+    if depth > _MAX_NEGATION_DEPTH:
         raise UnsupportedSchemaError(path, "not", "negation nests too deep")
     if schema is True or schema == {}:
         return False
@@ -339,7 +341,7 @@ def _negate(schema: Any, path: str, resolve: Refs, depth: int, within: list[dict
             parts.append(value)
         elif key == "$ref":
             target = resolve(value)
-            if id(target) in entered or depth >= _MAX_NEGATION_DEPTH:
+            if id(target) in entered or depth >= _REF_INLINE_DEPTH:
                 parts.append({"$ref": resolve.negation(value)})
             else:
                 parts.append(_negate(target, where, resolve, depth + 1, None, entered | {id(target)}))
