@@ -338,6 +338,16 @@ def test_negation_of_a_recursive_ref_is_exact(qwen2_vocab, order, name, value):
         assert not accepted or oracle(schema).is_valid(value), (name, order, value)
 
 
+def test_a_negation_name_in_a_user_schema_is_no_reference():
+    """``not(<pointer>)`` names a negation only where the compiler wrote it: a user's ``$ref`` of that text, met
+    after the negation was built, is refused as a non-local reference (no validator could resolve it)."""
+    schema = {"definitions": {"tree": TREE}, "type": "object", "not": {"$ref": "#/definitions/tree"},
+              "properties": {"p": {"$ref": "not(#/definitions/tree)"}}}
+    with pytest.raises(UnsupportedSchemaError, match="only local JSON-pointer references") as err:
+        schema_to_rules(schema, whitespace="compact")
+    assert err.value.keyword == "$ref"
+
+
 def test_an_intersection_of_two_recursive_refs_is_refused():
     """Every tree is wide, so exactly one of them is a wide object that is no tree: its kids' items are wide ∧ ¬tree,
     two recursions met in one value, which one rule call cannot say (a product of the two is not built)."""

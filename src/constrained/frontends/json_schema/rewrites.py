@@ -45,9 +45,9 @@ class Refs(Protocol):
     def __call__(self, ref: Any) -> Any:
         """The node a local ``$ref`` names (refused if it names none)."""
 
-    def negation(self, ref: Any) -> str:
-        """A ``$ref`` naming the negation of that node, built by `negate` when the walk first follows it: how a
-        negation that reaches its own target again (a recursive schema) refers to itself."""
+    def negation(self, ref: Any) -> dict:
+        """A schema ``{"$ref": ...}`` naming the negation of that node, built by `negate` when the walk first
+        follows it: how a negation that reaches its own target again (a recursive schema) refers to itself."""
 
 # -- not ------------------------------------------------------------------------------------------------------------
 
@@ -342,7 +342,7 @@ def _negate(schema: Any, path: str, resolve: Refs, depth: int, within: list[dict
         elif key == "$ref":
             target = resolve(value)
             if id(target) in entered or depth >= _REF_INLINE_DEPTH:
-                parts.append({"$ref": resolve.negation(value)})
+                parts.append(resolve.negation(value))
             else:
                 parts.append(_negate(target, where, resolve, depth + 1, None, entered | {id(target)}))
         elif key == "if":

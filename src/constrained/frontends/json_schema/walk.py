@@ -99,6 +99,8 @@ class SchemaWalk:
         self._negations: dict[str, Any] = {}
         """``not(<pointer>)`` → the negation of the node the pointer names (`rewrites.Refs.negation`), built when
         first followed (`_BUILDING` meanwhile)."""
+        self._negation_refs: dict[int, dict] = {}
+        """The ``{"$ref": "not(...)"}`` nodes the walk made (by id): only these may name a negation (`ref_of`)."""
         self.lexeme_extra: dict[str, int] = {}
         """Rule mode: lexeme call name → how much longer the text gets with the lexeme inline (written by
         `compiler.SchemaCompiler.string_value`, read by `inline_length`)."""
@@ -209,7 +211,7 @@ class SchemaWalk:
         while (isinstance(node, dict) and isinstance(node.get("$ref"), str) and id(node) not in seen
                and all(k == "$ref" or is_annotation(k, v) for k, v in node.items())):  # fmt: skip
             seen.add(id(node))
-            target = self.local_ref(node["$ref"], path)
+            target = self.local_ref(self.ref_of(node, path), path)
             node, path = self.pointer(target, path), target
         return node, path
 
@@ -279,7 +281,7 @@ class SchemaWalk:
                               UnknownKeywordWarning, stacklevel=2)
         conjuncts: list[list[Flat]] = [[(normalize(base, path, self.unknown_keywords), path, trail)]]
         if "$ref" in node:
-            conjuncts.append(self.follow(node["$ref"], path, trail))
+            conjuncts.append(self.follow(self.ref_of(node, path), path, trail))
         if "allOf" in node:
             for i, member in enumerate(self.schema_list(node, "allOf", path)):
                 conjuncts.append(self.flatten(member, f"{path}/allOf/{i}", trail))
@@ -423,14 +425,24 @@ class SchemaWalk:
         """The ``$ref`` targets a rewrite at ``path`` reads (under ``not``, in a negated oneOf branch)."""
         return _Refs(self, path)
 
-    def negation_ref(self, ref: Any, path: str) -> str:
-        """The name of the negation of a ``$ref``'s target: ``not(<pointer>)``, which `local_ref` and `pointer`
-        then read (built once per target, recursion a call of its rule as for any ``$ref``)."""
+    def negation_ref(self, ref: Any, path: str) -> dict:
+        """A reference to the negation of a ``$ref``'s target, named ``not(<pointer>)``, which `local_ref` and
+        `pointer` then read (built once per target, recursion a call of its rule as for any ``$ref``)."""
         if not isinstance(ref, str):
             raise InvalidSchemaError(path, "$ref must be a string")
         name = f"not({self.local_ref(ref, path)})"
         self._negations.setdefault(name, None)
-        return name
+        node = {"$ref": name}
+        self._negation_refs[id(node)] = node  # kept alive, so the id stays this node's
+        return node
+
+    def ref_of(self, node: dict, path: str) -> Any:
+        """A schema node's ``$ref``; a negation's name only where the walk made the node (in a user's schema that
+        text is no local reference, and is refused as one)."""
+        ref = node["$ref"]
+        if ref in self._negations and self._negation_refs.get(id(node)) is not node:
+            raise UnsupportedSchemaError(path, "$ref", f"only local JSON-pointer references are supported, not {ref!r}")
+        return ref
 
     # -- helpers of the value kinds ---------------------------------------------------------------------------------
 
@@ -466,5 +478,5 @@ class _Refs:
             raise InvalidSchemaError(self.path, "$ref must be a string")
         return self.walk.pointer(self.walk.local_ref(ref, self.path), self.path)
 
-    def negation(self, ref: Any) -> str:
+    def negation(self, ref: Any) -> dict:
         return self.walk.negation_ref(ref, self.path)
