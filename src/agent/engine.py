@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agent.errors import AgentError
 from agent.protocol.base import Codec, ProtocolError, Segment, ToolChoice, ToolSpec
-from constrained import (CancelSignal, CompiledGrammar, FinishReason, PrefixStore, RulePattern, RuleSet, SamplingParams,
-                         Slot, compile_grammar, decode)
-from constrained.errors import ConstrainedError, GrammarTooLargeError
+from constrained import (CancelSignal, CompiledGrammar, FinishReason, PrefixStore, RulePattern, SamplingParams, Slot,
+                         compile_assembled, decode)
+from constrained.errors import ConstrainedError
 
 if TYPE_CHECKING:
     from constrained import LlamaModel, Vocabulary
@@ -328,17 +328,12 @@ def tool_call_grammar(codec: Codec, tools: list[ToolSpec], tool_choice: ToolChoi
     """The codec's turn grammar compiled over ``vocab``: one DFA when it fits, else (many or big tools, or a final
     pattern that calls rules: a `RulePattern` of a recursive or big answer schema) a pushdown grammar whose rules
     are the tools' arguments and the answer's, called from the same turn pattern."""
-    if not isinstance(final_pattern, RulePattern):
-        pattern = codec.tool_call_grammar(tools, tool_choice, parallel_calls=parallel_calls,
-                                          final_pattern=final_pattern)  # fmt: skip
-        try:
-            return compile_grammar(pattern, vocab, allow_special=True)
-        except GrammarTooLargeError:
-            pass
-    rules: dict[str, str] = dict(final_pattern.rules) if isinstance(final_pattern, RulePattern) else {}
-    turn = codec.tool_call_grammar(tools, tool_choice, parallel_calls=parallel_calls, final_pattern=final_pattern,
-                                   rules=rules)  # fmt: skip
-    return compile_grammar(RuleSet({"turn": turn, **rules}, "turn"), vocab, allow_special=True)
+    def turn(rules: dict[str, str] | None) -> str:
+        return codec.tool_call_grammar(tools, tool_choice, parallel_calls=parallel_calls, final_pattern=final_pattern,
+                                       rules=rules)  # fmt: skip
+
+    answer_rules = final_pattern.rules if isinstance(final_pattern, RulePattern) else None
+    return compile_assembled(turn, vocab, rules=answer_rules, allow_special=True)
 
 
 class _TextStream:

@@ -7,7 +7,7 @@ tests/test_layers.py checks it)::
     runtime     processor (LogitsProcessor), serving (RequestGrammar), decoding (decode), batching
                 (BatchedModel, Slot), structured (generate) over llama (LlamaModel) and sampling
     compile     how an embedded schema or a pattern compiles: one DFA when it holds the language exactly and
-                fits, else rules (schema_pattern, schema_refusal, compile_grammar, compile_gbnf)
+                fits, else rules (schema_pattern, schema_refusal, compile_grammar, compile_assembled, compile_gbnf)
     grammar     Grammar (one DFA + TokenIndex) | pushdown (PushdownGrammar): CompiledGrammar; the caches
     matcher     Cursor → Matcher, PushdownMatcher (budget-aware closing, masks, rollback)
     masks       index (TokenIndex), shortcut (string bodies), pushdown_masks
@@ -27,8 +27,8 @@ a mask failure raises `MaskError`; generation never continues unconstrained.
 from importlib.metadata import PackageNotFoundError, version
 
 from constrained.batching import BatchDecodeError, BatchedModel, PrefixStore, Slot
-from constrained.compile import (CompiledGrammar, check_pattern, compile_gbnf, compile_grammar, schema_pattern,
-                                 schema_refusal)
+from constrained.compile import (CompiledGrammar, check_pattern, compile_assembled, compile_gbnf, compile_grammar,
+                                 schema_pattern, schema_refusal)
 from constrained.decoding import CancelSignal, DecodeResult, DecodeTimings, FinishReason, decode
 from constrained.dialect.writer import escape_literal
 from constrained.errors import (BudgetTooSmallError, ConstrainedError, EmptyLanguageError, GbnfSyntaxError,
@@ -88,6 +88,7 @@ __all__ = [
     "__version__",
     "call_rule",
     "check_pattern",
+    "compile_assembled",
     "compile_gbnf",
     "compile_grammar",
     "compile_json_schema",

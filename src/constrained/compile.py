@@ -10,6 +10,7 @@ and the server ask here, through the package's public names, and never choose th
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from constrained.automata.dfa import compile_dfa
@@ -21,7 +22,8 @@ from constrained.pushdown import PushdownGrammar
 from constrained.rules import RulePattern, RuleSet
 from constrained.vocabulary import Vocabulary
 
-__all__ = ["CompiledGrammar", "check_pattern", "compile_gbnf", "compile_grammar", "schema_pattern", "schema_refusal"]
+__all__ = ["CompiledGrammar", "check_pattern", "compile_assembled", "compile_gbnf", "compile_grammar", "schema_pattern",
+           "schema_refusal"]
 
 
 def schema_pattern(schema: Any, *, whitespace: Whitespace = "compact", exact: bool = True,
@@ -71,6 +73,22 @@ def compile_grammar(source: str | RuleSet, vocab: Vocabulary, *, allow_special: 
     if isinstance(source, RulePattern):
         return compile_rules({"start": str(source), **source.rules}, "start", vocab, allow_special=allow_special)
     return compile_regex(source, vocab, allow_special=allow_special)
+
+
+def compile_assembled(build: Callable[[dict[str, str] | None], str], vocab: Vocabulary, *,
+                      rules: Mapping[str, str] | None = None, allow_special: bool = False) -> CompiledGrammar:
+    """A grammar the caller assembles around embedded schemas (a turn of tool calls), compiled by the one rule:
+    ``build(None)`` (a plain pattern, schemas embedded as one-DFA patterns) as one DFA when it fits, else
+    ``build(rules)``: the start rule's body, the dict it is given filled with the rules it calls, compiled as a
+    pushdown grammar. ``rules``: rules the grammar needs anyway (a `RulePattern`'s), so it is rules from the start."""
+    if not rules:
+        try:
+            return compile_grammar(build(None), vocab, allow_special=allow_special)
+        except GrammarTooLargeError:
+            pass
+    filled = dict(rules or {})
+    start = build(filled)
+    return compile_grammar(RuleSet({"start": start, **filled}, "start"), vocab, allow_special=allow_special)
 
 
 def check_pattern(pattern: str) -> None:
