@@ -185,12 +185,19 @@ def _status(create, **request) -> int:
 
 def test_a_failed_decode_is_a_500_for_its_request_only_and_its_slot_serves_on(client, worker, monkeypatch):
     """llama_decode fails whenever it holds slot 2's sequence: the request on slot 2 is answered 500
-    ``decode_failed``, the three on the other slots are answered and valid, and slot 2 serves again after."""
+    ``decode_failed``, the three on the other slots are answered and valid, and slot 2 serves again after.
+
+    The failing decode first waits until all four requests hold a slot: a request placed after slot 2 had failed
+    and been freed would take slot 2 too (then the only free one) and fail as well."""
     failing = worker.engines[2].model.seq_id
     real = llama_cpp.llama_decode
 
     def decode(ctx, batch):
         if any(batch.seq_id[i][0] == failing for i in range(batch.n_tokens)):
+            for _ in range(2400):  # the others are placed by the worker's threads, not this one
+                if worker.running == 4:
+                    break
+                threading.Event().wait(0.025)
             return -1
         return real(ctx, batch)
 
