@@ -346,6 +346,9 @@ def test_a_negation_name_in_a_user_schema_is_no_reference():
     with pytest.raises(UnsupportedSchemaError, match="only local JSON-pointer references") as err:
         schema_to_rules(schema, whitespace="compact")
     assert err.value.keyword == "$ref"
+    for ref in (["#/definitions/tree"], {"not": 1}, 3):  # no string: the schema is invalid, not the compiler broken
+        with pytest.raises(InvalidSchemaError, match="must be a string"):
+            schema_to_rules({**schema, "properties": {"p": {"$ref": ref}}}, whitespace="compact")
 
 
 def test_an_intersection_of_two_recursive_refs_is_refused():

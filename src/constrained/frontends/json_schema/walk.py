@@ -440,7 +440,7 @@ class SchemaWalk:
         """A schema node's ``$ref``; a negation's name only where the walk made the node (in a user's schema that
         text is no local reference, and is refused as one)."""
         ref = node["$ref"]
-        if ref in self._negations and self._negation_refs.get(id(node)) is not node:
+        if isinstance(ref, str) and ref in self._negations and self._negation_refs.get(id(node)) is not node:
             raise UnsupportedSchemaError(path, "$ref", f"only local JSON-pointer references are supported, not {ref!r}")
         return ref
 
