@@ -80,7 +80,7 @@ def normalize(flat: dict, path: str, unknown_keywords: str) -> dict:
     out = dict(flat)
     if "type" in out:
         types = out["type"] if isinstance(out["type"], list) else [out["type"]]
-        if not types or any(t not in ALL_TYPE_NAMES for t in types):
+        if not types or any(not isinstance(t, str) or t not in ALL_TYPE_NAMES for t in types):
             raise InvalidSchemaError(path, f"bad type {out['type']!r}")
         out["type"] = canonical_types(set(types))
     if "const" in out:
@@ -120,8 +120,15 @@ def normalize(flat: dict, path: str, unknown_keywords: str) -> dict:
                            or (isinstance(out[key], float) and not math.isfinite(out[key]))):
             raise InvalidSchemaError(path, f"{key} must be a finite number")
     fmt = out.get("format")
-    if fmt is not None and not isinstance(fmt, str):
+    if "format" in out and not isinstance(fmt, str):
         raise InvalidSchemaError(path, "format must be a string")
+    if "properties" in out and not isinstance(out["properties"], dict):
+        raise InvalidSchemaError(path, "properties must be an object of schemas")
+    if "required" in out and (not isinstance(out["required"], list)
+                              or not all(isinstance(name, str) for name in out["required"])):
+        raise InvalidSchemaError(path, "required must be an array of names")
+    if "prefixItems" in out and not isinstance(out["prefixItems"], list):
+        raise InvalidSchemaError(path, "prefixItems must be an array of schemas")
     if fmt in INTEGER_FORMATS:
         lo, hi = INTEGER_FORMATS[out.pop("format")]
         out["minimum"] = lo if "minimum" not in out else max(out["minimum"], lo)
@@ -311,8 +318,8 @@ def _types(schema: dict) -> set[str] | None:
         names = [names] if isinstance(names, str) else names
         if names is None:
             continue
-        if not isinstance(names, list) or not all(n in ALL_TYPE_NAMES for n in names):
-            return None
+        if not isinstance(names, list) or not all(isinstance(n, str) and n in ALL_TYPE_NAMES for n in names):
+            return None  # malformed: the compile refuses it where it reads the node
         out = type_set({"type": names}) if out is None else out & type_set({"type": names})
     return out
 
