@@ -48,22 +48,26 @@ _KEYWORDS = st.sampled_from(["not", "if", "then", "else", "contains", "propertyN
 
 
 def _leaf() -> st.SearchStrategy[dict[str, Any]]:
+    wrong_shape = st.sampled_from([3, None, True, "a", [["x"]], {"a": 1}])  # where an object or an array belongs
     pieces = st.fixed_dictionaries({}, optional={
-        "type": st.one_of(_TYPES, st.lists(_TYPES, max_size=3), st.just("foo"), st.just(3)),
+        "type": st.one_of(_TYPES, st.lists(_TYPES, max_size=3), st.just("foo"), st.just(3), st.just([["x"]]),
+                          st.just({"a": 1})),
         "enum": st.one_of(st.lists(_JSON, max_size=6), st.integers(0, 3000).map(lambda n: list(range(n))),
                           st.integers(0, 500).map(lambda n: [f"v{i}" for i in range(n)]), st.just("notalist")),
         "const": _JSON,
         "pattern": st.one_of(st.sampled_from(PATHOLOGICAL_PATTERNS),
                              st.text(alphabet="ab()|*+?{}[]^$.\\d,0123-:?<=!", max_size=16), st.just(5)),
         "format": st.sampled_from(["date", "time", "date-time", "uuid", "email", "ipv4", "uri", "int32", "int64",
-                                   "float", "hostname", "regex", "", 7]),
+                                   "float", "hostname", "regex", "", 7, None]),
         "minLength": _COUNTS, "maxLength": _COUNTS, "minItems": _COUNTS, "maxItems": _COUNTS,
         "minProperties": _COUNTS, "maxProperties": _COUNTS,
         "minimum": _NUMBERS, "maximum": _NUMBERS, "exclusiveMinimum": st.one_of(_NUMBERS, st.booleans()),
         "exclusiveMaximum": _NUMBERS, "multipleOf": _NUMBERS,
         "uniqueItems": st.one_of(st.booleans(), st.just("yes")),
         "$ref": _REFS,
-        "required": st.one_of(st.lists(st.sampled_from(["a", "b", "x", "\ud800", ""]), max_size=3), st.just("a")),
+        "required": st.one_of(st.lists(st.sampled_from(["a", "b", "x", "\ud800", ""]), max_size=3), st.just("a"),
+                              wrong_shape, st.just(["a", 3])),
+        "properties": wrong_shape, "prefixItems": wrong_shape,
     })
     extra = st.dictionaries(_KEYWORDS, _JSON, max_size=2)
     return st.tuples(pieces, extra).map(lambda t: {**t[1], **t[0]})
