@@ -294,8 +294,8 @@ def _literals(schema: dict) -> list | None:
     """A superset of the values a schema allows, where its ``const``/``enum`` (or its allOf members') bound them:
     those every part allows (a part's const alone when it has both), less the strings a literal ``pattern``
     surely misses. None: any."""
-    out: list | None = None
-    for part in _parts(schema):
+    parts, out = _parts(schema), None
+    for part in parts:
         if "const" in part:
             allowed = [part["const"]]
         elif isinstance(part.get("enum"), list):
@@ -306,7 +306,7 @@ def _literals(schema: dict) -> list | None:
         out = allowed if out is None else [v for v in out if value_key(v) in keep]
     if out is None:
         return None
-    patterns = [p for part in _parts(schema) if isinstance(p := part.get("pattern"), str)]
+    patterns = [p for part in parts if isinstance(p := part.get("pattern"), str)]
     return [v for v in out if not (isinstance(v, str) and any(_surely_misses(p, v) for p in patterns))]
 
 

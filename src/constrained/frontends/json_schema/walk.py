@@ -96,11 +96,11 @@ class SchemaWalk:
         self._in_progress: set[int] = set()
         self._recursive: set[int] = set()
         self._kept: list[Any] = []
+        self._negation_refs: dict[str, dict] = {}
+        """``not(<pointer>)`` → the one ``{"$ref": "not(<pointer>)"}`` node the walk made for it (`negation_ref`):
+        only that node may name the negation (`ref_of`)."""
         self._negations: dict[str, Any] = {}
-        """``not(<pointer>)`` → the negation of the node the pointer names (`rewrites.Refs.negation`), built when
-        first followed (`_BUILDING` meanwhile)."""
-        self._negation_refs: dict[int, dict] = {}
-        """The ``{"$ref": "not(...)"}`` nodes the walk made (by id): only these may name a negation (`ref_of`)."""
+        """``not(<pointer>)`` → the negation of the node the pointer names, once built (`_BUILDING` meanwhile)."""
         self.lexeme_extra: dict[str, int] = {}
         """Rule mode: lexeme call name → how much longer the text gets with the lexeme inline (written by
         `compiler.SchemaCompiler.string_value`, read by `inline_length`)."""
@@ -376,7 +376,7 @@ class SchemaWalk:
     def local_ref(self, ref: str, path: str) -> str:
         """The JSON pointer a ``$ref`` names in this document (the root's ``$id`` stripped), or refused; or a
         negation `negation_ref` named."""
-        if ref in self._negations:
+        if ref in self._negation_refs:
             return ref
         base = self.root.get("$id") or self.root.get("id") if isinstance(self.root, dict) else None
         if isinstance(base, str) and base and ref.startswith(base.split("#")[0]) and "#" in ref:
@@ -387,8 +387,8 @@ class SchemaWalk:
 
     def pointer(self, target: str, path: str) -> Any:
         """The node a JSON pointer leads to from the root, or refused as dangling; or a negation's schema."""
-        if target in self._negations:
-            built = self._negations[target]
+        if target in self._negation_refs:
+            built = self._negations.get(target)
             if built is _BUILDING:
                 raise UnsupportedSchemaError(path, "not", f"{target} is needed while it is being built")
             if built is None:
@@ -431,16 +431,13 @@ class SchemaWalk:
         if not isinstance(ref, str):
             raise InvalidSchemaError(path, "$ref must be a string")
         name = f"not({self.local_ref(ref, path)})"
-        self._negations.setdefault(name, None)
-        node = {"$ref": name}
-        self._negation_refs[id(node)] = node  # kept alive, so the id stays this node's
-        return node
+        return self._negation_refs.setdefault(name, {"$ref": name})
 
     def ref_of(self, node: dict, path: str) -> Any:
         """A schema node's ``$ref``; a negation's name only where the walk made the node (in a user's schema that
         text is no local reference, and is refused as one)."""
         ref = node["$ref"]
-        if isinstance(ref, str) and ref in self._negations and self._negation_refs.get(id(node)) is not node:
+        if isinstance(ref, str) and ref in self._negation_refs and self._negation_refs[ref] is not node:
             raise UnsupportedSchemaError(path, "$ref", f"only local JSON-pointer references are supported, not {ref!r}")
         return ref
 
